@@ -1,0 +1,177 @@
+//! ebs-csi-driver: the AWS EBS CSI driver.
+//!
+//! This first part is the node side: finding and verifying the attached block device, blkid,
+//! mkfs, fsck, mount, bind mounts, stats and online resize (`node`). The controller side and the
+//! cloud layer come later under `controller/` and `cloud/`; the gRPC adapters stay thin and map
+//! [`Error`] to a status in one place.
+
+use std::path::PathBuf;
+
+pub mod node;
+
+pub use node::service::{
+    AccessType, ExpandRequest, NodeConfig, NodeService, PublishRequest, StageRequest,
+    UnpublishRequest, UnstageRequest,
+};
+pub use node::stats::{Usage, VolumeStats};
+
+/// Everything that can go wrong in the driver's domain code. The gRPC adapter maps each variant
+/// to a CSI status code; the messages name the field or object and say what was expected.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request field is missing or malformed.
+    #[error("invalid {field}: {reason}")]
+    InvalidArgument { field: &'static str, reason: String },
+
+    /// Another operation on the same volume is still running (the CO should retry later).
+    #[error("an operation on volume {0} is already in flight; retry later")]
+    OperationInFlight(String),
+
+    /// No candidate path for the volume's device appeared within the wait.
+    #[error(
+        "no block device for volume {volume_id} appeared within {waited_ms} ms (looked at {})",
+        candidates.join(", ")
+    )]
+    DeviceNotFound {
+        volume_id: String,
+        candidates: Vec<String>,
+        waited_ms: u128,
+    },
+
+    /// A candidate path exists but its device belongs to another volume (a stale link).
+    #[error(
+        "device path {path} resolves to {device}, which belongs to volume {actual}, not {expected}; refusing to use it"
+    )]
+    WrongVolume {
+        path: PathBuf,
+        device: PathBuf,
+        expected: String,
+        actual: String,
+    },
+
+    /// A candidate path exists but is not a block device we can identify.
+    #[error("{path} is not a usable block device for volume {volume_id}: {reason}")]
+    BadDevice {
+        path: PathBuf,
+        volume_id: String,
+        reason: String,
+    },
+
+    /// The staging path already holds another device's filesystem.
+    #[error(
+        "staging path {path} already has device {mounted} mounted, not {device} of volume {volume_id}"
+    )]
+    StagedWithOtherDevice {
+        path: PathBuf,
+        mounted: String,
+        device: PathBuf,
+        volume_id: String,
+    },
+
+    /// The target is already published, but differently from what this request asks.
+    #[error("target path {path} is already published incompatibly: {reason}")]
+    PublishedIncompatible { path: PathBuf, reason: String },
+
+    /// Publish before stage (or the staging mount vanished).
+    #[error("staging path {0} is not mounted; stage the volume first")]
+    NotStaged(PathBuf),
+
+    /// Nothing is mounted at a path where a published or staged volume was expected.
+    #[error("no volume is mounted at {0}")]
+    NotMounted(PathBuf),
+
+    /// The device is still smaller than the size the expansion asks for.
+    #[error(
+        "device {device} has {actual} bytes, less than the {required} requested; the volume's resize has not reached this node yet"
+    )]
+    DeviceTooSmall {
+        device: PathBuf,
+        actual: u64,
+        required: u64,
+    },
+
+    /// A path the request names does not exist.
+    #[error("{what} {path} does not exist")]
+    PathNotFound { what: &'static str, path: PathBuf },
+
+    /// fsck found errors it could not correct: the filesystem must not be mounted.
+    #[error(
+        "filesystem check of {device} found errors it could not fix ({program} exit code {code}); refusing to mount. Output: {output}"
+    )]
+    FsckFailed {
+        device: PathBuf,
+        program: &'static str,
+        code: i32,
+        output: String,
+    },
+
+    /// The device holds a filesystem other than the one the request asks for.
+    #[error("device {device} already contains a {found} filesystem, but {requested} was requested")]
+    FsTypeMismatch {
+        device: PathBuf,
+        found: String,
+        requested: String,
+    },
+
+    /// The device is not blank, but holds nothing we can mount (a partition table, RAID member...).
+    #[error(
+        "device {device} is not blank and holds no mountable filesystem ({details}); refusing to format it"
+    )]
+    UnsupportedContent { device: PathBuf, details: String },
+
+    /// A filesystem type the driver does not support.
+    #[error("unsupported filesystem type {0:?} (supported: ext2, ext3, ext4, xfs)")]
+    UnsupportedFsType(String),
+
+    /// An external tool ran and failed.
+    #[error("{command} failed with {status}: {output}")]
+    Command {
+        command: String,
+        status: String,
+        output: String,
+    },
+
+    /// An external tool could not be started at all.
+    #[error("could not run {program}: {source}")]
+    Spawn {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A filesystem operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// /proc/self/mountinfo could not be read or understood.
+    #[error("mountinfo: {0}")]
+    MountInfo(String),
+
+    /// A bug or an unexpected runtime condition (a worker task panicked...).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            field,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The filesystem types the driver formats, checks and mounts.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::Error;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FsType {
+    Ext2,
+    Ext3,
+    Ext4,
+    Xfs,
+}
+
+impl FsType {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            FsType::Ext2 => "ext2",
+            FsType::Ext3 => "ext3",
+            FsType::Ext4 => "ext4",
+            FsType::Xfs => "xfs",
+        }
+    }
+
+    pub(crate) fn is_ext(self) -> bool {
+        matches!(self, FsType::Ext2 | FsType::Ext3 | FsType::Ext4)
+    }
+}
+
+impl fmt::Display for FsType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for FsType {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s.to_ascii_lowercase().as_str() {
+            "ext2" => Ok(FsType::Ext2),
+            "ext3" => Ok(FsType::Ext3),
+            "ext4" => Ok(FsType::Ext4),
+            "xfs" => Ok(FsType::Xfs),
+            _ => Err(Error::UnsupportedFsType(s.to_string())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_known_types_case_insensitively() {
+        assert_eq!("ext4".parse::<FsType>().unwrap(), FsType::Ext4);
+        assert_eq!("XFS".parse::<FsType>().unwrap(), FsType::Xfs);
+        assert_eq!("ext3".parse::<FsType>().unwrap().to_string(), "ext3");
+        assert!(FsType::Ext2.is_ext() && !FsType::Xfs.is_ext());
+    }
+
+    #[test]
+    fn rejects_unknown_types_by_name() {
+        let err = "btrfs".parse::<FsType>().unwrap_err();
+        assert!(err.to_string().contains("\"btrfs\""), "{err}");
+    }
+}
