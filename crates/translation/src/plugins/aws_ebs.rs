@@ -1,0 +1,222 @@
+//! AWS EBS: `kubernetes.io/aws-ebs` <-> `ebs.csi.aws.com`.
+//!
+//! The in-tree volume ID may be a bare `vol-...` or `aws://[zone]/vol-...`; the CSI handle is
+//! the bare ID. `partition` travels as a volume attribute. Zones use
+//! `topology.ebs.csi.aws.com/zone`. StorageClass `iopsPerGB` gets
+//! `allowautoiopspergbincrease: "true"` to keep the in-tree rounding of IOPS.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    AWSElasticBlockStoreVolumeSource, CSIPersistentVolumeSource, PersistentVolume, Volume,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use super::{InTreePlugin, csi_source, edit_spec, named_pv, spec, translate_block_storage_class};
+use crate::topology::{
+    translate_topology_from_csi_to_in_tree_mut, translate_topology_from_in_tree_to_csi_mut,
+};
+use crate::{Error, Result};
+
+/// In-tree plugin name.
+pub const IN_TREE_PLUGIN_NAME: &str = "kubernetes.io/aws-ebs";
+/// CSI driver name.
+pub const DRIVER_NAME: &str = "ebs.csi.aws.com";
+/// The driver's zone topology key.
+pub const TOPOLOGY_KEY: &str = "topology.ebs.csi.aws.com/zone";
+const IOPS_PER_GB_KEY: &str = "iopsPerGB";
+const ALLOW_INCREASE_IOPS_KEY: &str = "allowautoiopspergbincrease";
+
+/// The AWS EBS plugin.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AwsEbs;
+
+/// The EBS volume ID inside a Kubernetes volume ID: `vol-x`, `aws:///vol-x` or
+/// `aws://zone/vol-x` all give `vol-x`.
+pub fn kubernetes_volume_id_to_ebs_volume_id(kubernetes_id: &str) -> Result<String> {
+    let Some(rest) = kubernetes_id.strip_prefix("aws://") else {
+        // A bare ID, taken as it is (upstream does not check it either).
+        return Ok(kubernetes_id.to_string());
+    };
+    // aws://<zone>/<path>: the path, without surrounding slashes, must be one `vol-` segment.
+    let path = rest.find('/').map_or("", |i| &rest[i..]);
+    let id = path.trim_matches('/');
+    if id.starts_with("vol-") && !id.contains('/') {
+        Ok(id.to_string())
+    } else {
+        Err(Error::InvalidField {
+            field: "spec.awsElasticBlockStore.volumeID".into(),
+            value: kubernetes_id.to_string(),
+            reason: "expected vol-..., aws:///vol-... or aws://<zone>/vol-...".into(),
+        })
+    }
+}
+
+/// The region of a list of AWS zones; all must be in the same region. Understands regular
+/// (`us-west-2a`), GovCloud (`us-gov-east-1a`), Local Zone (`us-west-2-lax-1a`) and Wavelength
+/// (`us-east-1-wl1-bos-wlz-1`) zone names.
+pub fn region_from_zones(zones: &[String]) -> Result<String> {
+    let err = |reason: String| Error::Region {
+        zones: zones.to_vec(),
+        reason,
+    };
+    if zones.is_empty() {
+        return Err(err("no zones given".into()));
+    }
+    let mut regions = std::collections::BTreeSet::new();
+    for zone in zones {
+        let parts: Vec<&str> = zone.split('-').collect();
+        let region = match parts.len() {
+            // us-west-2a, us-gov-east-1a: the last part is the region number plus one letter.
+            3 | 4 => {
+                let last = parts[parts.len() - 1].as_bytes();
+                if last.len() == 2 && last[0].is_ascii_digit() && last[1].is_ascii_lowercase() {
+                    let mut p = parts.clone();
+                    let n = p.len() - 1;
+                    p[n] = &parts[n][..1];
+                    Some(p.join("-"))
+                } else {
+                    None
+                }
+            }
+            // Local Zones and Wavelength Zones: the first three parts are the region.
+            5 | 7 => Some(parts[..3].join("-")),
+            _ => None,
+        };
+        match region {
+            Some(r) => {
+                regions.insert(r);
+            }
+            None => return Err(err(format!("{zone:?} is not a valid AWS zone"))),
+        }
+    }
+    if regions.len() != 1 {
+        return Err(err(format!("zones span regions {regions:?}")));
+    }
+    Ok(regions.into_iter().next().unwrap_or_default())
+}
+
+impl AwsEbs {
+    fn csi_source(src: &AWSElasticBlockStoreVolumeSource) -> Result<CSIPersistentVolumeSource> {
+        Ok(CSIPersistentVolumeSource {
+            driver: DRIVER_NAME.to_string(),
+            volume_handle: kubernetes_volume_id_to_ebs_volume_id(&src.volume_id)?,
+            read_only: src.read_only,
+            fs_type: src.fs_type.clone(),
+            volume_attributes: Some(BTreeMap::from([(
+                "partition".to_string(),
+                src.partition.unwrap_or(0).to_string(),
+            )])),
+            ..Default::default()
+        })
+    }
+}
+
+impl InTreePlugin for AwsEbs {
+    fn in_tree_plugin_name(&self) -> &'static str {
+        IN_TREE_PLUGIN_NAME
+    }
+
+    fn csi_plugin_name(&self) -> &'static str {
+        DRIVER_NAME
+    }
+
+    fn short_name(&self) -> &'static str {
+        "aws-ebs"
+    }
+
+    fn can_support(&self, pv: &PersistentVolume) -> bool {
+        spec(pv).is_some_and(|s| s.aws_elastic_block_store.is_some())
+    }
+
+    fn can_support_inline(&self, volume: &Volume) -> bool {
+        volume.aws_elastic_block_store.is_some()
+    }
+
+    fn translate_in_tree_storage_class_to_csi(&self, sc: &StorageClass) -> Result<StorageClass> {
+        translate_block_storage_class(sc, TOPOLOGY_KEY, |lower, _key, value, params| {
+            if lower != IOPS_PER_GB_KEY.to_lowercase() {
+                return false;
+            }
+            params.insert(IOPS_PER_GB_KEY.to_string(), value.to_string());
+            params.insert(ALLOW_INCREASE_IOPS_KEY.to_string(), "true".to_string());
+            true
+        })
+    }
+
+    fn translate_in_tree_inline_volume_to_csi(
+        &self,
+        volume: &Volume,
+        _pod_namespace: &str,
+    ) -> Result<PersistentVolume> {
+        let src = volume
+            .aws_elastic_block_store
+            .as_ref()
+            .ok_or(Error::MissingSource {
+                object: "Volume",
+                field: "awsElasticBlockStore",
+                plugin: IN_TREE_PLUGIN_NAME,
+            })?;
+        let csi = Self::csi_source(src)?;
+        // The name must be unique per volume: it is the unique part of the staging path.
+        let name = format!("{DRIVER_NAME}-{}", csi.volume_handle);
+        Ok(named_pv(name, csi, "ReadWriteOnce"))
+    }
+
+    fn translate_in_tree_pv_to_csi(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
+        let src = spec(pv)
+            .and_then(|s| s.aws_elastic_block_store.as_ref())
+            .ok_or(Error::MissingSource {
+                object: "PersistentVolume",
+                field: "spec.awsElasticBlockStore",
+                plugin: IN_TREE_PLUGIN_NAME,
+            })?;
+        let csi = Self::csi_source(src)?;
+        let mut out = edit_spec(pv, |s| {
+            s.aws_elastic_block_store = None;
+            s.csi = Some(csi);
+        });
+        translate_topology_from_in_tree_to_csi_mut(&mut out, TOPOLOGY_KEY);
+        Ok(out)
+    }
+
+    fn translate_csi_pv_to_in_tree(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
+        let csi = csi_source(pv).ok_or(Error::MissingSource {
+            object: "PersistentVolume",
+            field: "spec.csi",
+            plugin: DRIVER_NAME,
+        })?;
+        let partition = match csi
+            .volume_attributes
+            .as_ref()
+            .and_then(|a| a.get("partition"))
+        {
+            None => None,
+            Some(p) => {
+                let n: i32 = p.parse().map_err(|_| Error::InvalidField {
+                    field: "spec.csi.volumeAttributes.partition".into(),
+                    value: p.clone(),
+                    reason: "expected an integer".into(),
+                })?;
+                // 0 is "the whole disk", which the in-tree source writes as no partition.
+                (n != 0).then_some(n)
+            }
+        };
+        let ebs = AWSElasticBlockStoreVolumeSource {
+            volume_id: csi.volume_handle.clone(),
+            fs_type: csi.fs_type.clone(),
+            read_only: csi.read_only,
+            partition,
+        };
+        let mut out = pv.clone();
+        translate_topology_from_csi_to_in_tree_mut(
+            &mut out,
+            TOPOLOGY_KEY,
+            Some(region_from_zones),
+        )?;
+        let s = out.spec.get_or_insert_with(Default::default);
+        s.csi = None;
+        s.aws_elastic_block_store = Some(ebs);
+        Ok(out)
+    }
+}

@@ -1,0 +1,163 @@
+//! Portworx: `kubernetes.io/portworx-volume` <-> `pxd.portworx.com`.
+//!
+//! The CSI handle is the Portworx volume ID. OpenStorage auth secrets (StorageClass parameters
+//! or PV annotations `openstorage.io/auth-secret-name` / `-namespace`) become the CSI secret
+//! references of every operation. Unlike the other plugins, the StorageClass provisioner is
+//! switched to the CSI driver here, as upstream does.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, PersistentVolume, PortworxVolumeSource, SecretReference, Volume,
+};
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use super::{InTreePlugin, csi_source, edit_spec, named_pv, parameters, spec};
+use crate::{Error, Result};
+
+/// In-tree plugin name.
+pub const IN_TREE_PLUGIN_NAME: &str = "kubernetes.io/portworx-volume";
+/// CSI driver name.
+pub const DRIVER_NAME: &str = "pxd.portworx.com";
+/// StorageClass parameter / PV annotation with the auth secret name.
+pub const AUTH_SECRET_NAME_KEY: &str = "openstorage.io/auth-secret-name";
+/// StorageClass parameter / PV annotation with the auth secret namespace.
+pub const AUTH_SECRET_NAMESPACE_KEY: &str = "openstorage.io/auth-secret-namespace";
+
+const CSI_SECRET_OPERATIONS: [&str; 6] = [
+    "provisioner",
+    "controller-publish",
+    "node-publish",
+    "node-stage",
+    "controller-expand",
+    "node-expand",
+];
+
+/// The Portworx plugin.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Portworx;
+
+impl InTreePlugin for Portworx {
+    fn in_tree_plugin_name(&self) -> &'static str {
+        IN_TREE_PLUGIN_NAME
+    }
+
+    fn csi_plugin_name(&self) -> &'static str {
+        DRIVER_NAME
+    }
+
+    fn short_name(&self) -> &'static str {
+        "portworx"
+    }
+
+    fn can_support(&self, pv: &PersistentVolume) -> bool {
+        spec(pv).is_some_and(|s| s.portworx_volume.is_some())
+    }
+
+    fn can_support_inline(&self, volume: &Volume) -> bool {
+        volume.portworx_volume.is_some()
+    }
+
+    fn translate_in_tree_storage_class_to_csi(&self, sc: &StorageClass) -> Result<StorageClass> {
+        let mut params = BTreeMap::new();
+        for (k, v) in parameters(sc) {
+            let suffix = match k.as_str() {
+                AUTH_SECRET_NAME_KEY => "name",
+                AUTH_SECRET_NAMESPACE_KEY => "namespace",
+                _ => {
+                    params.insert(k.clone(), v.clone());
+                    continue;
+                }
+            };
+            for op in CSI_SECRET_OPERATIONS {
+                params.insert(
+                    format!("csi.storage.k8s.io/{op}-secret-{suffix}"),
+                    v.clone(),
+                );
+            }
+        }
+        let mut out = sc.clone();
+        out.parameters = sc.parameters.as_ref().map(|_| params);
+        out.provisioner = DRIVER_NAME.to_string();
+        Ok(out)
+    }
+
+    fn translate_in_tree_inline_volume_to_csi(
+        &self,
+        volume: &Volume,
+        _pod_namespace: &str,
+    ) -> Result<PersistentVolume> {
+        let src = volume
+            .portworx_volume
+            .as_ref()
+            .ok_or(Error::MissingSource {
+                object: "Volume",
+                field: "portworxVolume",
+                plugin: IN_TREE_PLUGIN_NAME,
+            })?;
+        let csi = CSIPersistentVolumeSource {
+            driver: DRIVER_NAME.to_string(),
+            volume_handle: src.volume_id.clone(),
+            fs_type: src.fs_type.clone(),
+            read_only: src.read_only,
+            volume_attributes: Some(BTreeMap::new()),
+            ..Default::default()
+        };
+        Ok(named_pv(
+            format!("{DRIVER_NAME}-{}", src.volume_id),
+            csi,
+            "ReadWriteOnce",
+        ))
+    }
+
+    fn translate_in_tree_pv_to_csi(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
+        let src =
+            spec(pv)
+                .and_then(|s| s.portworx_volume.as_ref())
+                .ok_or(Error::MissingSource {
+                    object: "PersistentVolume",
+                    field: "spec.portworxVolume",
+                    plugin: IN_TREE_PLUGIN_NAME,
+                })?;
+        let annotations = pv.metadata.annotations.as_ref();
+        let secret = annotations.and_then(|a| {
+            Some(SecretReference {
+                name: Some(a.get(AUTH_SECRET_NAME_KEY)?.clone()),
+                namespace: Some(a.get(AUTH_SECRET_NAMESPACE_KEY)?.clone()),
+            })
+        });
+        let csi = CSIPersistentVolumeSource {
+            driver: DRIVER_NAME.to_string(),
+            volume_handle: src.volume_id.clone(),
+            fs_type: src.fs_type.clone(),
+            read_only: src.read_only,
+            volume_attributes: Some(BTreeMap::new()),
+            controller_publish_secret_ref: secret.clone(),
+            node_stage_secret_ref: secret.clone(),
+            node_publish_secret_ref: secret.clone(),
+            controller_expand_secret_ref: secret.clone(),
+            node_expand_secret_ref: secret,
+        };
+        Ok(edit_spec(pv, |s| {
+            s.portworx_volume = None;
+            s.csi = Some(csi);
+        }))
+    }
+
+    fn translate_csi_pv_to_in_tree(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
+        let csi = csi_source(pv).ok_or(Error::MissingSource {
+            object: "PersistentVolume",
+            field: "spec.csi",
+            plugin: DRIVER_NAME,
+        })?;
+        let px = PortworxVolumeSource {
+            volume_id: csi.volume_handle.clone(),
+            fs_type: csi.fs_type.clone(),
+            read_only: csi.read_only,
+        };
+        Ok(edit_spec(pv, |s| {
+            s.csi = None;
+            s.portworx_volume = Some(px);
+        }))
+    }
+}
