@@ -1,0 +1,308 @@
+//! RunInstances, TerminateInstances, DescribeInstances: just enough EC2 to register nodes.
+
+use super::{
+    check_id, client_token, dry_run, idempotent_mismatch, invalid_filter, not_found, page,
+    paginate, tag_filter,
+};
+use crate::engine::Engine;
+use crate::ids;
+use crate::model::{AttachState, Instance, Step, Token, duration_ms};
+use crate::query::{Filter, Params, filter_matches};
+use crate::render::{self, OWNER_ID};
+use crate::xml::{ApiError, Xml};
+
+/// One call starts at most this many instances (a sim, not a fleet).
+const MAX_COUNT: i64 = 100;
+
+pub(crate) fn lookup_instance<'a>(engine: &'a Engine, id: &str) -> Result<&'a Instance, ApiError> {
+    check_id(id, "i", "InvalidInstanceID.Malformed")?;
+    engine.cloud.instances.get(id).ok_or_else(|| {
+        ApiError::new(
+            "InvalidInstanceID.NotFound",
+            format!("The instance ID '{id}' does not exist"),
+        )
+    })
+}
+
+fn render_reservation(x: &mut Xml, engine: &Engine, instances: &[&Instance], now: u64) {
+    let reservation = instances
+        .first()
+        .map(|i| i.reservation_id.clone())
+        .unwrap_or_default();
+    x.leaf("reservationId", reservation)
+        .leaf("ownerId", OWNER_ID)
+        .start("groupSet")
+        .end("groupSet")
+        .start("instancesSet");
+    for i in instances {
+        let atts: Vec<_> = engine.cloud.attachments_of(&i.id).collect();
+        x.start("item");
+        render::instance_fields(x, i, &atts, now);
+        x.end("item");
+    }
+    x.end("instancesSet");
+}
+
+pub(crate) fn run(
+    engine: &mut Engine,
+    params: &Params,
+    now: u64,
+    x: &mut Xml,
+) -> Result<(), ApiError> {
+    let token = client_token(params)?;
+    let fingerprint = params.fingerprint(&["Action", "Version", "ClientToken", "DryRun"]);
+    if let Some(t) = &token {
+        if let Some(prev) = engine.cloud.tokens.get(&format!("RunInstances/{t}")) {
+            if prev.fingerprint != fingerprint {
+                return Err(idempotent_mismatch());
+            }
+            dry_run(params)?;
+            let instances: Vec<&Instance> = prev
+                .ids
+                .iter()
+                .filter_map(|id| engine.cloud.instances.get(id))
+                .collect();
+            render_reservation(x, engine, &instances, now);
+            return Ok(());
+        }
+    }
+    let image_id = params.require("ImageId")?.to_string();
+    let min = params
+        .int("MinCount")?
+        .ok_or_else(|| ApiError::missing("MinCount"))?;
+    let max = params
+        .int("MaxCount")?
+        .ok_or_else(|| ApiError::missing("MaxCount"))?;
+    if min < 1 || max < 1 || min > max {
+        return Err(ApiError::invalid_value(
+            "MinCount",
+            &min.to_string(),
+            "MinCount and MaxCount must be at least 1 and MinCount <= MaxCount.",
+        ));
+    }
+    if min > MAX_COUNT {
+        return Err(ApiError::new(
+            "InstanceLimitExceeded",
+            format!(
+                "Your quota allows for {MAX_COUNT} more running instance(s). You requested at least {min}"
+            ),
+        ));
+    }
+    let count = max.min(MAX_COUNT) as usize;
+    let zone = match params.get("Placement.AvailabilityZone") {
+        None | Some("") => engine.config.zones.first().cloned().unwrap_or_default(),
+        Some(z) if engine.config.zones.iter().any(|c| c == z) => z.to_string(),
+        Some(z) => {
+            return Err(ApiError::new(
+                "InvalidParameterValue",
+                format!("Invalid availability zone: [{z}]"),
+            ));
+        }
+    };
+    let instance_type = params.get("InstanceType").unwrap_or("m5.large").to_string();
+    let tags = params.tag_specifications_for("instance", &["volume", "network-interface"])?;
+    dry_run(params)?;
+
+    let reservation_id = ids::resource_id("r");
+    let mut created = Vec::with_capacity(count);
+    for _ in 0..count {
+        let id = ids::resource_id("i");
+        let instance = Instance {
+            id: id.clone(),
+            reservation_id: reservation_id.clone(),
+            zone: zone.clone(),
+            image_id: image_id.clone(),
+            instance_type: instance_type.clone(),
+            launch_ms: now,
+            running_ms: now + duration_ms(engine.config.timing, Step::Boot),
+            terminate: None,
+            tags: tags.clone(),
+        };
+        engine.cloud.instances.insert(id.clone(), instance);
+        created.push(id);
+    }
+    if let Some(t) = token {
+        engine.cloud.tokens.insert(
+            format!("RunInstances/{t}"),
+            Token {
+                fingerprint,
+                ids: created.clone(),
+                volume: None,
+            },
+        );
+    }
+    engine.dirty = true;
+    let instances: Vec<&Instance> = created
+        .iter()
+        .filter_map(|id| engine.cloud.instances.get(id))
+        .collect();
+    render_reservation(x, engine, &instances, now);
+    Ok(())
+}
+
+pub(crate) fn terminate(
+    engine: &mut Engine,
+    params: &Params,
+    now: u64,
+    x: &mut Xml,
+) -> Result<(), ApiError> {
+    let ids = params.list("InstanceId");
+    if ids.is_empty() {
+        return Err(ApiError::missing("InstanceId"));
+    }
+    for id in &ids {
+        check_id(id, "i", "InvalidInstanceID.Malformed")?;
+    }
+    let missing: Vec<&String> = ids
+        .iter()
+        .filter(|id| !engine.cloud.instances.contains_key(*id))
+        .collect();
+    if !missing.is_empty() {
+        let list: Vec<&str> = missing.iter().map(|s| s.as_str()).collect();
+        return Err(ApiError::new(
+            "InvalidInstanceID.NotFound",
+            format!("The instance IDs '{}' do not exist", list.join(", ")),
+        ));
+    }
+    dry_run(params)?;
+    let shutdown = duration_ms(engine.config.timing, Step::Shutdown);
+    x.start("instancesSet");
+    for id in &ids {
+        let Some(i) = engine.cloud.instances.get_mut(id) else {
+            continue;
+        };
+        let (pcode, pname) = i.state(now);
+        if i.terminate.is_none() {
+            i.terminate = Some((now, now + shutdown));
+        }
+        let (ccode, cname) = i.state(now);
+        x.start("item")
+            .leaf("instanceId", id)
+            .start("currentState")
+            .leaf("code", ccode)
+            .leaf("name", cname)
+            .end("currentState")
+            .start("previousState")
+            .leaf("code", pcode)
+            .leaf("name", pname)
+            .end("previousState")
+            .end("item");
+        // EBS volumes are detached while the instance shuts down.
+        for v in engine.cloud.volumes.values_mut() {
+            for a in v.attachments.iter_mut().filter(|a| a.instance_id == *id) {
+                if a.state != AttachState::Detaching {
+                    a.state = AttachState::Detaching;
+                    a.done_ms = now + shutdown;
+                }
+                a.force = true;
+            }
+        }
+    }
+    x.end("instancesSet");
+    engine.dirty = true;
+    Ok(())
+}
+
+const INSTANCE_FILTERS: &[&str] = &[
+    "availability-zone",
+    "block-device-mapping.device-name",
+    "block-device-mapping.volume-id",
+    "image-id",
+    "instance-id",
+    "instance-state-code",
+    "instance-state-name",
+    "instance-type",
+    "reservation-id",
+];
+
+fn instance_matches(engine: &Engine, i: &Instance, f: &Filter, now: u64) -> bool {
+    if let Some(m) = tag_filter(f, &i.tags) {
+        return m;
+    }
+    let one = |s: &str| filter_matches(f, [s]);
+    match f.name.as_str() {
+        "availability-zone" => one(&i.zone),
+        "block-device-mapping.device-name" => engine
+            .cloud
+            .attachments_of(&i.id)
+            .any(|(_, a)| one(&a.device)),
+        "block-device-mapping.volume-id" => {
+            engine.cloud.attachments_of(&i.id).any(|(v, _)| one(&v.id))
+        }
+        "image-id" => one(&i.image_id),
+        "instance-id" => one(&i.id),
+        "instance-state-code" => one(&i.state(now).0.to_string()),
+        "instance-state-name" => one(i.state(now).1),
+        "instance-type" => one(&i.instance_type),
+        "reservation-id" => one(&i.reservation_id),
+        _ => false,
+    }
+}
+
+pub(crate) fn describe(
+    engine: &mut Engine,
+    params: &Params,
+    now: u64,
+    x: &mut Xml,
+) -> Result<(), ApiError> {
+    let ids = params.list("InstanceId");
+    let filters = params.filters()?;
+    for f in &filters {
+        if !f.name.starts_with("tag:")
+            && f.name != "tag-key"
+            && !INSTANCE_FILTERS.contains(&f.name.as_str())
+        {
+            return Err(invalid_filter(f));
+        }
+    }
+    if !ids.is_empty() && params.get("MaxResults").is_some() {
+        return Err(ApiError::combination(
+            "The parameter instancesSet cannot be used with the parameter maxResults",
+        ));
+    }
+    let page = page(params, 5, 1000, "i")?;
+    for id in &ids {
+        check_id(id, "i", "InvalidInstanceID.Malformed")?;
+    }
+    let missing: Vec<&String> = ids
+        .iter()
+        .filter(|id| !engine.cloud.instances.contains_key(*id))
+        .collect();
+    if !missing.is_empty() {
+        return Err(not_found(
+            "InvalidInstanceID.NotFound",
+            "instance ID",
+            &missing,
+        ));
+    }
+    dry_run(params)?;
+    let selected: Vec<(String, &Instance)> = engine
+        .cloud
+        .instances
+        .values()
+        .filter(|i| ids.is_empty() || ids.contains(&i.id))
+        .filter(|i| filters.iter().all(|f| instance_matches(engine, i, f, now)))
+        .map(|i| (i.id.clone(), i))
+        .collect();
+    let (items, next) = paginate(selected, &page);
+    // Group by reservation, keeping the order of first appearance.
+    let mut groups: Vec<Vec<&Instance>> = Vec::new();
+    for (_, i) in items {
+        match groups.iter_mut().find(|g| {
+            g.first()
+                .is_some_and(|f| f.reservation_id == i.reservation_id)
+        }) {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    x.start("reservationSet");
+    for g in &groups {
+        x.start("item");
+        render_reservation(x, engine, g, now);
+        x.end("item");
+    }
+    x.end("reservationSet");
+    x.opt_leaf("nextToken", next);
+    Ok(())
+}

@@ -1,0 +1,352 @@
+//! CreateVolume, DeleteVolume, DescribeVolumes.
+
+use super::{
+    check_id, client_token, dry_run, idempotent_mismatch, invalid_filter, not_found, page,
+    paginate, tag_filter,
+};
+use crate::engine::Engine;
+use crate::ids;
+use crate::limits;
+use crate::model::{Step, Token, Volume, duration_ms};
+use crate::query::{Filter, Params, filter_matches};
+use crate::render::{self, OWNER_ID};
+use crate::xml::{ApiError, Xml};
+
+pub(crate) fn create(
+    engine: &mut Engine,
+    params: &Params,
+    now: u64,
+    x: &mut Xml,
+) -> Result<(), ApiError> {
+    let token = client_token(params)?;
+    let fingerprint = params.fingerprint(&["Action", "Version", "ClientToken", "DryRun"]);
+    if let Some(t) = &token {
+        if let Some(prev) = engine.cloud.tokens.get(&format!("CreateVolume/{t}")) {
+            if prev.fingerprint != fingerprint {
+                return Err(idempotent_mismatch());
+            }
+            dry_run(params)?;
+            // The same call again: the same volume, in its current state.
+            let id = prev.ids.first().cloned().unwrap_or_default();
+            if let Some(v) = engine.cloud.volumes.get(&id) {
+                render::volume_fields(x, v, v.status(now));
+            } else if let Some(v) = &prev.volume {
+                render::volume_fields(x, v, "deleted");
+            }
+            return Ok(());
+        }
+    }
+
+    let zone = params.require("AvailabilityZone")?;
+    if !engine.config.zones.iter().any(|z| z == zone) {
+        return Err(ApiError::new(
+            "InvalidZone.NotFound",
+            format!(
+                "The zone '{zone}' does not exist in region {}.",
+                engine.config.region
+            ),
+        ));
+    }
+    let volume_type = params.get("VolumeType").unwrap_or("gp2");
+    limits::check_type(volume_type)?;
+
+    let snapshot = match params.get("SnapshotId") {
+        None | Some("") => None,
+        Some(id) => {
+            check_id(id, "snap", "InvalidSnapshotID.Malformed")?;
+            let Some(s) = engine.cloud.snapshots.get(id) else {
+                return Err(not_found(
+                    "InvalidSnapshot.NotFound",
+                    "snapshot",
+                    &[&id.to_string()],
+                ));
+            };
+            if s.status(now) != "completed" {
+                return Err(ApiError::new(
+                    "IncorrectState",
+                    format!("Snapshot is in invalid state - {}", s.status(now)),
+                ));
+            }
+            Some(s.clone())
+        }
+    };
+    let size = match (params.int("Size")?, &snapshot) {
+        (Some(size), Some(s)) if size >= 0 && (size as u64) < s.volume_size => {
+            return Err(ApiError::new(
+                "InvalidParameterValue",
+                format!(
+                    "Volume of {size}GiB is smaller than snapshot '{}', expect size >= {}GiB",
+                    s.id, s.volume_size
+                ),
+            ));
+        }
+        (Some(size), _) => size,
+        (None, Some(s)) => s.volume_size as i64,
+        (None, None) => {
+            return Err(ApiError::new(
+                "MissingParameter",
+                "The request must contain the parameter size or snapshotId",
+            ));
+        }
+    };
+    let size = limits::check_size(volume_type, size)?;
+    let perf = limits::check_performance(
+        volume_type,
+        size,
+        params.int("Iops")?,
+        params.int("Throughput")?,
+    )?;
+    let multi_attach = params.flag("MultiAttachEnabled")?;
+    limits::check_multi_attach(volume_type, multi_attach)?;
+
+    let kms_param = params.get("KmsKeyId").filter(|k| !k.is_empty());
+    let encrypted_param = params.bool("Encrypted")?;
+    let snapshot_encrypted = snapshot.as_ref().is_some_and(|s| s.encrypted);
+    if kms_param.is_some() && encrypted_param != Some(true) && !snapshot_encrypted {
+        return Err(ApiError::new(
+            "InvalidParameterDependency",
+            "The parameter KmsKeyId requires the parameter Encrypted to be set.",
+        ));
+    }
+    if snapshot_encrypted && encrypted_param == Some(false) {
+        return Err(ApiError::combination(
+            "A volume created from an encrypted snapshot must be encrypted.",
+        ));
+    }
+    let encrypted = encrypted_param.unwrap_or(false) || snapshot_encrypted;
+    let (kms_key_id, key_exists) = if encrypted {
+        let key = kms_param
+            .map(str::to_string)
+            .or_else(|| snapshot.as_ref().and_then(|s| s.kms_key_id.clone()))
+            .unwrap_or_else(|| crate::config::DEFAULT_KMS_ALIAS.to_string());
+        let exists = kms_key_exists(&engine.config.kms_keys, &key);
+        (Some(kms_arn(&engine.config.region, &key)), exists)
+    } else {
+        (None, true)
+    };
+    let tags = params.tag_specifications("volume")?;
+    dry_run(params)?;
+
+    let id = ids::resource_id("vol");
+    engine
+        .disks
+        .create_volume(&id, size, snapshot.as_ref().map(|s| s.id.as_str()))
+        .map_err(|e| ApiError::internal(format!("cannot create the volume image: {e}")))?;
+    let volume = Volume {
+        id: id.clone(),
+        size_gib: size,
+        snapshot_id: snapshot.map(|s| s.id),
+        zone: zone.to_string(),
+        volume_type: volume_type.to_string(),
+        iops: perf.iops,
+        throughput: perf.throughput,
+        encrypted,
+        kms_key_id,
+        multi_attach,
+        tags,
+        create_ms: now,
+        available_ms: now + duration_ms(engine.config.timing, Step::Create),
+        // AWS accepts an unusable key, shows the volume as creating, then drops it.
+        vanishes: !key_exists,
+        deleted_ms: None,
+        attachments: Vec::new(),
+    };
+    if !key_exists {
+        tracing::info!(volume_id = %id, "KMS key does not exist: the volume will vanish");
+    }
+    // The response of CreateVolume always says `creating`, as AWS's does.
+    render::volume_fields(x, &volume, "creating");
+    if let Some(t) = token {
+        engine.cloud.tokens.insert(
+            format!("CreateVolume/{t}"),
+            Token {
+                fingerprint,
+                ids: vec![id.clone()],
+                volume: Some(volume.clone()),
+            },
+        );
+    }
+    engine.cloud.volumes.insert(id, volume);
+    engine.dirty = true;
+    Ok(())
+}
+
+/// A key exists if it equals a configured entry, or one is the other's `arn:aws:kms:..:`
+/// suffix (so `alias/x`, `arn:aws:kms:r:a:alias/x`, a key ID and its ARN all match).
+fn kms_key_exists(keys: &[String], key: &str) -> bool {
+    let tail = |k: &str| -> String {
+        if k.starts_with("arn:") {
+            k.splitn(6, ':').nth(5).unwrap_or(k).to_string()
+        } else if k.starts_with("alias/") {
+            k.to_string()
+        } else {
+            format!("key/{k}")
+        }
+    };
+    let wanted = tail(key);
+    keys.iter().any(|k| k == key || tail(k) == wanted)
+}
+
+fn kms_arn(region: &str, key: &str) -> String {
+    if key.starts_with("arn:") {
+        key.to_string()
+    } else if key.starts_with("alias/") {
+        format!("arn:aws:kms:{region}:{OWNER_ID}:{key}")
+    } else {
+        format!("arn:aws:kms:{region}:{OWNER_ID}:key/{key}")
+    }
+}
+
+/// Looks up a volume by ID with AWS's malformed / not-found codes.
+pub(crate) fn lookup<'a>(engine: &'a Engine, id: &str) -> Result<&'a Volume, ApiError> {
+    check_id(id, "vol", "InvalidVolumeID.Malformed")?;
+    match engine.cloud.volumes.get(id) {
+        Some(v) if v.deleted_ms.is_none() => Ok(v),
+        _ => Err(not_found(
+            "InvalidVolume.NotFound",
+            "volume",
+            &[&id.to_string()],
+        )),
+    }
+}
+
+pub(crate) fn delete(
+    engine: &mut Engine,
+    params: &Params,
+    now: u64,
+    x: &mut Xml,
+) -> Result<(), ApiError> {
+    let id = params.require("VolumeId")?;
+    let v = lookup(engine, id)?;
+    if let Some(a) = v.attachments.first() {
+        return Err(ApiError::new(
+            "VolumeInUse",
+            format!("Volume {id} is currently attached to {}", a.instance_id),
+        ));
+    }
+    dry_run(params)?;
+    let delay = duration_ms(engine.config.timing, Step::Delete);
+    if let Some(v) = engine.cloud.volumes.get_mut(id) {
+        v.deleted_ms = Some(now + delay);
+    }
+    engine.dirty = true;
+    x.leaf("return", true);
+    Ok(())
+}
+
+const VOLUME_FILTERS: &[&str] = &[
+    "attachment.delete-on-termination",
+    "attachment.device",
+    "attachment.instance-id",
+    "attachment.status",
+    "availability-zone",
+    "encrypted",
+    "multi-attach-enabled",
+    "size",
+    "snapshot-id",
+    "status",
+    "volume-id",
+    "volume-type",
+];
+
+fn volume_matches(v: &Volume, f: &Filter, now: u64) -> bool {
+    if let Some(m) = tag_filter(f, &v.tags) {
+        return m;
+    }
+    let one = |s: &str| filter_matches(f, [s]);
+    match f.name.as_str() {
+        "attachment.delete-on-termination" => v
+            .attachments
+            .iter()
+            .any(|a| one(&a.delete_on_termination.to_string())),
+        "attachment.device" => v.attachments.iter().any(|a| one(&a.device)),
+        "attachment.instance-id" => v.attachments.iter().any(|a| one(&a.instance_id)),
+        "attachment.status" => v.attachments.iter().any(|a| one(a.state.as_str())),
+        "availability-zone" => one(&v.zone),
+        "encrypted" => one(&v.encrypted.to_string()),
+        "multi-attach-enabled" => one(&v.multi_attach.to_string()),
+        "size" => one(&v.size_gib.to_string()),
+        "snapshot-id" => one(v.snapshot_id.as_deref().unwrap_or("")),
+        "status" => one(v.status(now)),
+        "volume-id" => one(&v.id),
+        "volume-type" => one(&v.volume_type),
+        _ => false,
+    }
+}
+
+pub(crate) fn describe(
+    engine: &mut Engine,
+    params: &Params,
+    now: u64,
+    x: &mut Xml,
+) -> Result<(), ApiError> {
+    let ids = params.list("VolumeId");
+    let filters = params.filters()?;
+    for f in &filters {
+        if !f.name.starts_with("tag:")
+            && f.name != "tag-key"
+            && !VOLUME_FILTERS.contains(&f.name.as_str())
+        {
+            return Err(invalid_filter(f));
+        }
+    }
+    if !ids.is_empty() && params.get("MaxResults").is_some() {
+        return Err(ApiError::combination(
+            "The parameter volumeSet cannot be used with the parameter maxResults",
+        ));
+    }
+    let page = page(params, 5, 500, "vol")?;
+    for id in &ids {
+        check_id(id, "vol", "InvalidVolumeID.Malformed")?;
+    }
+    let missing: Vec<&String> = ids
+        .iter()
+        .filter(|id| !engine.cloud.volumes.contains_key(*id))
+        .collect();
+    if !missing.is_empty() {
+        return Err(not_found("InvalidVolume.NotFound", "volume", &missing));
+    }
+    dry_run(params)?;
+    let selected: Vec<(String, &Volume)> = engine
+        .cloud
+        .volumes
+        .values()
+        .filter(|v| ids.is_empty() || ids.contains(&v.id))
+        .filter(|v| filters.iter().all(|f| volume_matches(v, f, now)))
+        .map(|v| (v.id.clone(), v))
+        .collect();
+    let (items, next) = paginate(selected, &page);
+    x.start("volumeSet");
+    for (_, v) in items {
+        x.start("item");
+        render::volume_fields(x, v, v.status(now));
+        x.end("item");
+    }
+    x.end("volumeSet");
+    x.opt_leaf("nextToken", next);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kms_keys_match_by_alias_id_and_arn() {
+        let keys = vec![
+            "alias/aws/ebs".to_string(),
+            "1234abcd-12ab-34cd-56ef-1234567890ab".to_string(),
+        ];
+        assert!(kms_key_exists(&keys, "alias/aws/ebs"));
+        assert!(kms_key_exists(
+            &keys,
+            "arn:aws:kms:us-east-1:111122223333:alias/aws/ebs"
+        ));
+        assert!(kms_key_exists(
+            &keys,
+            "arn:aws:kms:us-east-1:111122223333:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+        ));
+        assert!(!kms_key_exists(&keys, "alias/nope"));
+        assert!(!kms_key_exists(&keys, "0000"));
+    }
+}

@@ -1,0 +1,404 @@
+//! Volume images (sparse files), snapshot copies, and loop devices with the symlinks the
+//! node side looks for.
+//!
+//! Loop devices are reconciled against the cloud state rather than driven by events: the set
+//! of volumes that should have a device (an attachment in `attached` or `detaching`) is
+//! compared with what exists, so a restart (even after SIGKILL) re-adopts or re-creates them
+//! and nothing leaks for good.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::Error;
+use crate::config::Backing;
+use crate::model::{AttachState, Cloud};
+
+const GIB: u64 = 1 << 30;
+
+/// What the simulator made for one volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Device {
+    loop_dev: String,
+    links: BTreeSet<PathBuf>,
+}
+
+pub(crate) struct Disks {
+    state_dir: PathBuf,
+    device_dir: PathBuf,
+    backing: Backing,
+    devices: BTreeMap<String, Device>,
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The Nitro-style by-id name: `nvme-Amazon_Elastic_Block_Store_vol0123...` (no dash).
+pub(crate) fn by_id_name(volume_id: &str) -> String {
+    format!(
+        "nvme-Amazon_Elastic_Block_Store_{}",
+        volume_id.replace('-', "")
+    )
+}
+
+impl Disks {
+    pub(crate) fn new(
+        state_dir: &Path,
+        device_dir: &Path,
+        backing: Backing,
+    ) -> Result<Disks, Error> {
+        for d in [state_dir.join("volumes"), state_dir.join("snapshots")] {
+            fs::create_dir_all(&d).map_err(io_err(&d))?;
+        }
+        if backing == Backing::Loop {
+            let by_id = device_dir.join("disk/by-id");
+            fs::create_dir_all(&by_id).map_err(io_err(&by_id))?;
+        }
+        Ok(Disks {
+            state_dir: state_dir.to_path_buf(),
+            device_dir: device_dir.to_path_buf(),
+            backing,
+            devices: BTreeMap::new(),
+        })
+    }
+
+    pub(crate) fn volume_path(&self, id: &str) -> PathBuf {
+        self.state_dir.join("volumes").join(format!("{id}.img"))
+    }
+
+    pub(crate) fn snapshot_path(&self, id: &str) -> PathBuf {
+        self.state_dir.join("snapshots").join(format!("{id}.img"))
+    }
+
+    /// A new sparse image, or a sparse copy of a snapshot grown to the volume size.
+    pub(crate) fn create_volume(
+        &self,
+        id: &str,
+        size_gib: u64,
+        snapshot: Option<&str>,
+    ) -> Result<(), Error> {
+        let path = self.volume_path(id);
+        if let Some(snap) = snapshot {
+            sparse_copy(&self.snapshot_path(snap), &path)?;
+        }
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        f.set_len(size_gib * GIB).map_err(io_err(&path))?;
+        Ok(())
+    }
+
+    pub(crate) fn remove_volume(&self, id: &str) {
+        let path = self.volume_path(id);
+        if let Err(e) = fs::remove_file(&path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(volume_id = id, path = %path.display(), error = %e, "cannot remove volume image");
+            }
+        }
+    }
+
+    /// Grows the image and tells an attached loop device about the new capacity.
+    pub(crate) fn grow_volume(&self, id: &str, size_gib: u64) -> Result<(), Error> {
+        let path = self.volume_path(id);
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        let len = f.metadata().map_err(io_err(&path))?.len();
+        if len < size_gib * GIB {
+            f.set_len(size_gib * GIB).map_err(io_err(&path))?;
+        }
+        if let Some(dev) = self.devices.get(id) {
+            losetup(&["-c", &dev.loop_dev])?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn snapshot_volume(&self, volume_id: &str, snapshot_id: &str) -> Result<(), Error> {
+        sparse_copy(
+            &self.volume_path(volume_id),
+            &self.snapshot_path(snapshot_id),
+        )
+    }
+
+    pub(crate) fn remove_snapshot(&self, id: &str) {
+        let path = self.snapshot_path(id);
+        if let Err(e) = fs::remove_file(&path) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(snapshot_id = id, error = %e, "cannot remove snapshot image");
+            }
+        }
+    }
+
+    /// The loop device currently backing a volume, if any.
+    pub(crate) fn loop_device(&self, volume_id: &str) -> Option<&str> {
+        self.devices.get(volume_id).map(|d| d.loop_dev.as_str())
+    }
+
+    /// Makes the loop devices and symlinks match the attachments in `cloud`. Errors are
+    /// logged and retried on the next call; the first one is returned.
+    pub(crate) fn reconcile(&mut self, cloud: &Cloud) -> Result<(), Error> {
+        if self.backing != Backing::Loop {
+            return Ok(());
+        }
+        let mut want: BTreeMap<String, BTreeSet<PathBuf>> = BTreeMap::new();
+        for v in cloud.volumes.values() {
+            let mut links = BTreeSet::new();
+            for a in &v.attachments {
+                if matches!(a.state, AttachState::Attached | AttachState::Detaching) {
+                    let name = a.device.trim_start_matches("/dev/");
+                    links.insert(self.device_dir.join(name));
+                }
+            }
+            if !links.is_empty() {
+                links.insert(self.device_dir.join("disk/by-id").join(by_id_name(&v.id)));
+                want.insert(v.id.clone(), links);
+            }
+        }
+        let mut first_err = None;
+        let stale: Vec<String> = self
+            .devices
+            .keys()
+            .filter(|k| !want.contains_key(*k))
+            .cloned()
+            .collect();
+        for id in stale {
+            if let Err(e) = self.release(&id) {
+                tracing::error!(volume_id = %id, error = %e, "cannot release loop device");
+                first_err.get_or_insert(e);
+            }
+        }
+        for (id, links) in want {
+            if self.devices.get(&id).is_some_and(|d| d.links == links) {
+                continue;
+            }
+            if let Err(e) = self.ensure(&id, links) {
+                tracing::error!(volume_id = %id, error = %e, "cannot set up loop device");
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn ensure(&mut self, id: &str, links: BTreeSet<PathBuf>) -> Result<(), Error> {
+        let loop_dev = match self.devices.get(id) {
+            Some(d) => d.loop_dev.clone(),
+            None => {
+                let image = self.volume_path(id);
+                let image_str = image.to_string_lossy().to_string();
+                match attached_loops(&image)?.into_iter().next() {
+                    Some(dev) => {
+                        tracing::info!(volume_id = id, device = %dev, "re-adopted loop device");
+                        dev
+                    }
+                    None => {
+                        let dev = losetup(&["--find", "--show", &image_str])?;
+                        tracing::info!(volume_id = id, device = %dev, "attached loop device");
+                        dev
+                    }
+                }
+            }
+        };
+        let old = self
+            .devices
+            .insert(
+                id.to_string(),
+                Device {
+                    loop_dev: loop_dev.clone(),
+                    links: BTreeSet::new(),
+                },
+            )
+            .map(|d| d.links)
+            .unwrap_or_default();
+        for gone in old.difference(&links) {
+            remove_link(gone);
+        }
+        for link in &links {
+            replace_link(link, Path::new(&loop_dev))?;
+            if let Some(d) = self.devices.get_mut(id) {
+                d.links.insert(link.clone());
+            }
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, id: &str) -> Result<(), Error> {
+        if let Some(dev) = self.devices.remove(id) {
+            for link in &dev.links {
+                remove_link(link);
+            }
+            losetup(&["-d", &dev.loop_dev])?;
+            tracing::info!(volume_id = id, device = %dev.loop_dev, "released loop device");
+        }
+        Ok(())
+    }
+
+    /// Releases loop devices of images that no attachment needs (left over by a process
+    /// killed between finishing a detach and releasing its device).
+    pub(crate) fn release_orphans(&self, cloud: &Cloud) {
+        if self.backing != Backing::Loop {
+            return;
+        }
+        for v in cloud.volumes.values() {
+            if self.devices.contains_key(&v.id) {
+                continue;
+            }
+            let Ok(devs) = attached_loops(&self.volume_path(&v.id)) else {
+                continue;
+            };
+            for dev in devs {
+                match losetup(&["-d", &dev]) {
+                    Ok(_) => {
+                        tracing::info!(volume_id = %v.id, device = %dev, "released orphaned loop device")
+                    }
+                    Err(e) => {
+                        tracing::warn!(volume_id = %v.id, error = %e, "cannot release orphaned loop device")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Releases every loop device this process holds (shutdown); the state still says
+    /// attached, and the next start brings them back.
+    pub(crate) fn release_all(&mut self) -> Result<(), Error> {
+        let ids: Vec<String> = self.devices.keys().cloned().collect();
+        let mut first_err = None;
+        for id in ids {
+            if let Err(e) = self.release(&id) {
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+fn replace_link(link: &Path, target: &Path) -> Result<(), Error> {
+    if fs::read_link(link).is_ok_and(|t| t == target) {
+        return Ok(());
+    }
+    if let Some(parent) = link.parent() {
+        fs::create_dir_all(parent).map_err(io_err(parent))?;
+    }
+    let _ = fs::remove_file(link);
+    std::os::unix::fs::symlink(target, link).map_err(io_err(link))
+}
+
+fn remove_link(link: &Path) {
+    if let Err(e) = fs::remove_file(link) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(link = %link.display(), error = %e, "cannot remove device symlink");
+        }
+    }
+}
+
+/// Runs losetup and returns its trimmed stdout.
+fn losetup(args: &[&str]) -> Result<String, Error> {
+    let out = Command::new("losetup")
+        .args(args)
+        .output()
+        .map_err(|e| Error::Loop(format!("cannot run losetup {}: {e}", args.join(" "))))?;
+    if !out.status.success() {
+        return Err(Error::Loop(format!(
+            "losetup {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Loop devices whose backing file is `image` (`losetup -j`).
+fn attached_loops(image: &Path) -> Result<Vec<String>, Error> {
+    let out = losetup(&["-j", &image.to_string_lossy()])?;
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_once(':').map(|(dev, _)| dev.trim().to_string()))
+        .filter(|d| d.starts_with("/dev/loop"))
+        .collect())
+}
+
+/// Copies a file keeping holes (`cp --sparse=always`), so a 1 TiB empty volume stays empty.
+fn sparse_copy(from: &Path, to: &Path) -> Result<(), Error> {
+    let out = Command::new("cp")
+        .arg("--sparse=always")
+        .arg(from)
+        .arg(to)
+        .output()
+        .map_err(io_err(to))?;
+    if !out.status.success() {
+        return Err(Error::Io {
+            path: to.to_path_buf(),
+            source: std::io::Error::other(format!(
+                "cp {} failed: {}",
+                from.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt as _;
+
+    #[test]
+    fn images_are_sparse_and_snapshots_copy_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let disks = Disks::new(dir.path(), &dir.path().join("dev"), Backing::File).unwrap();
+        disks.create_volume("vol-1", 2, None).unwrap();
+        let meta = fs::metadata(disks.volume_path("vol-1")).unwrap();
+        assert_eq!(meta.len(), 2 * GIB);
+        assert!(meta.blocks() * 512 < 1 << 20, "image is sparse");
+
+        use std::io::{Read as _, Write as _};
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(disks.volume_path("vol-1"))
+            .unwrap();
+        f.write_all(b"hello").unwrap();
+        drop(f);
+        disks.grow_volume("vol-1", 3).unwrap();
+        assert_eq!(
+            fs::metadata(disks.volume_path("vol-1")).unwrap().len(),
+            3 * GIB
+        );
+        disks.snapshot_volume("vol-1", "snap-1").unwrap();
+        disks.create_volume("vol-2", 4, Some("snap-1")).unwrap();
+        let mut head = [0u8; 5];
+        fs::File::open(disks.volume_path("vol-2"))
+            .unwrap()
+            .read_exact(&mut head)
+            .unwrap();
+        assert_eq!(&head, b"hello");
+        let meta = fs::metadata(disks.volume_path("vol-2")).unwrap();
+        assert_eq!(meta.len(), 4 * GIB);
+        assert!(meta.blocks() * 512 < 1 << 20, "copy stays sparse");
+        disks.remove_volume("vol-2");
+        assert!(!disks.volume_path("vol-2").exists());
+    }
+
+    #[test]
+    fn by_id_drops_the_dash() {
+        assert_eq!(
+            by_id_name("vol-0123456789abcdef0"),
+            "nvme-Amazon_Elastic_Block_Store_vol0123456789abcdef0"
+        );
+    }
+}

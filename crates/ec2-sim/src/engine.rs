@@ -1,0 +1,121 @@
+//! The simulator's core: the cloud state, its persistence and backing, and action dispatch.
+
+use crate::Error;
+use crate::actions;
+use crate::backing::Disks;
+use crate::config::{Faults, SimConfig};
+use crate::ids::now_ms;
+use crate::model::{Cloud, Effect};
+use crate::query::Params;
+use crate::store;
+use crate::xml::{ApiError, Xml};
+
+pub(crate) struct Engine {
+    pub(crate) config: SimConfig,
+    pub(crate) cloud: Cloud,
+    pub(crate) faults: Faults,
+    pub(crate) disks: Disks,
+    /// Something changed since the last save.
+    pub(crate) dirty: bool,
+}
+
+/// Every EC2 action the simulator implements.
+pub(crate) const ACTIONS: &[&str] = &[
+    "AttachVolume",
+    "CreateSnapshot",
+    "CreateTags",
+    "CreateVolume",
+    "DeleteSnapshot",
+    "DeleteTags",
+    "DeleteVolume",
+    "DescribeAvailabilityZones",
+    "DescribeInstances",
+    "DescribeSnapshots",
+    "DescribeVolumes",
+    "DescribeVolumesModifications",
+    "DetachVolume",
+    "ModifyVolume",
+    "RunInstances",
+    "TerminateInstances",
+];
+
+impl Engine {
+    /// Loads the state, brings the backing in line with it (re-adopting loop devices) and
+    /// writes the state back.
+    pub(crate) fn open(config: SimConfig) -> Result<Engine, Error> {
+        config.validate()?;
+        std::fs::create_dir_all(&config.state_dir).map_err(|source| Error::Io {
+            path: config.state_dir.clone(),
+            source,
+        })?;
+        let cloud = store::load(&config.state_dir)?;
+        let disks = Disks::new(&config.state_dir, &config.device_dir(), config.backing)?;
+        let faults = config.faults.clone();
+        let mut engine = Engine {
+            config,
+            cloud,
+            faults,
+            disks,
+            dirty: true,
+        };
+        engine.tick();
+        engine.disks.release_orphans(&engine.cloud);
+        engine.disks.reconcile(&engine.cloud)?;
+        Ok(engine)
+    }
+
+    /// Applies due transitions, carries out their effects, syncs loop devices and saves.
+    pub(crate) fn tick(&mut self) {
+        let (changed, effects) = self.cloud.settle(now_ms(), &self.faults);
+        self.dirty |= changed;
+        for effect in effects {
+            match effect {
+                Effect::VolumeGone(id) => self.disks.remove_volume(&id),
+                Effect::Grow(id, size) => {
+                    if let Err(e) = self.disks.grow_volume(&id, size) {
+                        tracing::error!(volume_id = %id, error = %e, "cannot grow volume image");
+                    }
+                }
+            }
+        }
+        if changed {
+            // Errors are logged inside and retried at the next tick.
+            let _ = self.disks.reconcile(&self.cloud);
+        }
+        self.save();
+    }
+
+    pub(crate) fn save(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        match store::save(&self.config.state_dir, &self.cloud) {
+            Ok(()) => self.dirty = false,
+            Err(e) => tracing::error!(error = %e, "cannot save state; will retry"),
+        }
+    }
+
+    /// Runs one EC2 action and returns the response document.
+    pub(crate) fn handle(
+        &mut self,
+        action: &str,
+        params: &Params,
+        request_id: &str,
+    ) -> Result<String, ApiError> {
+        self.tick();
+        let now = now_ms();
+        let mut x = Xml::response(action, request_id);
+        let result = actions::dispatch(self, action, params, now, &mut x);
+        if self.dirty {
+            // Reconcile right away: with Timing::Instant a device exists when the call returns.
+            let _ = self.disks.reconcile(&self.cloud);
+            self.tick();
+        }
+        result.map(|()| x.finish())
+    }
+
+    pub(crate) fn shutdown(&mut self) -> Result<(), Error> {
+        self.save();
+        self.disks.release_all()
+    }
+}

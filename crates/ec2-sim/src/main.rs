@@ -1,0 +1,121 @@
+//! `ec2-sim`: serve the simulated EC2 endpoint until SIGINT or SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Parser;
+use ec2_sim::{Backing, DEFAULT_MAX_ATTACHMENTS, Faults, SimConfig, Timing};
+
+/// An EC2-compatible endpoint for the EBS subset (volumes, attachments, snapshots,
+/// modifications, instances), strict like AWS, backed by sparse files or loop devices.
+#[derive(Debug, Parser)]
+#[command(name = "ec2-sim", version)]
+struct Args {
+    /// Address to serve on; port 0 picks a free port (printed in the log).
+    #[arg(long, default_value = "127.0.0.1:8787", env = "EC2_SIM_LISTEN")]
+    listen: SocketAddr,
+    /// Directory for state.json, volume images and snapshot images (created if missing).
+    #[arg(long, env = "EC2_SIM_STATE_DIR")]
+    state_dir: PathBuf,
+    /// `file`: sparse images only; `loop`: attachments are real loop devices (needs root).
+    #[arg(long, default_value = "file", value_parser = parse_backing)]
+    backing: Backing,
+    /// How long state changes take: instant, fast (tens of ms) or realistic (AWS medians).
+    #[arg(long, default_value = "fast", value_parser = parse_timing)]
+    timing: Timing,
+    /// Region name.
+    #[arg(long, default_value = "us-east-1")]
+    region: String,
+    /// Availability zones, comma separated (default: REGION + a, b, c).
+    #[arg(long, value_delimiter = ',')]
+    zones: Vec<String>,
+    /// Fault injection as JSON, or @FILE to read it from a file (see docs/ec2-sim.md).
+    #[arg(long)]
+    fault: Option<String>,
+    /// Where attachment symlinks go (default: STATE_DIR/dev).
+    #[arg(long)]
+    device_dir: Option<PathBuf>,
+    /// Volumes attachable to one instance.
+    #[arg(long, default_value_t = DEFAULT_MAX_ATTACHMENTS)]
+    max_attachments: usize,
+    /// Extra KMS keys that exist (IDs, ARNs or aliases); alias/aws/ebs always exists.
+    #[arg(long = "kms-key")]
+    kms_keys: Vec<String>,
+}
+
+fn parse_backing(s: &str) -> Result<Backing, String> {
+    s.parse().map_err(|e: ec2_sim::Error| e.to_string())
+}
+
+fn parse_timing(s: &str) -> Result<Timing, String> {
+    s.parse().map_err(|e: ec2_sim::Error| e.to_string())
+}
+
+fn config(args: Args) -> anyhow::Result<SimConfig> {
+    let faults = match args.fault.as_deref() {
+        None => Faults::default(),
+        Some(spec) => {
+            let text = match spec.strip_prefix('@') {
+                Some(path) => std::fs::read_to_string(path)
+                    .with_context(|| format!("--fault: cannot read {path}"))?,
+                None => spec.to_string(),
+            };
+            Faults::from_json(&text).context("--fault")?
+        }
+    };
+    let zones = if args.zones.is_empty() {
+        ["a", "b", "c"]
+            .iter()
+            .map(|s| format!("{}{s}", args.region))
+            .collect()
+    } else {
+        args.zones
+    };
+    let mut kms_keys = SimConfig::default().kms_keys;
+    kms_keys.extend(args.kms_keys);
+    Ok(SimConfig {
+        state_dir: args.state_dir,
+        region: args.region,
+        zones,
+        timing: args.timing,
+        backing: args.backing,
+        device_dir: args.device_dir,
+        faults,
+        max_attachments_per_instance: args.max_attachments,
+        kms_keys,
+    })
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
+        _ = term => tracing::info!("SIGTERM"),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let listen = args.listen;
+    let config = config(args)?;
+    ec2_sim::run(config, listen, shutdown_signal()).await?;
+    Ok(())
+}

@@ -1,0 +1,349 @@
+//! The HTTP side: the EC2 query endpoint at `/`, the sim-only endpoints, and the running
+//! [`Simulator`].
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use bytes::Bytes;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::config::{Faults, SimConfig, Timing};
+use crate::engine::Engine;
+use crate::ids;
+use crate::metrics::Metrics;
+use crate::query::Params;
+use crate::xml::ApiError;
+use crate::{Error, config};
+
+pub(crate) struct Shared {
+    engine: Mutex<Engine>,
+    counts: Mutex<BTreeMap<String, u64>>,
+    metrics: Metrics,
+}
+
+/// A poisoned lock only means another request panicked; the state itself is still usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A running simulator. Dropping it without [`Simulator::shutdown`] stops serving and
+/// releases loop devices too, but cannot report errors.
+pub struct Simulator {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+    ticker: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Simulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Simulator")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl Simulator {
+    /// Loads (or creates) the state in `config.state_dir`, re-adopts loop devices of attached
+    /// volumes, and serves on `listen` (use `127.0.0.1:0` for an ephemeral port).
+    pub async fn start(config: SimConfig, listen: SocketAddr) -> Result<Simulator, Error> {
+        let timing = config.timing;
+        let engine = tokio::task::spawn_blocking(move || Engine::open(config))
+            .await
+            .map_err(|e| Error::Server(format!("start task failed: {e}")))??;
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|source| Error::Bind {
+                addr: listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Bind {
+            addr: listen,
+            source,
+        })?;
+        let shared = Arc::new(Shared {
+            engine: Mutex::new(engine),
+            counts: Mutex::new(BTreeMap::new()),
+            metrics: Metrics::new(),
+        });
+        let app = router(shared.clone());
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await
+        });
+        let ticker = tokio::spawn(tick_loop(shared.clone(), timing));
+        tracing::info!(%addr, "ec2-sim serving");
+        Ok(Simulator {
+            shared,
+            addr,
+            stop: Some(stop),
+            server: Some(server),
+            ticker: Some(ticker),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`, for `aws-sdk-ec2`'s `endpoint_url`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Calls per EC2 action since start (or the last `POST /_sim/calls/reset`).
+    pub fn call_counts(&self) -> BTreeMap<String, u64> {
+        lock(&self.shared.counts).clone()
+    }
+
+    /// Clears the per-action call counts.
+    pub fn reset_call_counts(&self) {
+        lock(&self.shared.counts).clear();
+    }
+
+    /// Replaces the fault configuration.
+    pub fn set_faults(&self, faults: Faults) {
+        lock(&self.shared.engine).faults = faults;
+    }
+
+    /// The current fault configuration (throttle `next` budgets count down as used).
+    pub fn faults(&self) -> Faults {
+        lock(&self.shared.engine).faults.clone()
+    }
+
+    /// The loop device backing a volume right now (`Backing::Loop` only).
+    pub fn loop_device(&self, volume_id: &str) -> Option<String> {
+        lock(&self.shared.engine)
+            .disks
+            .loop_device(volume_id)
+            .map(str::to_string)
+    }
+
+    /// Stops serving, saves the state and releases the loop devices this process made.
+    pub async fn shutdown(mut self) -> Result<(), Error> {
+        self.stop_tasks();
+        if let Some(server) = self.server.take() {
+            match server.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(Error::Server(format!("serve failed: {e}"))),
+                Err(e) => return Err(Error::Server(format!("server task failed: {e}"))),
+            }
+        }
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || lock(&shared.engine).shutdown())
+            .await
+            .map_err(|e| Error::Server(format!("shutdown task failed: {e}")))?
+    }
+
+    fn stop_tasks(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.ticker.take() {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for Simulator {
+    fn drop(&mut self) {
+        if self.stop.is_none() && self.server.is_none() {
+            return;
+        }
+        self.stop_tasks();
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+        if let Err(e) = lock(&self.shared.engine).shutdown() {
+            tracing::error!(error = %e, "ec2-sim dropped: cannot release loop devices");
+        }
+    }
+}
+
+/// Starts a simulator, waits for `shutdown` to resolve, then stops it cleanly.
+pub async fn run(
+    config: SimConfig,
+    listen: SocketAddr,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    let sim = Simulator::start(config, listen).await?;
+    shutdown.await;
+    tracing::info!("ec2-sim stopping");
+    sim.shutdown().await
+}
+
+/// Drives time-based transitions (and loop devices) without waiting for a request, so a
+/// device appears when an attachment completes even if nobody polls.
+async fn tick_loop(shared: Arc<Shared>, timing: Timing) {
+    let period = match timing {
+        Timing::Instant | Timing::Fast => Duration::from_millis(5),
+        Timing::Realistic => Duration::from_millis(50),
+    };
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        interval.tick().await;
+        let s = shared.clone();
+        if tokio::task::spawn_blocking(move || lock(&s.engine).tick())
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/", post(ec2_post).get(ec2_get))
+        .route("/_sim/calls", get(get_calls))
+        .route("/_sim/calls/reset", post(reset_calls))
+        .route("/_sim/faults", get(get_faults).put(put_faults))
+        .route("/metrics", get(get_metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .with_state(shared)
+}
+
+async fn ec2_post(State(s): State<Arc<Shared>>, uri: Uri, body: Bytes) -> Response {
+    ec2(s, uri, body).await
+}
+
+async fn ec2_get(State(s): State<Arc<Shared>>, uri: Uri) -> Response {
+    ec2(s, uri, Bytes::new()).await
+}
+
+fn xml_response(status: u16, body: String) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/xml;charset=UTF-8")],
+        body,
+    )
+        .into_response()
+}
+
+async fn ec2(s: Arc<Shared>, uri: Uri, body: Bytes) -> Response {
+    let started = Instant::now();
+    let request_id = ids::request_id();
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for part in [uri.query().unwrap_or("").as_bytes(), &body[..]] {
+        match serde_urlencoded::from_bytes::<Vec<(String, String)>>(part) {
+            Ok(p) => pairs.extend(p),
+            Err(e) => {
+                let err = ApiError::new(
+                    "MalformedQueryString",
+                    format!("The request is not form-encoded: {e}"),
+                );
+                return xml_response(err.status, err.to_xml(&request_id));
+            }
+        }
+    }
+    let params = Params::from_pairs(pairs);
+    let action = params.get("Action").unwrap_or("").to_string();
+    if !action.is_empty() {
+        *lock(&s.counts).entry(action.clone()).or_insert(0) += 1;
+    }
+    let (throttled, latency) = {
+        let mut e = lock(&s.engine);
+        let throttled = e.faults.take_throttle(&action, ids::next_f64);
+        (throttled, e.faults.latency_for(&action))
+    };
+    if latency > 0 {
+        tokio::time::sleep(Duration::from_millis(latency)).await;
+    }
+    let result = if throttled {
+        Err(ApiError::new(
+            "RequestLimitExceeded",
+            "Request limit exceeded.",
+        ))
+    } else {
+        let s2 = s.clone();
+        let a = action.clone();
+        let rid = request_id.clone();
+        match tokio::task::spawn_blocking(move || lock(&s2.engine).handle(&a, &params, &rid)).await
+        {
+            Ok(r) => r,
+            Err(e) => Err(ApiError::internal(format!("request task failed: {e}"))),
+        }
+    };
+    let label = if action.is_empty() { "-" } else { &action };
+    let elapsed = started.elapsed().as_secs_f64();
+    match result {
+        Ok(body) => {
+            s.metrics.record(label, "OK", elapsed);
+            tracing::debug!(action = label, request_id, "ok");
+            xml_response(200, body)
+        }
+        Err(err) => {
+            s.metrics.record(label, &err.code, elapsed);
+            tracing::info!(action = label, request_id, code = %err.code, message = %err.message, "error");
+            xml_response(err.status, err.to_xml(&request_id))
+        }
+    }
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+async fn get_calls(State(s): State<Arc<Shared>>) -> Response {
+    let counts = lock(&s.counts).clone();
+    json(
+        StatusCode::OK,
+        serde_json::to_string(&counts).unwrap_or_else(|_| "{}".into()),
+    )
+}
+
+async fn reset_calls(State(s): State<Arc<Shared>>) -> Response {
+    lock(&s.counts).clear();
+    json(StatusCode::OK, "{}".into())
+}
+
+async fn get_faults(State(s): State<Arc<Shared>>) -> Response {
+    let faults = lock(&s.engine).faults.clone();
+    json(
+        StatusCode::OK,
+        serde_json::to_string(&faults).unwrap_or_else(|_| "{}".into()),
+    )
+}
+
+async fn put_faults(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
+    let text = String::from_utf8_lossy(&body);
+    match config::Faults::from_json(&text) {
+        Ok(f) => {
+            let out = serde_json::to_string(&f).unwrap_or_else(|_| "{}".into());
+            lock(&s.engine).faults = f;
+            json(StatusCode::OK, out)
+        }
+        Err(e) => json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({ "error": e.to_string() }).to_string(),
+        ),
+    }
+}
+
+async fn get_metrics(State(s): State<Arc<Shared>>) -> Response {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.encode(),
+    )
+        .into_response()
+}
