@@ -1,0 +1,653 @@
+//! The write verbs: create, update (main and status), patch, delete (finalizers, graceful pod
+//! deletion, preconditions), deletecollection and pod binding.
+
+use std::sync::Arc;
+
+use axum::response::Response;
+use http::StatusCode;
+use rand::Rng;
+use serde_json::{Map, Value, json};
+
+use super::{Req, Target, select_list};
+use crate::http_util::{json_response, meta_mut, meta_str, now_rfc3339};
+use crate::resources::{self, ResourceDef};
+use crate::server::App;
+use crate::status::{ApiError, ApiResult, FieldError};
+use crate::store::{EventType, Mutation, key_of};
+use crate::validation;
+
+/// Metadata the server owns: kept from the stored object on every update.
+const SERVER_META: &[&str] = &[
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "name",
+    "namespace",
+];
+
+fn parse_body(req: &Req) -> ApiResult<Value> {
+    let ct = req.content_type.split(';').next().unwrap_or("").trim();
+    if !ct.is_empty() && ct != "application/json" && ct != "*/*" {
+        return Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format ({ct}) - accepted media types include: application/json"
+        )));
+    }
+    let v: Value = serde_json::from_slice(&req.body).map_err(|e| {
+        ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+    })?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request(
+            "the request body must be a JSON object",
+        ));
+    }
+    Ok(v)
+}
+
+/// Checks `apiVersion`/`kind` against the endpoint and fills them in when missing.
+fn check_type(def: &ResourceDef, obj: &mut Value) -> ApiResult<()> {
+    let want_av = def.api_version();
+    if let Some(av) = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
+        if av != want_av {
+            return Err(ApiError::bad_request(format!(
+                "the API version in the data ({av}) does not match the expected API version ({want_av})"
+            )));
+        }
+    }
+    if let Some(kind) = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+    {
+        if kind != def.kind {
+            return Err(ApiError::bad_request(format!(
+                "the kind in the data ({kind}) does not match the expected kind ({})",
+                def.kind
+            )));
+        }
+    }
+    if let Some(m) = obj.as_object_mut() {
+        m.insert("apiVersion".into(), json!(want_av));
+        m.insert("kind".into(), json!(def.kind));
+    }
+    Ok(())
+}
+
+/// The request namespace wins; a different one in the body is a 400, as in the real server.
+fn settle_namespace(def: &ResourceDef, t: &Target, obj: &mut Value) -> ApiResult<()> {
+    let meta = meta_mut(obj);
+    if !def.namespaced {
+        meta.remove("namespace");
+        return Ok(());
+    }
+    let req_ns = t.ns.clone().unwrap_or_default();
+    match meta.get("namespace").and_then(Value::as_str).unwrap_or("") {
+        "" => {
+            meta.insert("namespace".into(), json!(req_ns));
+        }
+        ns if ns == req_ns => {}
+        _ => {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn random_suffix() -> String {
+    // The real server's alphabet: no vowels (no words) and no confusable characters.
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
+}
+
+fn finalizers(obj: &Value) -> Vec<String> {
+    obj.get("metadata")
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn being_deleted(obj: &Value) -> bool {
+    meta_str(obj, "deletionTimestamp").is_some()
+}
+
+fn ensure_namespace(app: &App, def: &ResourceDef, t: &Target, name: &str) -> ApiResult<()> {
+    let Some(ns) = t.ns.as_deref().filter(|_| def.namespaced) else {
+        return Ok(());
+    };
+    let ns_res = app.namespaces;
+    match app.store.get(ns_res, &(String::new(), ns.to_string())) {
+        None => Err(ApiError::namespace_not_found(ns)),
+        Some(n) if being_deleted(&n) => Err(ApiError::forbidden(
+            def,
+            name,
+            &format!(
+                "unable to create new content in namespace {ns} because it is being terminated"
+            ),
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+pub(super) fn create(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
+    let def = t.def();
+    let mut obj = parse_body(req)?;
+    check_type(def, &mut obj)?;
+    settle_namespace(def, t, &mut obj)?;
+    let meta = meta_mut(&mut obj);
+    if meta
+        .get("resourceVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Err(ApiError::bad_request(
+            "resourceVersion should not be set on objects to be created",
+        ));
+    }
+    let name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let name = if name.is_empty() {
+        match meta
+            .get("generateName")
+            .and_then(Value::as_str)
+            .filter(|g| !g.is_empty())
+        {
+            Some(prefix) => format!("{prefix}{}", random_suffix()),
+            None => String::new(),
+        }
+    } else {
+        name
+    };
+    meta.insert("name".into(), json!(name));
+    meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
+    meta.insert("generation".into(), json!(1));
+    for k in [
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "managedFields",
+        "selfLink",
+    ] {
+        meta.remove(k);
+    }
+    // Status is the controllers' to write; on create it starts empty (nodes and namespaces
+    // may carry status on create, as in the real server).
+    if def.status && def.plural != "nodes" && def.plural != "namespaces" {
+        if let Some(m) = obj.as_object_mut() {
+            m.remove("status");
+        }
+    }
+    validation::apply_defaults(def, &mut obj);
+    let errs = validation::validate_create(def, &obj);
+    if !errs.is_empty() {
+        return Err(ApiError::invalid(def, &name, &errs));
+    }
+    ensure_namespace(app, def, t, &name)?;
+    let key = key_of(&obj);
+    let committed = app
+        .store
+        .mutate(t.res, &key, req.dry_run(), |cur| match cur {
+            Some(_) => Err(ApiError::already_exists(def, &name)),
+            None => Ok(Mutation::Put(obj)),
+        })?;
+    Ok(json_response(StatusCode::CREATED, &committed.object))
+}
+
+/// Builds the object an update of `old` to `body` stores, for the main resource or `/status`.
+fn prepare_update(
+    def: &ResourceDef,
+    old: &Value,
+    mut body: Value,
+    status_only: bool,
+) -> ApiResult<Mutation> {
+    let name = crate::http_util::name(old).to_string();
+    if let Some(uid) = meta_str(&body, "uid").filter(|u| !u.is_empty()) {
+        let cur = meta_str(old, "uid").unwrap_or("");
+        if uid != cur {
+            return Err(ApiError::conflict(
+                def,
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {cur}"
+                ),
+            ));
+        }
+    }
+    if let Some(rv) = meta_str(&body, "resourceVersion").filter(|r| !r.is_empty()) {
+        if meta_str(old, "resourceVersion") != Some(rv) {
+            return Err(ApiError::stale(def, &name));
+        }
+    }
+    let mut new = if status_only {
+        // A status write changes status only (labels, finalizers and spec stay as stored).
+        let mut new = old.clone();
+        let status = body.as_object_mut().and_then(|m| m.remove("status"));
+        if let Some(m) = new.as_object_mut() {
+            match status {
+                Some(s) => m.insert("status".into(), s),
+                None => m.remove("status"),
+            };
+        }
+        new
+    } else {
+        let old_meta = old
+            .get("metadata")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let meta = meta_mut(&mut body);
+        for k in SERVER_META {
+            match old_meta.get(*k) {
+                Some(v) => meta.insert((*k).to_string(), v.clone()),
+                None => meta.remove(*k),
+            };
+        }
+        meta.remove("managedFields");
+        if def.status {
+            if let Some(m) = body.as_object_mut() {
+                match old.get("status") {
+                    Some(s) => m.insert("status".into(), s.clone()),
+                    None => m.remove("status"),
+                };
+            }
+        }
+        body
+    };
+    meta_mut(&mut new).insert(
+        "resourceVersion".into(),
+        json!(meta_str(old, "resourceVersion").unwrap_or("")),
+    );
+    validation::apply_defaults(def, &mut new);
+    if new == *old {
+        // The real server does not write (nor bump resourceVersion) for a no-op update.
+        return Ok(Mutation::Unchanged);
+    }
+    let mut errs = validation::validate_update(def, old, &new);
+    if being_deleted(old) {
+        let before = finalizers(old);
+        let added: Vec<String> = finalizers(&new)
+            .into_iter()
+            .filter(|f| !before.contains(f))
+            .collect();
+        if !added.is_empty() {
+            let list: Vec<String> = added.iter().map(|f| format!("\"{f}\"")).collect();
+            errs.push(FieldError::forbidden(
+                "metadata.finalizers",
+                format!(
+                    "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                    list.join(", ")
+                ),
+            ));
+        }
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid(def, &name, &errs));
+    }
+    if !status_only && spec_changed(old, &new) {
+        let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
+        meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+    }
+    let grace_pending = new["metadata"]["deletionGracePeriodSeconds"]
+        .as_i64()
+        .unwrap_or(0)
+        > 0;
+    if being_deleted(&new) && finalizers(&new).is_empty() && !grace_pending {
+        return Ok(Mutation::PutThenDelete(new));
+    }
+    Ok(Mutation::Put(new))
+}
+
+/// Whether anything outside metadata and status changed (what bumps metadata.generation).
+fn spec_changed(old: &Value, new: &Value) -> bool {
+    let strip = |v: &Value| -> Map<String, Value> {
+        let mut m = v.as_object().cloned().unwrap_or_default();
+        m.remove("metadata");
+        m.remove("status");
+        m
+    };
+    strip(old) != strip(new)
+}
+
+fn check_url_identity(t: &Target, body: &Value) -> ApiResult<()> {
+    let name = t.name.as_deref().unwrap_or("");
+    let body_name = meta_str(body, "name").unwrap_or("");
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    if let (Some(ns), Some(bns)) = (t.ns.as_deref(), meta_str(body, "namespace")) {
+        if !bns.is_empty() && bns != ns {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn answer_write(committed: crate::store::Committed) -> Response {
+    json_response(StatusCode::OK, &committed.object)
+}
+
+pub(super) fn update(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
+    let def = t.def();
+    let mut body = parse_body(req)?;
+    check_type(def, &mut body)?;
+    check_url_identity(t, &body)?;
+    let name = t.name.clone().unwrap_or_default();
+    let status_only = t.sub.as_deref() == Some("status");
+    let committed = app.store.mutate(t.res, &t.key(), req.dry_run(), |cur| {
+        let old = cur.ok_or_else(|| ApiError::not_found(def, &name))?;
+        prepare_update(def, old, body, status_only)
+    })?;
+    Ok(answer_write(committed))
+}
+
+enum PatchKind {
+    Merge(Value),
+    Json(json_patch::Patch),
+}
+
+fn parse_patch(req: &Req) -> ApiResult<PatchKind> {
+    let ct = req.content_type.split(';').next().unwrap_or("").trim();
+    match ct {
+        "application/merge-patch+json" => {
+            let v: Value = serde_json::from_slice(&req.body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            Ok(PatchKind::Merge(v))
+        }
+        "application/json-patch+json" => {
+            let p: json_patch::Patch = serde_json::from_slice(&req.body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            Ok(PatchKind::Json(p))
+        }
+        "application/strategic-merge-patch+json"
+        | "application/apply-patch+yaml"
+        | "application/apply-patch+cbor" => Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json ({ct} is not supported by this API server: it implements neither strategic merge patch nor server-side apply; use a JSON merge patch (kubectl patch --type=merge) or a JSON patch (--type=json))"
+        ))),
+        other => Err(ApiError::unsupported_media_type(format!(
+            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json"
+        ))),
+    }
+}
+
+pub(super) fn patch(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
+    let def = t.def();
+    let p = parse_patch(req)?;
+    let name = t.name.clone().unwrap_or_default();
+    let status_only = t.sub.as_deref() == Some("status");
+    let committed = app.store.mutate(t.res, &t.key(), req.dry_run(), |cur| {
+        let old = cur.ok_or_else(|| ApiError::not_found(def, &name))?;
+        let mut doc: Value = (**old).clone();
+        match &p {
+            PatchKind::Merge(m) => json_patch::merge(&mut doc, m),
+            PatchKind::Json(ops) => json_patch::patch(&mut doc, ops).map_err(|e| ApiError {
+                code: 422,
+                reason: "Invalid",
+                message: e.to_string(),
+                details: Some(json!({"name": name, "group": def.group, "kind": def.kind})),
+            })?,
+        }
+        if !doc.is_object() {
+            return Err(ApiError::bad_request(
+                "the patched object must be a JSON object",
+            ));
+        }
+        check_type(def, &mut doc)?;
+        check_url_identity(t, &doc)?;
+        prepare_update(def, old, doc, status_only)
+    })?;
+    Ok(answer_write(committed))
+}
+
+/// DeleteOptions from the body and the query, as the real server merges them.
+struct DeleteOpts {
+    uid: Option<String>,
+    rv: Option<String>,
+    grace: Option<i64>,
+}
+
+fn delete_opts(req: &Req) -> ApiResult<DeleteOpts> {
+    let body: Value = if req.body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        serde_json::from_slice(&req.body)
+            .map_err(|e| ApiError::bad_request(format!("error decoding DeleteOptions: {e}")))?
+    };
+    let s = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    let grace =
+        match req.param("gracePeriodSeconds") {
+            Some(g) => Some(g.parse::<i64>().map_err(|_| {
+                ApiError::bad_request(format!("invalid gracePeriodSeconds \"{g}\""))
+            })?),
+            None => body["gracePeriodSeconds"].as_i64(),
+        };
+    Ok(DeleteOpts {
+        uid: s(&body["preconditions"]["uid"]),
+        rv: s(&body["preconditions"]["resourceVersion"]),
+        grace,
+    })
+}
+
+/// Decides what deleting `old` does: remove it, or mark it and wait (finalizers, grace).
+fn prepare_delete(
+    app: &App,
+    def: &ResourceDef,
+    old: &Value,
+    opts: &DeleteOpts,
+) -> ApiResult<Mutation> {
+    let name = crate::http_util::name(old).to_string();
+    if let Some(uid) = &opts.uid {
+        let cur = meta_str(old, "uid").unwrap_or("");
+        if uid != cur {
+            return Err(ApiError::conflict(
+                def,
+                &name,
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {cur}"
+                ),
+            ));
+        }
+    }
+    if let Some(rv) = &opts.rv {
+        let cur = meta_str(old, "resourceVersion").unwrap_or("");
+        if rv != cur {
+            return Err(ApiError::conflict(
+                def,
+                &name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {cur}"
+                ),
+            ));
+        }
+    }
+    // Pods on a node are deleted gracefully: the kubelet (here: whoever plays it) confirms
+    // with a delete of grace period 0 once the containers and volumes are gone.
+    let is_pod = def.group.is_empty() && def.plural == "pods";
+    let phase = old["status"]["phase"].as_str().unwrap_or("");
+    let on_node = old["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    let grace = if is_pod
+        && app.config.graceful_pod_deletion
+        && on_node
+        && phase != "Succeeded"
+        && phase != "Failed"
+    {
+        opts.grace
+            .or_else(|| old["spec"]["terminationGracePeriodSeconds"].as_i64())
+            .unwrap_or(30)
+            .max(0)
+    } else {
+        0
+    };
+    let has_finalizers = !finalizers(old).is_empty();
+    if grace == 0 && !has_finalizers {
+        return Ok(Mutation::Delete(old.clone()));
+    }
+    let pending = old["metadata"]["deletionGracePeriodSeconds"].as_i64();
+    if pending.is_some_and(|p| p <= grace) {
+        // Already being deleted at least as soon as asked: nothing changes.
+        return Ok(Mutation::Unchanged);
+    }
+    // First delete, or a shorter grace period that moves the deadline closer.
+    let mut new = old.clone();
+    let meta = meta_mut(&mut new);
+    let deadline = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(grace);
+    meta.insert(
+        "deletionTimestamp".into(),
+        json!(deadline.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()),
+    );
+    meta.insert("deletionGracePeriodSeconds".into(), json!(grace));
+    if grace == 0 && !has_finalizers {
+        return Ok(Mutation::Delete(new));
+    }
+    Ok(Mutation::Put(new))
+}
+
+fn success_status(def: &ResourceDef, obj: &Value) -> Value {
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": {
+            "name": crate::http_util::name(obj),
+            "group": def.group,
+            "kind": def.plural,
+            "uid": meta_str(obj, "uid").unwrap_or(""),
+        }
+    })
+}
+
+pub(super) fn delete(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
+    let def = t.def();
+    let opts = delete_opts(req)?;
+    let name = t.name.clone().unwrap_or_default();
+    let committed = app.store.mutate(t.res, &t.key(), req.dry_run(), |cur| {
+        let old = cur.ok_or_else(|| ApiError::not_found(def, &name))?;
+        prepare_delete(app, def, old, &opts)
+    })?;
+    if committed.kind == Some(EventType::Deleted) {
+        if t.res == app.namespaces && !req.dry_run() {
+            delete_namespace_contents(app, &name);
+        }
+        return Ok(json_response(
+            StatusCode::OK,
+            &success_status(def, &committed.object),
+        ));
+    }
+    // Still there (finalizers or a grace period): the real server answers with the object.
+    Ok(json_response(StatusCode::OK, &committed.object))
+}
+
+/// The namespace controller's job, done at once: everything in a deleted namespace is deleted
+/// (objects with finalizers are marked and go when their finalizers do).
+fn delete_namespace_contents(app: &App, ns: &str) {
+    let opts = DeleteOpts {
+        uid: None,
+        rv: None,
+        grace: Some(0),
+    };
+    for (res, def) in resources::RESOURCES
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.namespaced)
+    {
+        let Ok((_, objs)) = app.store.list(res, Some(ns), None) else {
+            continue;
+        };
+        for o in objs {
+            let key = key_of(&o);
+            let r = app.store.mutate(res, &key, false, |cur| match cur {
+                Some(old) => prepare_delete(app, def, old, &opts),
+                None => Ok(Mutation::Unchanged),
+            });
+            if let Err(e) = r {
+                tracing::warn!(namespace = ns, name = %key.1, error = %e.message, "deleting namespace content failed");
+            }
+        }
+    }
+}
+
+pub(super) fn delete_collection(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
+    let def = t.def();
+    let opts = delete_opts(req)?;
+    let (items, _) = select_list(app, t, req)?;
+    let mut out: Vec<Arc<Value>> = Vec::new();
+    for o in items {
+        let key = key_of(&o);
+        let r = app
+            .store
+            .mutate(t.res, &key, req.dry_run(), |cur| match cur {
+                Some(old) => prepare_delete(app, def, old, &opts),
+                None => Ok(Mutation::Unchanged),
+            });
+        match r {
+            Ok(c) => out.push(c.object),
+            // Gone meanwhile: nothing to delete, as the real server skips it.
+            Err(e) if e.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let list = json!({
+        "kind": format!("{}List", def.kind),
+        "apiVersion": def.api_version(),
+        "metadata": {"resourceVersion": app.store.current_rv().to_string()},
+        "items": out.iter().map(|o| (**o).clone()).collect::<Vec<_>>(),
+    });
+    Ok(json_response(StatusCode::OK, &list))
+}
+
+/// `POST pods/NAME/binding`: the scheduler's way to set `spec.nodeName`.
+pub(super) fn bind(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
+    let def = t.def();
+    let body = parse_body(req)?;
+    let node = body["target"]["name"].as_str().unwrap_or("").to_string();
+    let name = t.name.clone().unwrap_or_default();
+    if node.is_empty() {
+        return Err(ApiError::invalid(
+            resources::get(t.res),
+            &name,
+            &[FieldError::required("target.name", "")],
+        ));
+    }
+    app.store.mutate(t.res, &t.key(), req.dry_run(), |cur| {
+        let old = cur.ok_or_else(|| ApiError::not_found(def, &name))?;
+        let current = old["spec"]["nodeName"].as_str().unwrap_or("");
+        if !current.is_empty() {
+            return Err(ApiError::conflict(
+                def,
+                &name,
+                &format!("pod {name} is already assigned to node \"{current}\""),
+            ));
+        }
+        let mut new = (**old).clone();
+        new["spec"]["nodeName"] = json!(node);
+        Ok(Mutation::Put(new))
+    })?;
+    Ok(json_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}

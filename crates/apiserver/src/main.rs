@@ -1,0 +1,61 @@
+//! `apiserver-lite`: the embedded Kubernetes API server as a process.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// A small Kubernetes API server on loopback HTTP for tests and local runs: core/v1 namespaces,
+/// nodes, pods, PVs, PVCs, secrets, events; storage.k8s.io/v1 volumeattachments, csidrivers,
+/// csinodes, storageclasses; coordination.k8s.io/v1 leases; events.k8s.io/v1 events.
+#[derive(Debug, Parser)]
+#[command(name = "apiserver-lite", version)]
+struct Args {
+    /// Address to listen on (port 0 picks a free port; see --kubeconfig-out for the result).
+    #[arg(long, default_value = "127.0.0.1:6443", env = "APISERVER_LISTEN")]
+    listen: SocketAddr,
+    /// Write a kubeconfig pointing at this server to FILE once listening.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig_out: Option<PathBuf>,
+    /// Keep objects across restarts in DIR (snapshot plus write log). In memory when absent.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Events kept for watch resume; watches from older resourceVersions get 410 Gone.
+    #[arg(long, default_value_t = 10_000)]
+    event_window: usize,
+    /// Events buffered per watcher before a slow watcher is closed.
+    #[arg(long, default_value_t = 10_000)]
+    watcher_buffer: usize,
+    /// Seconds between watch bookmarks (for watches that allow them).
+    #[arg(long, default_value_t = 30)]
+    bookmark_seconds: u64,
+    /// Delete pods bound to a node at once instead of gracefully (no kubelet to confirm).
+    #[arg(long)]
+    no_graceful_pod_deletion: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let args = Args::parse();
+    let config = apiserver::Config {
+        listen: args.listen,
+        data_dir: args.data_dir,
+        kubeconfig_out: args.kubeconfig_out,
+        event_window: args.event_window,
+        watcher_buffer: args.watcher_buffer,
+        bookmark_interval: Duration::from_secs(args.bookmark_seconds.max(1)),
+        graceful_pod_deletion: !args.no_graceful_pod_deletion,
+    };
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    apiserver::run(config, shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,495 @@
+//! The object store: every object as JSON, one global resourceVersion counter (etcd's revision),
+//! a bounded log of recent events for watch resume and consistent paging, and the fan-out to
+//! watchers.
+//!
+//! Every write happens under one mutex, so the resourceVersion order, the log order and the order
+//! each watcher receives events in are the same. Fan-out uses `try_send` into a bounded channel
+//! per watcher: a watcher that falls behind is dropped (its stream ends), never waited for, as the
+//! real server closes a watch whose buffer overflows.
+
+mod persist;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::http_util::{meta_mut, name, namespace};
+use crate::resources::{RESOURCES, ResourceId};
+use crate::selectors::Selectors;
+use crate::status::{ApiError, ApiResult};
+
+pub(crate) use persist::Persister;
+
+/// An object's key within its resource: (namespace, name); namespace is empty when cluster-scoped.
+pub(crate) type Key = (String, String);
+
+pub(crate) fn key_of(obj: &Value) -> Key {
+    (namespace(obj).to_string(), name(obj).to_string())
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change. `old` is the object before it (for MODIFIED and DELETED), which lets a
+/// filtered watch turn a label change into ADDED/DELETED and lets a list roll back to a version.
+#[derive(Debug)]
+pub(crate) struct Event {
+    pub rv: u64,
+    pub res: ResourceId,
+    pub kind: EventType,
+    pub object: Arc<Value>,
+    pub old: Option<Arc<Value>>,
+}
+
+/// What a watcher wants to see.
+#[derive(Debug, Clone)]
+pub(crate) struct WatchFilter {
+    pub res: ResourceId,
+    pub namespace: Option<String>,
+    pub selectors: Selectors,
+}
+
+impl WatchFilter {
+    fn in_scope(&self, obj: &Value) -> bool {
+        self.namespace
+            .as_deref()
+            .is_none_or(|ns| namespace(obj) == ns)
+    }
+
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.in_scope(obj) && self.selectors.matches(obj)
+    }
+
+    /// Whether the event concerns this watcher at all (it matched before or matches after).
+    pub fn wants(&self, ev: &Event) -> bool {
+        ev.res == self.res
+            && (self.matches(&ev.object) || ev.old.as_deref().is_some_and(|o| self.matches(o)))
+    }
+}
+
+/// Where a watch starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum WatchStart {
+    /// Synthetic ADDED events for the current objects, then changes.
+    Snapshot,
+    /// Changes after this resourceVersion (from the log).
+    After(u64),
+}
+
+/// A registered watch: what to send first, then the live channel.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    pub backlog: Vec<Arc<Event>>,
+    pub rx: mpsc::Receiver<Arc<Event>>,
+    /// The resourceVersion at registration: everything up to it is in `backlog`.
+    pub rv: u64,
+}
+
+/// What a write closure decides.
+#[derive(Debug)]
+pub(crate) enum Mutation {
+    /// Store this object (created or updated).
+    Put(Value),
+    /// Store this object, then remove it (the last finalizer went away in an update).
+    PutThenDelete(Value),
+    /// Remove the object; the value is its final state for the DELETED event.
+    Delete(Value),
+    /// Nothing changes; answer with the current object.
+    Unchanged,
+}
+
+/// The result of a committed write.
+#[derive(Debug)]
+pub(crate) struct Committed {
+    pub object: Arc<Value>,
+    pub kind: Option<EventType>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StoreConfig {
+    /// How many events the log keeps for watch resume; older versions answer 410 Gone.
+    pub window: usize,
+    /// Events buffered per watcher before a slow watcher is closed.
+    pub watcher_buffer: usize,
+}
+
+struct Slot {
+    filter: WatchFilter,
+    tx: mpsc::Sender<Arc<Event>>,
+}
+
+struct State {
+    rv: u64,
+    /// The newest resourceVersion no longer in the log (0: nothing evicted yet).
+    compacted: u64,
+    objects: Vec<BTreeMap<Key, Arc<Value>>>,
+    log: VecDeque<Arc<Event>>,
+    watchers: Vec<Slot>,
+}
+
+pub(crate) struct Store {
+    state: Mutex<State>,
+    config: StoreConfig,
+    persist: Option<Persister>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    pub fn new(config: StoreConfig) -> Self {
+        Self {
+            state: Mutex::new(State {
+                rv: 1,
+                compacted: 0,
+                objects: RESOURCES.iter().map(|_| BTreeMap::new()).collect(),
+                log: VecDeque::new(),
+                watchers: Vec::new(),
+            }),
+            config,
+            persist: None,
+        }
+    }
+
+    /// A store that loads from and appends to `dir`.
+    pub fn open(config: StoreConfig, dir: &Path) -> Result<Self, crate::Error> {
+        let (persister, loaded) = Persister::open(dir)?;
+        let mut store = Self::new(config);
+        {
+            let st = store.state.get_mut().unwrap_or_else(|e| e.into_inner());
+            st.rv = st.rv.max(loaded.rv);
+            for (res, obj) in loaded.objects {
+                st.objects[res].insert(key_of(&obj), Arc::new(obj));
+            }
+            // Versions before the restart are not in the log: a watch from one must re-list.
+            st.compacted = st.rv;
+        }
+        store.persist = Some(persister);
+        Ok(store)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave half a write: commits are assembled
+        // first and applied with infallible operations, so the data is still consistent.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn current_rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    pub fn get(&self, res: ResourceId, key: &Key) -> Option<Arc<Value>> {
+        self.lock().objects[res].get(key).cloned()
+    }
+
+    /// The objects of `res` (in `ns` if given), ordered by key, as of `at` (now when `None`),
+    /// together with the resourceVersion of the list.
+    pub fn list(
+        &self,
+        res: ResourceId,
+        ns: Option<&str>,
+        at: Option<u64>,
+    ) -> Result<(u64, Vec<Arc<Value>>), u64> {
+        let st = self.lock();
+        let in_ns = |k: &Key| ns.is_none_or(|n| k.0 == n);
+        let at = match at {
+            Some(at) if at < st.rv => at,
+            _ => {
+                let items = st.objects[res]
+                    .iter()
+                    .filter(|(k, _)| in_ns(k))
+                    .map(|(_, v)| v.clone())
+                    .collect();
+                return Ok((st.rv, items));
+            }
+        };
+        if at < st.compacted {
+            return Err(st.compacted);
+        }
+        // Roll the current objects back through the log to the state at `at`.
+        let mut map: BTreeMap<Key, Arc<Value>> = st.objects[res]
+            .iter()
+            .filter(|(k, _)| in_ns(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for ev in st.log.iter().rev().take_while(|e| e.rv > at) {
+            if ev.res != res {
+                continue;
+            }
+            let key = key_of(&ev.object);
+            if !in_ns(&key) {
+                continue;
+            }
+            match (ev.kind, &ev.old) {
+                (EventType::Added, _) => {
+                    map.remove(&key);
+                }
+                (_, Some(old)) => {
+                    map.insert(key, old.clone());
+                }
+                (_, None) => {}
+            }
+        }
+        Ok((at, map.into_values().collect()))
+    }
+
+    /// Applies one write to the object at `key` atomically: `f` sees the current object and
+    /// the resourceVersion the write will get, and decides. With `dry_run` nothing is stored.
+    pub fn mutate<F>(&self, res: ResourceId, key: &Key, dry_run: bool, f: F) -> ApiResult<Committed>
+    where
+        F: FnOnce(Option<&Arc<Value>>) -> ApiResult<Mutation>,
+    {
+        let mut st = self.lock();
+        let current = st.objects[res].get(key).cloned();
+        let mutation = f(current.as_ref())?;
+        if dry_run {
+            let object = match mutation {
+                Mutation::Put(v) | Mutation::PutThenDelete(v) | Mutation::Delete(v) => Arc::new(v),
+                Mutation::Unchanged => {
+                    current.ok_or_else(|| ApiError::internal("dry run of nothing"))?
+                }
+            };
+            return Ok(Committed { object, kind: None });
+        }
+        match mutation {
+            Mutation::Unchanged => {
+                let object = current
+                    .ok_or_else(|| ApiError::internal("unchanged write of a missing object"))?;
+                Ok(Committed { object, kind: None })
+            }
+            Mutation::Put(obj) => {
+                let kind = if current.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                };
+                let object = self.commit(&mut st, res, key, kind, obj, current);
+                Ok(Committed {
+                    object,
+                    kind: Some(kind),
+                })
+            }
+            Mutation::PutThenDelete(obj) => {
+                let kind = if current.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                };
+                let stored = self.commit(&mut st, res, key, kind, obj, current);
+                let last = (*stored).clone();
+                let object = self.commit(&mut st, res, key, EventType::Deleted, last, Some(stored));
+                Ok(Committed {
+                    object,
+                    kind: Some(EventType::Deleted),
+                })
+            }
+            Mutation::Delete(obj) => {
+                let object = self.commit(&mut st, res, key, EventType::Deleted, obj, current);
+                Ok(Committed {
+                    object,
+                    kind: Some(EventType::Deleted),
+                })
+            }
+        }
+    }
+
+    fn commit(
+        &self,
+        st: &mut State,
+        res: ResourceId,
+        key: &Key,
+        kind: EventType,
+        mut obj: Value,
+        old: Option<Arc<Value>>,
+    ) -> Arc<Value> {
+        st.rv += 1;
+        let rv = st.rv;
+        meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(rv.to_string()));
+        let object = Arc::new(obj);
+        if kind == EventType::Deleted {
+            st.objects[res].remove(key);
+        } else {
+            st.objects[res].insert(key.clone(), object.clone());
+        }
+        if let Some(p) = &self.persist {
+            p.record(res, rv, &object, kind == EventType::Deleted);
+        }
+        let ev = Arc::new(Event {
+            rv,
+            res,
+            kind,
+            object: object.clone(),
+            old,
+        });
+        st.watchers.retain(|w| {
+            if !w.filter.wants(&ev) {
+                return !w.tx.is_closed();
+            }
+            // Full or closed: the watcher is dropped; its stream ends and the client re-watches.
+            w.tx.try_send(ev.clone()).is_ok()
+        });
+        st.log.push_back(ev);
+        while st.log.len() > self.config.window {
+            if let Some(old) = st.log.pop_front() {
+                st.compacted = old.rv;
+            }
+        }
+        object
+    }
+
+    /// Registers a watcher. Fails with the compacted resourceVersion when `After` is too old.
+    pub fn watch(&self, filter: WatchFilter, start: WatchStart) -> Result<Subscription, u64> {
+        let mut st = self.lock();
+        let backlog = match start {
+            WatchStart::Snapshot => st.objects[filter.res]
+                .values()
+                .filter(|o| filter.matches(o))
+                .map(|o| {
+                    Arc::new(Event {
+                        rv: crate::handlers::rv_of(o),
+                        res: filter.res,
+                        kind: EventType::Added,
+                        object: o.clone(),
+                        old: None,
+                    })
+                })
+                .collect(),
+            WatchStart::After(after) => {
+                if after < st.compacted {
+                    return Err(st.compacted);
+                }
+                st.log
+                    .iter()
+                    .filter(|e| e.rv > after && filter.wants(e))
+                    .cloned()
+                    .collect()
+            }
+        };
+        let (tx, rx) = mpsc::channel(self.config.watcher_buffer.max(1));
+        st.watchers.push(Slot { filter, tx });
+        Ok(Subscription {
+            backlog,
+            rx,
+            rv: st.rv,
+        })
+    }
+
+    pub fn watcher_count(&self) -> usize {
+        let mut st = self.lock();
+        st.watchers.retain(|w| !w.tx.is_closed());
+        st.watchers.len()
+    }
+
+    /// Makes pending persisted writes durable (on shutdown).
+    pub fn flush(&self) {
+        if let Some(p) = &self.persist {
+            p.flush();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cfg(window: usize) -> StoreConfig {
+        StoreConfig {
+            window,
+            watcher_buffer: 4,
+        }
+    }
+
+    fn put(store: &Store, name: &str, label: &str) -> Arc<Value> {
+        let obj = json!({"metadata": {"name": name, "labels": {"l": label}}});
+        store
+            .mutate(0, &("".into(), name.into()), false, |_| {
+                Ok(Mutation::Put(obj))
+            })
+            .unwrap()
+            .object
+    }
+
+    fn filter() -> WatchFilter {
+        WatchFilter {
+            res: 0,
+            namespace: None,
+            selectors: Selectors::default(),
+        }
+    }
+
+    #[test]
+    fn versions_increase_and_list_rolls_back() {
+        let s = Store::new(cfg(100));
+        let a = put(&s, "a", "1");
+        let rv_a: u64 = a["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        put(&s, "b", "1");
+        put(&s, "a", "2");
+        let (rv, now) = s.list(0, None, None).unwrap();
+        assert_eq!(rv, rv_a + 2);
+        assert_eq!(now.len(), 2);
+        assert_eq!(now[0]["metadata"]["labels"]["l"], "2");
+        let (_, then) = s.list(0, None, Some(rv_a)).unwrap();
+        assert_eq!(then.len(), 1);
+        assert_eq!(then[0]["metadata"]["labels"]["l"], "1");
+    }
+
+    #[test]
+    fn old_versions_expire_from_the_window() {
+        let s = Store::new(cfg(2));
+        for i in 0..5 {
+            put(&s, &format!("o{i}"), "x");
+        }
+        let compacted = s.watch(filter(), WatchStart::After(1)).unwrap_err();
+        assert!(compacted > 1);
+        assert!(s.list(0, None, Some(2)).is_err());
+        let sub = s
+            .watch(filter(), WatchStart::After(s.current_rv() - 1))
+            .unwrap();
+        assert_eq!(sub.backlog.len(), 1);
+    }
+
+    #[test]
+    fn slow_watchers_are_closed_not_waited_for() {
+        let s = Store::new(cfg(100));
+        let mut sub = s
+            .watch(filter(), WatchStart::After(s.current_rv()))
+            .unwrap();
+        for i in 0..10 {
+            put(&s, &format!("o{i}"), "x");
+        }
+        // The writer never blocked; the watcher got its buffer's worth and was then dropped.
+        let mut got = 0;
+        while sub.rx.try_recv().is_ok() {
+            got += 1;
+        }
+        assert_eq!(got, 4);
+        assert_eq!(s.watcher_count(), 0);
+    }
+}
