@@ -2,6 +2,8 @@
 //! pass through the library's vectors runner: none may fail, and no row of a public function
 //! may be skipped.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
+
 use std::path::PathBuf;
 
 use csi_translation::vectors::{self, Verdict};
