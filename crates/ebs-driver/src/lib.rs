@@ -7,13 +7,19 @@
 
 use std::path::PathBuf;
 
+mod driver;
+mod error;
+pub mod identity;
 pub mod node;
 
+pub use driver::{DriverConfig, run, serve};
+pub use identity::{CsiIdentitySvc, IdentityConfig};
 pub use node::service::{
     AccessType, ExpandRequest, NodeConfig, NodeService, PublishRequest, StageRequest,
     UnpublishRequest, UnstageRequest,
 };
 pub use node::stats::{Usage, VolumeStats};
+pub use node::{CsiNodeSvc, NodeInfo};
 
 /// Everything that can go wrong in the driver's domain code. The gRPC adapter maps each variant
 /// to a CSI status code; the messages name the field or object and say what was expected.
@@ -151,6 +157,10 @@ pub enum Error {
     /// /proc/self/mountinfo could not be read or understood.
     #[error("mountinfo: {0}")]
     MountInfo(String),
+
+    /// The CSI endpoint could not be bound or served.
+    #[error(transparent)]
+    Endpoint(csi_spec::Error),
 
     /// A bug or an unexpected runtime condition (a worker task panicked...).
     #[error("internal error: {0}")]

@@ -1,0 +1,76 @@
+//! The one place where domain errors become gRPC statuses (CSI spec codes).
+
+use tonic::{Code, Status};
+
+use crate::Error;
+
+/// The CSI code for a domain error.
+pub(crate) fn code(e: &Error) -> Code {
+    match e {
+        Error::InvalidArgument { .. } | Error::UnsupportedFsType(_) => Code::InvalidArgument,
+        // Another call for the volume is running: the CO retries (CSI: ABORTED).
+        Error::OperationInFlight(_) => Code::Aborted,
+        // The volume (its device, the published path) is not there.
+        Error::DeviceNotFound { .. } | Error::PathNotFound { .. } | Error::NotMounted(_) => {
+            Code::NotFound
+        }
+        // CSI: "published but incompatible" with this request.
+        Error::PublishedIncompatible { .. } => Code::AlreadyExists,
+        // The world is not in the state the call needs; retrying as is will not help until it
+        // changes (stage first, repair the filesystem, finish the resize...).
+        Error::NotStaged(_)
+        | Error::StagedWithOtherDevice { .. }
+        | Error::FsckFailed { .. }
+        | Error::FsTypeMismatch { .. }
+        | Error::UnsupportedContent { .. }
+        | Error::DeviceTooSmall { .. } => Code::FailedPrecondition,
+        // A stale link or an unidentifiable device: the node's view is inconsistent.
+        Error::WrongVolume { .. } | Error::BadDevice { .. } => Code::Internal,
+        Error::Command { .. }
+        | Error::Spawn { .. }
+        | Error::Io { .. }
+        | Error::MountInfo(_)
+        | Error::Endpoint(_)
+        | Error::Internal(_) => Code::Internal,
+    }
+}
+
+impl From<Error> for Status {
+    fn from(e: Error) -> Self {
+        Status::new(code(&e), e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+
+    #[test]
+    fn codes_follow_the_csi_spec() {
+        let cases = [
+            (
+                Error::invalid("volume_id", "is required"),
+                Code::InvalidArgument,
+            ),
+            (Error::OperationInFlight("vol-1".into()), Code::Aborted),
+            (Error::NotMounted(PathBuf::from("/t")), Code::NotFound),
+            (
+                Error::PublishedIncompatible {
+                    path: "/t".into(),
+                    reason: "ro".into(),
+                },
+                Code::AlreadyExists,
+            ),
+            (Error::NotStaged("/s".into()), Code::FailedPrecondition),
+            (Error::Internal("x".into()), Code::Internal),
+        ];
+        for (err, want) in cases {
+            let msg = err.to_string();
+            let status = Status::from(err);
+            assert_eq!(status.code(), want, "{msg}");
+            assert_eq!(status.message(), msg);
+        }
+    }
+}
