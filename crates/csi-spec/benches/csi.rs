@@ -3,6 +3,9 @@
 //!
 //! Run: `cargo bench -p csi-spec`
 
+// A benchmark that cannot set up has nothing to measure: failing loudly with the reason is right.
+#![allow(clippy::expect_used)]
+
 use std::collections::HashMap;
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -76,13 +79,14 @@ fn unix_round_trip(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
     let endpoint = format!("unix://{}", dir.path().join("csi.sock").display());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = rt.block_on(async {
-        let socket = UnixSocket::bind(&endpoint).expect("bind");
-        let router = tonic::transport::Server::builder().add_service(IdentityServer::new(Plugin));
-        tokio::spawn(socket.serve(router, async {
-            let _ = stopped.await;
-        }))
-    });
+    let socket = {
+        let _runtime = rt.enter();
+        UnixSocket::bind(&endpoint).expect("bind")
+    };
+    let router = tonic::transport::Server::builder().add_service(IdentityServer::new(Plugin));
+    let server = rt.spawn(socket.serve(router, async {
+        let _ = stopped.await;
+    }));
     let client =
         rt.block_on(async { IdentityClient::new(connect_unix(&endpoint).await.expect("connect")) });
 
