@@ -401,11 +401,14 @@ pub(super) fn patch(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
         let mut doc: Value = (**old).clone();
         match &p {
             PatchKind::Merge(m) => json_patch::merge(&mut doc, m),
+            // As the real server: a JSON patch that fails to apply (a failed `test` op, a
+            // missing path) is 422 Invalid without a kind, which kubectl prints as
+            // "The request is invalid: ...".
             PatchKind::Json(ops) => json_patch::patch(&mut doc, ops).map_err(|e| ApiError {
                 code: 422,
                 reason: "Invalid",
                 message: e.to_string(),
-                details: Some(json!({"name": name, "group": def.group, "kind": def.kind})),
+                details: Some(json!({"causes": [{"reason": "FieldValueInvalid", "message": e.to_string(), "field": "patch"}]})),
             })?,
         }
         if !doc.is_object() {
