@@ -66,13 +66,16 @@ pub(crate) fn modify(
         }
     }
     let size = limits::check_size(&volume_type, size.unwrap_or(original.size_gib as i64))?;
-    // Provisioned IOPS carry over when the type keeps supporting them, as in AWS.
+    // Provisioned IOPS carry over when the type keeps supporting them; switching to io1, io2
+    // or gp3 otherwise defaults to 3,000 (AWS's documented ModifyVolume default).
     let keeps = |t: &str| matches!(t, "gp3" | "io1" | "io2");
     let iops = iops.or_else(|| {
-        if keeps(&volume_type) && keeps(&original.volume_type) {
+        if !keeps(&volume_type) {
+            None
+        } else if keeps(&original.volume_type) {
             original.iops.map(i64::from)
         } else {
-            None
+            Some(3000)
         }
     });
     let throughput = throughput.or_else(|| {

@@ -1,0 +1,264 @@
+//! Backing::Loop end to end: attach yields a real block device that mkfs.ext4 formats and
+//! mount mounts; data survives detach, re-attach and a simulator restart.
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns, test code all the same
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Ec2, Sim, spawn_binary, start_with};
+use ec2_sim::{Backing, SimConfig, Simulator, Timing};
+
+/// Why the loop tests cannot run here, if they cannot.
+fn skip_reason() -> Option<String> {
+    // /proc/self/status carries the effective UID (no libc call needed).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let euid = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(2))
+        .unwrap_or("");
+    if euid != "0" {
+        return Some(format!("not root (euid {euid})"));
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Some("no /dev/loop-control".into());
+    }
+    for tool in ["losetup", "mkfs.ext4", "mount", "umount"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if !found {
+            return Some(format!("{tool} not on PATH"));
+        }
+    }
+    None
+}
+
+/// Unmounts on drop (lazily, so a failing test still cleans up).
+struct Mount(PathBuf);
+
+impl Mount {
+    fn new(device: &Path, dir: &Path) -> Mount {
+        std::fs::create_dir_all(dir).unwrap();
+        let st = Command::new("mount").arg(device).arg(dir).status().unwrap();
+        assert!(st.success(), "mount {} {}", device.display(), dir.display());
+        Mount(dir.to_path_buf())
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let st = Command::new("umount").arg(&self.0).status();
+        if !st.map(|s| s.success()).unwrap_or(false) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+}
+
+fn loops_of(image: &Path) -> Vec<String> {
+    let out = Command::new("losetup")
+        .arg("-j")
+        .arg(image)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split(':').next().map(str::to_string))
+        .collect()
+}
+
+async fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn attach(ec2: &Ec2, v: &str, i: &str, dev: &str) {
+    ec2.ok(
+        "AttachVolume",
+        &[("VolumeId", v), ("InstanceId", i), ("Device", dev)],
+    )
+    .await;
+    ec2.wait_attached(v).await;
+}
+
+async fn detach(ec2: &Ec2, v: &str) {
+    ec2.ok("DetachVolume", &[("VolumeId", v)]).await;
+    ec2.wait_status(v, "available").await;
+}
+
+fn loop_config(dir: &Path) -> SimConfig {
+    SimConfig {
+        state_dir: dir.join("state"),
+        device_dir: Some(dir.join("dev")),
+        backing: Backing::Loop,
+        timing: Timing::Fast,
+        ..SimConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn loop_attach_format_mount_detach_reattach_restart() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipping loop-device test: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = loop_config(dir.path());
+    let Sim {
+        sim,
+        ec2,
+        dir: _sim_dir,
+    } = start_with(config.clone()).await;
+    let i = ec2.run_instance("us-east-1a").await;
+    let v = ec2.create_volume("us-east-1a", "1", &[]).await;
+    ec2.wait_status(&v, "available").await;
+    let image = dir.path().join(format!("state/volumes/{v}.img"));
+    let by_id = dir.path().join("dev/disk/by-id").join(format!(
+        "nvme-Amazon_Elastic_Block_Store_{}",
+        v.replace('-', "")
+    ));
+    assert_eq!(
+        by_id.file_name().unwrap().to_str().unwrap(),
+        format!("{}", ec2_sim::by_id_link_name(&v))
+    );
+    let named = dir.path().join("dev/xvdba");
+
+    attach(&ec2, &v, &i, "/dev/xvdba").await;
+    let loop_dev = sim.loop_device(&v).expect("a loop device while attached");
+    assert_eq!(
+        std::fs::read_link(&named).unwrap(),
+        PathBuf::from(&loop_dev)
+    );
+    assert_eq!(
+        std::fs::read_link(&by_id).unwrap(),
+        PathBuf::from(&loop_dev)
+    );
+    let name = loop_dev.trim_start_matches("/dev/");
+    let backing = std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file")).unwrap();
+    assert_eq!(
+        Path::new(backing.trim()),
+        image,
+        "serial check: backing file is the image"
+    );
+
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&by_id)
+        .status()
+        .unwrap();
+    assert!(mkfs.success());
+    let mnt = dir.path().join("mnt");
+    {
+        let _m = Mount::new(&named, &mnt);
+        std::fs::write(mnt.join("hello.txt"), b"still here").unwrap();
+    }
+    detach(&ec2, &v).await;
+    wait_for("symlinks removed", || {
+        !named.exists() && std::fs::symlink_metadata(&by_id).is_err()
+    })
+    .await;
+    wait_for("loop device released", || loops_of(&image).is_empty()).await;
+    assert_eq!(sim.loop_device(&v), None);
+
+    // Re-attach under another name: the data is there.
+    attach(&ec2, &v, &i, "/dev/xvdbc").await;
+    let named2 = dir.path().join("dev/xvdbc");
+    {
+        let _m = Mount::new(&named2, &mnt);
+        assert_eq!(std::fs::read(mnt.join("hello.txt")).unwrap(), b"still here");
+    }
+
+    // Shutdown releases the device; the next start brings it back.
+    sim.shutdown().await.unwrap();
+    assert!(
+        loops_of(&image).is_empty(),
+        "shutdown released the loop device"
+    );
+    assert!(!named2.exists());
+    let sim = Simulator::start(config, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let again = sim.loop_device(&v).expect("re-created at start");
+    assert_eq!(std::fs::read_link(&named2).unwrap(), PathBuf::from(&again));
+    {
+        let _m = Mount::new(&by_id, &mnt);
+        assert_eq!(std::fs::read(mnt.join("hello.txt")).unwrap(), b"still here");
+    }
+    sim.shutdown().await.unwrap();
+    assert!(loops_of(&image).is_empty());
+}
+
+/// Detaches every loop device of an image on drop (a crashed simulator's leftovers).
+struct LoopCleanup(PathBuf);
+
+impl Drop for LoopCleanup {
+    fn drop(&mut self) {
+        for dev in loops_of(&self.0) {
+            let _ = Command::new("losetup").arg("-d").arg(&dev).status();
+        }
+    }
+}
+
+#[tokio::test]
+async fn sigkilled_binary_leaks_nothing_for_good() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipping loop-device test: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let devdir = dir.path().join("dev");
+    let args = [
+        "--state-dir",
+        state.to_str().unwrap(),
+        "--device-dir",
+        devdir.to_str().unwrap(),
+        "--backing",
+        "loop",
+        "--timing",
+        "fast",
+    ];
+    let (mut child, addr) = spawn_binary(&args);
+    let ec2 = Ec2::new(addr);
+    let i = ec2.run_instance("us-east-1a").await;
+    let v = ec2.create_volume("us-east-1a", "1", &[]).await;
+    ec2.wait_status(&v, "available").await;
+    let image = state.join(format!("volumes/{v}.img"));
+    let _cleanup = LoopCleanup(image.clone());
+    attach(&ec2, &v, &i, "/dev/xvdba").await;
+    wait_for("loop device", || loops_of(&image).len() == 1).await;
+    let first = loops_of(&image);
+    child.0.kill().unwrap(); // SIGKILL: nothing is released
+    child.0.wait().unwrap();
+    assert_eq!(loops_of(&image), first, "the device outlives the process");
+
+    let (mut child, addr) = spawn_binary(&args);
+    let ec2 = Ec2::new(addr);
+    assert_eq!(
+        ec2.volume(&v).await.at("attachmentSet/item/status"),
+        "attached"
+    );
+    assert_eq!(loops_of(&image), first, "re-adopted, not duplicated");
+    let link = std::fs::read_link(devdir.join("xvdba")).unwrap();
+    assert_eq!(link, PathBuf::from(&first[0]));
+    // Detach while the new process runs: the adopted device is released.
+    detach(&ec2, &v).await;
+    wait_for("release", || loops_of(&image).is_empty()).await;
+    let pid = child.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let _ = child.0.wait();
+}
