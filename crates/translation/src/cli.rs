@@ -70,27 +70,43 @@ pub struct Output {
 
 /// Runs a command. Input `-` is standard input.
 pub fn run(config: &Config) -> Result<Output> {
-    match &config.command {
+    let (source, origin) = match &config.command {
         Command::Vectors { file } => {
-            let report = vectors::run_file(file)?;
-            Ok(Output {
-                text: report.render(),
-                success: report.failed() == 0,
-            })
+            let text = std::fs::read_to_string(file).map_err(|source| Error::Io {
+                path: file.display().to_string(),
+                source,
+            })?;
+            (text, file.display().to_string())
         }
-        Command::Plan { input } => {
-            let docs = parse_documents(&read_source(input)?, input)?;
-            Ok(Output {
-                text: plan::render(&plan::plan(&docs)),
-                success: true,
-            })
-        }
+        Command::Plan { input }
+        | Command::Pv { input, .. }
+        | Command::Inline { input, .. }
+        | Command::StorageClass { input, .. } => (read_source(input)?, input.clone()),
+    };
+    run_text(&config.command, &source, &origin)
+}
+
+/// Runs a command on input text that has already been read; `origin` names it in messages.
+/// The command's own file argument is not used. This is also the fuzzing entry point: no text
+/// makes it panic.
+pub fn run_text(command: &Command, text: &str, origin: &str) -> Result<Output> {
+    if let Command::Vectors { .. } = command {
+        let report = vectors::run_str(text);
+        return Ok(Output {
+            text: report.render(),
+            success: report.failed() == 0,
+        });
+    }
+    let docs = parse_documents(text, origin)?;
+    match command {
+        Command::Vectors { .. } => Err(Error::Output("unreachable: vectors handled above".into())),
+        Command::Plan { .. } => Ok(Output {
+            text: plan::render(&plan::plan(&docs)),
+            success: true,
+        }),
         Command::Pv {
-            input,
-            direction,
-            format,
+            direction, format, ..
         } => {
-            let docs = parse_documents(&read_source(input)?, input)?;
             let out = translate_all(&docs, &["PersistentVolume"], |doc| {
                 let pv = doc.pv()?;
                 let out = match direction {
@@ -102,16 +118,12 @@ pub fn run(config: &Config) -> Result<Output> {
             render(out, *format)
         }
         Command::Inline {
-            input,
-            namespace,
-            format,
+            namespace, format, ..
         } => {
-            let docs = parse_documents(&read_source(input)?, input)?;
             let out = translate_all(&docs, &["Pod"], |doc| inline(doc, namespace))?;
             render(out, *format)
         }
-        Command::StorageClass { input, format } => {
-            let docs = parse_documents(&read_source(input)?, input)?;
+        Command::StorageClass { format, .. } => {
             let out = translate_all(&docs, &["StorageClass"], |doc| {
                 let sc = doc.storage_class()?;
                 let plugin = crate::plugin_by_in_tree_name(&sc.provisioner).ok_or_else(|| {
