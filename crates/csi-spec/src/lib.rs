@@ -11,6 +11,49 @@
 //!   and the sidecars talk to a driver.
 //! - `Debug` for every request that carries `secrets` prints the secret keys but never the
 //!   values (the spec's `csi_secret` rule: secrets must not be logged).
+//!
+//! ```
+//! use csi_spec::v1::identity_client::IdentityClient;
+//! use csi_spec::v1::identity_server::{Identity, IdentityServer};
+//! use csi_spec::v1::{GetPluginInfoRequest, GetPluginInfoResponse};
+//! use tonic::{Request, Response, Status};
+//!
+//! struct Plugin;
+//!
+//! #[tonic::async_trait]
+//! impl Identity for Plugin {
+//!     async fn get_plugin_info(
+//!         &self,
+//!         _: Request<GetPluginInfoRequest>,
+//!     ) -> Result<Response<GetPluginInfoResponse>, Status> {
+//!         Ok(Response::new(GetPluginInfoResponse {
+//!             name: "example.csi.io".into(),
+//!             vendor_version: "1.0.0".into(),
+//!             ..Default::default()
+//!         }))
+//!     }
+//!     // Probe and GetPluginCapabilities: generated stubs answer UNIMPLEMENTED.
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! let endpoint = format!("unix://{}/csi.sock", dir.path().display());
+//! let socket = csi_spec::UnixSocket::bind(&endpoint)?; // ready to dial from here on
+//! let router = tonic::transport::Server::builder().add_service(IdentityServer::new(Plugin));
+//! let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+//! let server = tokio::spawn(socket.serve(router, async { let _ = stopped.await; }));
+//!
+//! let mut client = IdentityClient::new(csi_spec::connect_unix(&endpoint).await?);
+//! let info = client.get_plugin_info(GetPluginInfoRequest {}).await?.into_inner();
+//! assert_eq!(info.name, "example.csi.io");
+//!
+//! drop(client);
+//! let _ = stop.send(());
+//! server.await??; // the socket file is gone now
+//! # Ok(())
+//! # }
+//! ```
 
 mod capability;
 mod redact;
