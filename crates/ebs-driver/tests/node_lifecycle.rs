@@ -211,6 +211,50 @@ async fn corrupted_ext4_is_refused_by_fsck_and_not_mounted() {
 }
 
 #[tokio::test]
+async fn a_damaged_xfs_that_blkid_no_longer_recognises_is_not_reformatted() {
+    let Some(mut fx) = fixture!() else { return };
+    if !common::on_path("xfs_db") {
+        eprintln!("SKIPPED: xfs_db is not on PATH; it is needed to damage the superblock");
+        return;
+    }
+    let dev = fx.attach_linked(VOL_A, 512 * MIB, "xvdba");
+    let d = dev.to_str().unwrap();
+    run("mkfs.xfs", &["-q", d]);
+    // A bad superblock field: blkid stops recognising the filesystem, mount says "Structure
+    // needs cleaning", and xfs_repair could still restore it from the secondary superblocks.
+    run(
+        "xfs_db",
+        &["-x", "-c", "sb 0", "-c", "write -d agcount 0", d],
+    );
+    assert_eq!(
+        blkid_type(&dev),
+        None,
+        "blkid no longer sees the filesystem"
+    );
+
+    let staging = fx.path("staging");
+    let err = fx
+        .service()
+        .stage(stage_req(
+            VOL_A,
+            "/dev/xvdba",
+            &staging,
+            mount_access("xfs"),
+        ))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::UnsupportedContent { .. }), "{err}");
+    assert!(err.to_string().contains("damaged"), "{err}");
+    assert!(fx.mounted(&staging).is_none());
+    let mut magic = [0u8; 4];
+    std::fs::File::open(&dev)
+        .unwrap()
+        .read_exact(&mut magic)
+        .unwrap();
+    assert_eq!(&magic, b"XFSB", "the superblock was not overwritten");
+}
+
+#[tokio::test]
 async fn partition_table_is_neither_formatted_nor_mounted() {
     let Some(mut fx) = fixture!() else { return };
     let dev = fx.attach_linked(VOL_A, 64 * MIB, "xvdba");

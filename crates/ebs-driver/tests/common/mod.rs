@@ -39,10 +39,7 @@ pub fn missing_parts() -> Option<String> {
         "mount",
         "umount",
     ] {
-        let found = std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).exists()))
-            .unwrap_or(false);
-        if !found {
+        if !on_path(tool) {
             return Some(format!("{tool} is not on PATH"));
         }
     }
@@ -72,6 +69,12 @@ pub fn has_cap_sys_resource() -> bool {
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
         .is_some_and(|caps| caps & (1 << 24) != 0)
+}
+
+pub fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(tool).exists()))
+        .unwrap_or(false)
 }
 
 pub fn run(program: &str, args: &[&str]) -> String {
