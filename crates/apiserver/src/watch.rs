@@ -149,7 +149,7 @@ pub(crate) async fn serve(app: Arc<App>, t: Target, req: Req) -> ApiResult<Respo
     let mut enc = Encoder {
         def,
         filter: filter.clone(),
-        table: req.wants_table().then(|| req),
+        table: req.wants_table().then_some(req),
         sent_columns: false,
         min_rv,
         last_rv: min_rv,

@@ -1,4 +1,6 @@
 //! kube-rs against the embedded server: every verb and the semantics controllers rely on.
+// Test code (helpers included): a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -265,7 +267,7 @@ async fn status_subresource_rules() {
         )
         .await
         .unwrap();
-    assert_eq!(st.status.as_ref().unwrap().attached, true);
+    assert!(st.status.as_ref().unwrap().attached);
     assert_eq!(st.spec.node_name, "node-1");
     assert!(
         !st.metadata
@@ -286,7 +288,7 @@ async fn status_subresource_rules() {
         )
         .await
         .unwrap();
-    assert_eq!(main.status.as_ref().unwrap().attached, true);
+    assert!(main.status.as_ref().unwrap().attached);
     assert_eq!(
         main.metadata.finalizers.unwrap(),
         vec!["external-attacher/ebs-csi-aws-com"]

@@ -1,4 +1,6 @@
 //! kubectl (the one on PATH) against the embedded server, as a user would run it.
+// Test code (helpers included): a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

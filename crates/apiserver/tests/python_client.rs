@@ -1,4 +1,6 @@
 //! The Python `kubernetes` client (PyPI) lists and watches VolumeAttachments.
+// Test code (helpers included): a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

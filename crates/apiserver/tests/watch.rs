@@ -1,5 +1,7 @@
 //! Watch through kube-rs: order, resume, 410 Gone, bookmarks, timeouts, selectors, slow
 //! watchers, and kube-runtime's watcher (list-then-watch and streaming lists).
+// Test code (helpers included): a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

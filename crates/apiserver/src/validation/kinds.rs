@@ -342,14 +342,12 @@ fn without(v: Option<&Value>, paths: &[&[&str]]) -> Value {
 pub(super) fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     match (def.group, def.plural) {
-        ("storage.k8s.io", "volumeattachments") => {
-            if s(old, &["spec"]) != s(new, &["spec"]) {
-                errs.push(FieldError::invalid(
-                    "spec",
-                    json!("object"),
-                    "field is immutable",
-                ));
-            }
+        ("storage.k8s.io", "volumeattachments") if s(old, &["spec"]) != s(new, &["spec"]) => {
+            errs.push(FieldError::invalid(
+                "spec",
+                json!("object"),
+                "field is immutable",
+            ));
         }
         ("storage.k8s.io", "csidrivers") => {
             immutable(
@@ -380,13 +378,11 @@ pub(super) fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> Ve
                 }
             }
         }
-        ("", "persistentvolumes") => {
-            if pv_source(old) != pv_source(new) {
-                errs.push(FieldError::forbidden(
-                    "spec.persistentvolumesource",
-                    "spec.persistentvolumesource is immutable after creation",
-                ));
-            }
+        ("", "persistentvolumes") if pv_source(old) != pv_source(new) => {
+            errs.push(FieldError::forbidden(
+                "spec.persistentvolumesource",
+                "spec.persistentvolumesource is immutable after creation",
+            ));
         }
         ("", "persistentvolumeclaims") => {
             // Binding sets volumeName once; expansion changes the storage request.
@@ -430,14 +426,12 @@ pub(super) fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> Ve
                 ));
             }
         }
-        ("", "secrets") => {
-            if s(old, &["type"]) != s(new, &["type"]) {
-                errs.push(FieldError::invalid(
-                    "type",
-                    new["type"].clone(),
-                    "field is immutable",
-                ));
-            }
+        ("", "secrets") if s(old, &["type"]) != s(new, &["type"]) => {
+            errs.push(FieldError::invalid(
+                "type",
+                new["type"].clone(),
+                "field is immutable",
+            ));
         }
         _ => {}
     }

@@ -79,11 +79,7 @@ fn validate_meta(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
                     match v.as_str() {
                         Some(s) => {
                             for p in names::label_value(s) {
-                                errs.push(FieldError::invalid(
-                                    format!("metadata.labels"),
-                                    json!(s),
-                                    p,
-                                ));
+                                errs.push(FieldError::invalid("metadata.labels", json!(s), p));
                             }
                         }
                         None => errs.push(FieldError::invalid(

@@ -1,5 +1,5 @@
 //! Shared helpers for the integration tests: a server per test and raw HTTP requests.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
 
