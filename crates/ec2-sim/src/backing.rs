@@ -251,7 +251,11 @@ impl Disks {
             return;
         }
         for v in cloud.volumes.values() {
-            if self.devices.contains_key(&v.id) {
+            let needed = v
+                .attachments
+                .iter()
+                .any(|a| matches!(a.state, AttachState::Attached | AttachState::Detaching));
+            if needed || self.devices.contains_key(&v.id) {
                 continue;
             }
             let Ok(devs) = attached_loops(&self.volume_path(&v.id)) else {

@@ -17,6 +17,8 @@ pub(crate) struct Engine {
     pub(crate) disks: Disks,
     /// Something changed since the last save.
     pub(crate) dirty: bool,
+    /// The last loop-device reconciliation failed; retry at the next tick.
+    reconcile_failed: bool,
 }
 
 /// Every EC2 action the simulator implements.
@@ -57,10 +59,12 @@ impl Engine {
             faults,
             disks,
             dirty: true,
+            reconcile_failed: false,
         };
         engine.tick();
-        engine.disks.release_orphans(&engine.cloud);
+        // Adopt or create the devices attachments need first, then drop leftovers.
         engine.disks.reconcile(&engine.cloud)?;
+        engine.disks.release_orphans(&engine.cloud);
         Ok(engine)
     }
 
@@ -78,11 +82,16 @@ impl Engine {
                 }
             }
         }
-        if changed {
-            // Errors are logged inside and retried at the next tick.
-            let _ = self.disks.reconcile(&self.cloud);
+        if changed || self.reconcile_failed {
+            self.reconcile();
         }
         self.save();
+    }
+
+    /// Brings loop devices in line with the state; errors are logged inside and retried at
+    /// the next tick.
+    pub(crate) fn reconcile(&mut self) {
+        self.reconcile_failed = self.disks.reconcile(&self.cloud).is_err();
     }
 
     pub(crate) fn save(&mut self) {
@@ -108,7 +117,7 @@ impl Engine {
         let result = actions::dispatch(self, action, params, now, &mut x);
         if self.dirty {
             // Reconcile right away: with Timing::Instant a device exists when the call returns.
-            let _ = self.disks.reconcile(&self.cloud);
+            self.reconcile();
             self.tick();
         }
         result.map(|()| x.finish())

@@ -274,7 +274,11 @@ async fn ec2(s: Arc<Shared>, uri: Uri, body: Bytes) -> Response {
         let s2 = s.clone();
         let a = action.clone();
         let rid = request_id.clone();
-        match tokio::task::spawn_blocking(move || lock(&s2.engine).handle(&a, &params, &rid)).await
+        match tokio::task::spawn_blocking(move || {
+            let _span = tracing::debug_span!("ec2_call", action = %a, request_id = %rid).entered();
+            lock(&s2.engine).handle(&a, &params, &rid)
+        })
+        .await
         {
             Ok(r) => r,
             Err(e) => Err(ApiError::internal(format!("request task failed: {e}"))),

@@ -226,7 +226,7 @@ async fn sigkilled_binary_leaks_nothing_for_good() {
         "--timing",
         "fast",
     ];
-    let (mut child, addr) = spawn_binary(&args);
+    let (mut child, addr, _log) = spawn_binary(&args);
     let ec2 = Ec2::new(addr);
     let i = ec2.run_instance("us-east-1a").await;
     let v = ec2.create_volume("us-east-1a", "1", &[]).await;
@@ -240,13 +240,22 @@ async fn sigkilled_binary_leaks_nothing_for_good() {
     child.0.wait().unwrap();
     assert_eq!(loops_of(&image), first, "the device outlives the process");
 
-    let (mut child, addr) = spawn_binary(&args);
+    let (mut child, addr, log) = spawn_binary(&args);
     let ec2 = Ec2::new(addr);
     assert_eq!(
         ec2.volume(&v).await.at("attachmentSet/item/status"),
         "attached"
     );
     assert_eq!(loops_of(&image), first, "re-adopted, not duplicated");
+    {
+        let log = log.lock().unwrap();
+        assert!(
+            log.iter()
+                .any(|l| l.contains("re-adopted loop device") && l.contains(&first[0])),
+            "the leftover device was adopted, not released and re-created: {log:?}"
+        );
+        assert!(!log.iter().any(|l| l.contains("released")), "{log:?}");
+    }
     let link = std::fs::read_link(devdir.join("xvdba")).unwrap();
     assert_eq!(link, PathBuf::from(&first[0]));
     // Detach while the new process runs: the adopted device is released.

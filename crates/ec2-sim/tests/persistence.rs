@@ -108,13 +108,13 @@ async fn corrupt_state_is_a_clear_error() {
 async fn binary_survives_sigkill_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().to_str().unwrap();
-    let (mut child, addr) = spawn_binary(&["--state-dir", state, "--timing", "instant"]);
+    let (mut child, addr, _log) = spawn_binary(&["--state-dir", state, "--timing", "instant"]);
     let ec2 = Ec2::new(addr);
     let v = ec2.create_volume("us-east-1a", "1", &[]).await;
     child.0.kill().unwrap(); // SIGKILL
     child.0.wait().unwrap();
 
-    let (mut child, addr) = spawn_binary(&["--state-dir", state, "--timing", "instant"]);
+    let (mut child, addr, _log) = spawn_binary(&["--state-dir", state, "--timing", "instant"]);
     let ec2 = Ec2::new(addr);
     assert_eq!(ec2.volume(&v).await.get("status"), "available");
     let pid = child.0.id().to_string();

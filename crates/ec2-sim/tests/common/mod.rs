@@ -279,8 +279,15 @@ impl Drop for ChildGuard {
     }
 }
 
-/// Starts the binary on an ephemeral port and returns it with the address it logged.
-pub fn spawn_binary(args: &[&str]) -> (ChildGuard, SocketAddr) {
+/// Starts the binary on an ephemeral port and returns it with the address it logged and its
+/// log lines so far (kept up to date in the background).
+pub fn spawn_binary(
+    args: &[&str],
+) -> (
+    ChildGuard,
+    SocketAddr,
+    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ec2-sim"))
         .args(["--listen", "127.0.0.1:0"])
         .args(args)
@@ -292,14 +299,21 @@ pub fn spawn_binary(args: &[&str]) -> (ChildGuard, SocketAddr) {
         .expect("ec2-sim binary starts");
     let stdout = child.stdout.take().unwrap();
     let guard = ChildGuard(child);
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut lines = BufReader::new(stdout).lines();
     let addr = loop {
         let line = lines.next().expect("log line before exit").unwrap();
+        log.lock().unwrap().push(line.clone());
         if let Some(rest) = line.split("addr=").nth(1) {
             break rest.split_whitespace().next().unwrap().parse().unwrap();
         }
     };
     // Keep draining the log so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    (guard, addr)
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            sink.lock().unwrap().push(line);
+        }
+    });
+    (guard, addr, log)
 }
