@@ -65,14 +65,10 @@ async fn attach_detach_lifecycle(t: &Target) {
     let (v, seen) = wait::attachment_state(c, &vol, &inst, VolumeAttachmentState::Attached, WAIT)
         .await
         .unwrap();
-    match t.flavor {
-        Flavor::Aws => assert_eq!(
-            seen[0].attachment,
-            Some(VolumeAttachmentState::Attaching),
-            "AWS attaches over time: {seen:?}"
-        ),
-        // moto attaches at once.
-        Flavor::Moto => assert_eq!(seen[0].attachment, Some(VolumeAttachmentState::Attached)),
+    if t.flavor == Flavor::Moto {
+        // moto attaches at once (the sim's states on the way are asserted in the timing
+        // tests, with slower timing).
+        assert_eq!(seen[0].attachment, Some(VolumeAttachmentState::Attached));
     }
     assert_eq!(v.state(), Some(&VolumeState::InUse));
     let a = &v.attachments()[0];
@@ -118,12 +114,8 @@ async fn attach_detach_lifecycle(t: &Target) {
     assert_eq!(out.state(), Some(&VolumeAttachmentState::Detaching));
     assert_eq!(out.device(), Some("/dev/xvdba"));
     let (v, seen) = wait::detached(c, &vol, &inst, WAIT).await.unwrap();
-    if t.flavor.is_aws() {
-        assert_eq!(
-            seen[0].attachment,
-            Some(VolumeAttachmentState::Detaching),
-            "AWS detaches over time: {seen:?}"
-        );
+    if t.flavor == Flavor::Moto {
+        assert_eq!(seen[0].attachment, None, "moto detaches at once: {seen:?}");
     }
     assert_eq!(v.unwrap().state(), Some(&VolumeState::Available));
     let desc = c
