@@ -282,10 +282,16 @@ async fn largest_sizes(t: &Target) {
     ] {
         match request.send(c).await {
             Ok(out) => assert_eq!(out.size(), request.size),
-            Err(err) => wrong.push(format!(
-                "{request:?}: {}",
-                ec2_conformance::failure(&err).display
-            )),
+            Err(err) => {
+                let failure = ec2_conformance::failure(&err);
+                wrong.push(format!(
+                    "{} {} GiB: {} {}",
+                    request.kind,
+                    request.size.unwrap_or_default(),
+                    failure.code.unwrap_or_default(),
+                    failure.message.unwrap_or_default()
+                ));
+            }
         }
     }
     assert!(
