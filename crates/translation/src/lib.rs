@@ -10,6 +10,23 @@
 //! The entry points are the free functions re-exported from [`translator`] (and the same set as
 //! methods on [`Translator`]). Per-plugin rules live in [`plugins`], behind the [`InTreePlugin`]
 //! trait; the zone/region helpers shared by several plugins in [`topology`].
+//!
+//! ```
+//! use k8s_openapi::api::core::v1::PersistentVolume;
+//!
+//! let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+//!     "metadata": {"name": "data", "labels": {"topology.kubernetes.io/zone": "us-east-1a"}},
+//!     "spec": {"awsElasticBlockStore": {"volumeID": "aws://us-east-1a/vol-0abc", "fsType": "ext4"}}
+//! }))?;
+//! let csi = csi_translation::translate_in_tree_pv_to_csi(&pv)?;
+//! let source = csi.spec.as_ref().and_then(|s| s.csi.as_ref()).ok_or("no CSI source")?;
+//! assert_eq!(source.driver, "ebs.csi.aws.com");
+//! assert_eq!(source.volume_handle, "vol-0abc");
+//! // And back, for a rollback.
+//! let back = csi_translation::translate_csi_pv_to_in_tree(&csi)?;
+//! assert!(back.spec.and_then(|s| s.aws_elastic_block_store).is_some());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod cli;
 pub(crate) mod input;

@@ -221,3 +221,149 @@ impl Translator {
         repair_volume_handle(driver_name, volume_handle, node_id)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pv(v: serde_json::Value) -> PersistentVolume {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn names_map_both_ways_for_all_seven_plugins() {
+        let pairs = [
+            ("kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
+            ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
+            ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
+            ("kubernetes.io/azure-file", "file.csi.azure.com"),
+            ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
+            ("kubernetes.io/vsphere-volume", "csi.vsphere.vmware.com"),
+            ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
+        ];
+        for (in_tree, csi) in pairs {
+            assert_eq!(csi_name_from_in_tree_name(in_tree).unwrap(), csi);
+            assert_eq!(in_tree_name_from_csi_name(csi).unwrap(), in_tree);
+            assert!(is_migratable_in_tree_plugin_by_name(in_tree));
+            assert!(is_migrated_csi_driver_by_name(csi));
+        }
+        assert!(!is_migratable_in_tree_plugin_by_name("kubernetes.io/nfs"));
+        assert!(matches!(
+            csi_name_from_in_tree_name("kubernetes.io/nfs"),
+            Err(Error::UnknownInTreePlugin(_))
+        ));
+        assert!(matches!(
+            in_tree_name_from_csi_name("nfs.csi.k8s.io"),
+            Err(Error::UnknownCsiDriver(_))
+        ));
+    }
+
+    #[test]
+    fn plugin_name_from_spec_prefers_the_pv() {
+        let p = pv(json!({"spec": {"cinder": {"volumeID": "v"}}}));
+        let v: Volume = serde_json::from_value(
+            json!({"name": "x", "awsElasticBlockStore": {"volumeID": "vol-1"}}),
+        )
+        .unwrap();
+        assert_eq!(
+            in_tree_plugin_name_from_spec(Some(&p), Some(&v)).unwrap(),
+            "kubernetes.io/cinder"
+        );
+        assert_eq!(
+            in_tree_plugin_name_from_spec(None, Some(&v)).unwrap(),
+            "kubernetes.io/aws-ebs"
+        );
+        assert!(in_tree_plugin_name_from_spec(None, None).is_err());
+        let nfs =
+            pv(json!({"metadata": {"name": "n"}, "spec": {"nfs": {"server": "s", "path": "/"}}}));
+        let err = in_tree_plugin_name_from_spec(Some(&nfs), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"n\""), "{err}");
+        assert!(!is_pv_migratable(&nfs));
+    }
+
+    #[test]
+    fn csi_pv_of_an_unknown_driver_or_without_csi_is_an_error() {
+        let other = pv(json!({"spec": {"csi": {"driver": "nfs.csi.k8s.io", "volumeHandle": "h"}}}));
+        assert!(
+            matches!(translate_csi_pv_to_in_tree(&other), Err(Error::UnknownCsiDriver(d)) if d == "nfs.csi.k8s.io")
+        );
+        let none = pv(json!({"metadata": {"name": "x"}, "spec": {}}));
+        assert!(matches!(
+            translate_csi_pv_to_in_tree(&none),
+            Err(Error::NoPlugin { .. })
+        ));
+        assert!(matches!(
+            translate_in_tree_pv_to_csi(&none),
+            Err(Error::NoPlugin { .. })
+        ));
+    }
+
+    #[test]
+    fn repair_only_changes_gce_handles() {
+        assert_eq!(
+            repair_volume_handle("ebs.csi.aws.com", "vol-1", "i-123").unwrap(),
+            "vol-1"
+        );
+        assert_eq!(
+            repair_volume_handle(
+                "pd.csi.storage.gke.io",
+                "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/d",
+                ""
+            )
+            .unwrap(),
+            "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/d",
+            "no node ID: nothing to repair with"
+        );
+        assert!(repair_volume_handle("other", "h", "n").is_err());
+    }
+
+    #[test]
+    fn inline_volumes_get_filesystem_mode_and_unknown_ones_fail() {
+        let v: Volume =
+            serde_json::from_value(json!({"name": "x", "cinder": {"volumeID": "c1"}})).unwrap();
+        let out = translate_in_tree_inline_volume_to_csi(&v, "ns").unwrap();
+        assert_eq!(
+            out.metadata.name.as_deref(),
+            Some("cinder.csi.openstack.org-c1")
+        );
+        assert_eq!(out.spec.unwrap().volume_mode.as_deref(), Some("Filesystem"));
+        let e: Volume = serde_json::from_value(json!({"name": "cfg", "emptyDir": {}})).unwrap();
+        assert!(!is_inline_migratable(&e));
+        let err = translate_in_tree_inline_volume_to_csi(&e, "")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"cfg\""), "{err}");
+    }
+
+    #[test]
+    fn storage_class_of_an_unknown_plugin_is_an_error() {
+        let sc: StorageClass = serde_json::from_value(json!({"provisioner": "x"})).unwrap();
+        assert!(matches!(
+            translate_in_tree_storage_class_to_csi("x", &sc),
+            Err(Error::UnknownInTreePlugin(_))
+        ));
+    }
+
+    #[test]
+    fn vsphere_round_trip_and_provisioned_path() {
+        let in_tree = pv(
+            json!({"metadata": {"name": "v"}, "spec": {"vsphereVolume": {
+            "volumePath": "[ds] kubevols/a.vmdk", "storagePolicyName": "gold", "fsType": "ext4"}}}),
+        );
+        let csi = translate_in_tree_pv_to_csi(&in_tree).unwrap();
+        assert_eq!(translate_csi_pv_to_in_tree(&csi).unwrap(), in_tree);
+
+        // Provisioned by the CSI driver for a migrated class: path from the attribute, as upstream.
+        let provisioned = pv(
+            json!({"spec": {"csi": {"driver": "csi.vsphere.vmware.com", "volumeHandle": "uuid",
+            "volumeAttributes": {"initialvolumefilepath": "[ds] b.vmdk", "storagepolicyname": "gold"}}}}),
+        );
+        let back = translate_csi_pv_to_in_tree(&provisioned).unwrap();
+        let src = back.spec.unwrap().vsphere_volume.unwrap();
+        assert_eq!(src.volume_path, "[ds] b.vmdk");
+        assert_eq!(src.storage_policy_name, None);
+    }
+}
