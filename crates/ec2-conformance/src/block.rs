@@ -97,15 +97,12 @@ pub struct MountGuard {
 impl MountGuard {
     /// Mounts `device` (ext4) on `target`.
     pub fn mount(device: &Path, target: &Path) -> Result<Self, Error> {
-        run(
-            "mount",
-            &[
-                "-t",
-                "ext4",
-                &device.to_string_lossy(),
-                &target.to_string_lossy(),
-            ],
-        )?;
+        Self::mount_fs(&device.to_string_lossy(), target, "ext4")
+    }
+
+    /// Mounts `source` with file system type `fstype` on `target`.
+    pub fn mount_fs(source: &str, target: &Path, fstype: &str) -> Result<Self, Error> {
+        run("mount", &["-t", fstype, source, &target.to_string_lossy()])?;
         Ok(Self {
             target: target.to_path_buf(),
             mounted: true,
@@ -135,5 +132,55 @@ impl Drop for MountGuard {
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_reports_the_command_and_its_stderr() {
+        let err = run("ls", &["/no/such/dir"]).unwrap_err().to_string();
+        assert!(err.contains("ls /no/such/dir"), "{err}");
+        assert!(err.contains("No such file"), "{err}");
+        assert_eq!(run("echo", &["hi"]).unwrap(), "hi\n");
+    }
+
+    #[test]
+    fn root_is_mounted_a_fresh_dir_is_not() {
+        assert!(is_mounted(Path::new("/")));
+        let tmp = tempfile::tempdir().unwrap();
+        assert!(!is_mounted(tmp.path()));
+    }
+
+    #[test]
+    fn mount_guard_unmounts_on_drop_even_while_busy() {
+        if let Some(reason) = loop_unavailable_reason() {
+            eprintln!("SKIP: {reason}");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        {
+            let guard = MountGuard::mount_fs("tmpfs", tmp.path(), "tmpfs").unwrap();
+            assert!(is_mounted(guard.target()));
+            std::fs::write(tmp.path().join("f"), "x").unwrap();
+        }
+        assert!(!is_mounted(tmp.path()));
+        let guard = MountGuard::mount_fs("tmpfs", tmp.path(), "tmpfs").unwrap();
+        // An open file keeps the mount busy: drop falls back to a lazy unmount.
+        let busy = std::fs::File::create(tmp.path().join("open")).unwrap();
+        drop(guard);
+        assert!(!is_mounted(tmp.path()));
+        drop(busy);
+    }
+
+    #[test]
+    fn no_loop_devices_back_a_fresh_file() {
+        if loop_unavailable_reason().is_some() {
+            return;
+        }
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        assert!(loops_backing(tmp.path()).unwrap().is_empty());
     }
 }

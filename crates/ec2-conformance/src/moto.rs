@@ -1,5 +1,6 @@
 //! `moto_server` as a child process on an ephemeral 127.0.0.1 port, killed on drop.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -16,14 +17,26 @@ const PORT_ATTEMPTS: usize = 3;
 /// Where `moto_server` is: `$CSI_RS_VENV/bin`, then `PATH`, then the default venv that
 /// `scripts/setup` creates (`$HOME/.cache/csi-rs-venv`). `None` when none has it.
 pub fn find_moto_server() -> Option<PathBuf> {
+    find_in(
+        std::env::var_os("CSI_RS_VENV"),
+        std::env::var_os("PATH"),
+        std::env::var_os("HOME"),
+    )
+}
+
+fn find_in(
+    venv: Option<OsString>,
+    path: Option<OsString>,
+    home: Option<OsString>,
+) -> Option<PathBuf> {
     let mut candidates = Vec::new();
-    if let Some(venv) = std::env::var_os("CSI_RS_VENV") {
+    if let Some(venv) = venv {
         candidates.push(PathBuf::from(venv).join("bin/moto_server"));
     }
-    if let Some(path) = std::env::var_os("PATH") {
+    if let Some(path) = path {
         candidates.extend(std::env::split_paths(&path).map(|dir| dir.join("moto_server")));
     }
-    if let Some(home) = std::env::var_os("HOME") {
+    if let Some(home) = home {
         candidates.push(PathBuf::from(home).join(".cache/csi-rs-venv/bin/moto_server"));
     }
     candidates.into_iter().find(|p| is_executable(p))
@@ -103,6 +116,11 @@ impl MotoServer {
         &self.endpoint
     }
 
+    /// The process ID of the `moto_server` process.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.log.path()).unwrap_or_default();
         let start = text.len().saturating_sub(2000);
@@ -175,4 +193,62 @@ async fn answers_http(port: u16) -> bool {
         .ok()
         .flatten()
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_moto(dir: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(dir).unwrap();
+        let exe = dir.join("moto_server");
+        std::fs::write(&exe, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        exe
+    }
+
+    #[test]
+    fn venv_comes_before_path_and_home() {
+        let tmp = tempfile::tempdir().unwrap();
+        let venv = fake_moto(&tmp.path().join("venv/bin"));
+        let on_path = fake_moto(&tmp.path().join("path"));
+        let home = fake_moto(&tmp.path().join("home/.cache/csi-rs-venv/bin"));
+        let path = OsString::from(tmp.path().join("path"));
+        let found = |v: bool, p: bool, h: bool| {
+            find_in(
+                v.then(|| tmp.path().join("venv").into()),
+                p.then(|| path.clone()),
+                h.then(|| tmp.path().join("home").into()),
+            )
+        };
+        assert_eq!(found(true, true, true), Some(venv));
+        assert_eq!(found(false, true, true), Some(on_path));
+        assert_eq!(found(false, false, true), Some(home));
+        assert_eq!(found(false, false, false), None);
+    }
+
+    #[test]
+    fn a_file_that_is_not_executable_does_not_count() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("moto_server"), "").unwrap();
+        assert_eq!(find_in(None, Some(tmp.path().into()), None), None);
+    }
+
+    #[tokio::test]
+    async fn moto_answers_and_is_killed_on_drop() {
+        if find_moto_server().is_none() {
+            eprintln!("SKIP: moto_server not found (run scripts/setup)");
+            return;
+        }
+        let moto = MotoServer::start().await.unwrap();
+        let pid = moto.pid();
+        let port: u16 = moto.endpoint().rsplit(':').next().unwrap().parse().unwrap();
+        assert!(answers_http(port).await);
+        assert!(Path::new(&format!("/proc/{pid}")).exists());
+        drop(moto);
+        // Killed and reaped: the process is gone and the port no longer answers.
+        assert!(!Path::new(&format!("/proc/{pid}")).exists());
+        assert!(!answers_http(port).await);
+    }
 }
