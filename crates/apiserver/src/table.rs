@@ -384,6 +384,7 @@ mod tests {
             query: Default::default(),
             accept: String::new(),
             content_type: String::new(),
+            user_agent: String::new(),
             body: bytes::Bytes::new(),
         };
         let t = build(def, &[va], json!({"resourceVersion": "5"}), &req, true);

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{api_err, raw, start, start_with};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Pod, Secret};
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
@@ -387,24 +388,36 @@ async fn patches_merge_json_and_declined_types() {
     assert_eq!(e.code, 422);
     assert_eq!(e.details.unwrap().causes[0].field, "spec.attachRequired");
 
-    // Strategic merge and server-side apply are declined clearly.
+    // Strategic merge: maps merge, finalizers merge as a set.
+    let sm = drivers
+        .patch(
+            "ebs.csi.aws.com",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"labels": {"a": "b"}, "finalizers": ["one/x"]}})),
+        )
+        .await
+        .unwrap();
+    let sm = drivers
+        .patch(
+            "ebs.csi.aws.com",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"metadata": {"finalizers": ["two/y", "one/x"]}})),
+        )
+        .await
+        .unwrap_or(sm);
+    assert_eq!(sm.metadata.finalizers.unwrap(), vec!["one/x", "two/y"]);
+    assert_eq!(sm.metadata.labels.unwrap()["a"], "b");
+    // Unknown directives are a 400.
     let e = api_err(
         drivers
             .patch(
                 "ebs.csi.aws.com",
                 &PatchParams::default(),
-                &Patch::Strategic(json!({"metadata": {"labels": {"a": "b"}}})),
+                &Patch::Strategic(json!({"$patch": "explode"})),
             )
             .await,
     );
-    assert_eq!((e.code, e.reason.as_str()), (415, "UnsupportedMediaType"));
-    assert!(e.message.contains("strategic"), "{}", e.message);
-    let e = api_err(
-        drivers
-            .patch("ebs.csi.aws.com", &PatchParams::apply("test"), &Patch::Apply(json!({"apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver", "metadata": {"name": "ebs.csi.aws.com"}})))
-            .await,
-    );
-    assert_eq!(e.code, 415);
+    assert_eq!(e.code, 400);
     // Patching what does not exist is a 404.
     let e = api_err(
         drivers
@@ -412,6 +425,68 @@ async fn patches_merge_json_and_declined_types() {
             .await,
     );
     assert_eq!(e.code, 404);
+}
+
+#[tokio::test]
+async fn server_side_apply_owns_fields() {
+    let server = start().await;
+    let leases: Api<Lease> = Api::namespaced(server.client(), "default");
+    let applied = |holder: &str| json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "lock"}, "spec": {"holderIdentity": holder, "leaseDurationSeconds": 10}});
+    // Apply creates.
+    let a = leases
+        .patch(
+            "lock",
+            &PatchParams::apply("a"),
+            &Patch::Apply(applied("a")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        a.spec.as_ref().unwrap().holder_identity.as_deref(),
+        Some("a")
+    );
+    let mf = a.metadata.managed_fields.unwrap();
+    assert_eq!(
+        (mf[0].manager.as_deref(), mf[0].operation.as_deref()),
+        (Some("a"), Some("Apply"))
+    );
+    // Another manager changing an owned field conflicts...
+    let e = api_err(
+        leases
+            .patch(
+                "lock",
+                &PatchParams::apply("b"),
+                &Patch::Apply(applied("b")),
+            )
+            .await,
+    );
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert!(
+        e.message
+            .contains("conflict with \"a\": .spec.holderIdentity"),
+        "{}",
+        e.message
+    );
+    // ...unless forced.
+    let b = leases
+        .patch(
+            "lock",
+            &PatchParams::apply("b").force(),
+            &Patch::Apply(applied("b")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(b.spec.unwrap().holder_identity.as_deref(), Some("b"));
+    // Apply without a field manager is invalid.
+    let (code, _) = raw(
+        &server,
+        "PATCH",
+        "/apis/coordination.k8s.io/v1/namespaces/default/leases/lock",
+        Some("application/apply-patch+yaml"),
+        Some(applied("c")),
+    )
+    .await;
+    assert_eq!(code, 422);
 }
 
 #[tokio::test]

@@ -251,22 +251,20 @@ async fn kubectl_create_get_patch_delete_watch() {
         ])
         .await;
     assert!(!failed_test.ok, "a failed test op must fail the patch");
-    // The default (strategic) patch type is declined with a message that says what to use.
-    let strategic = k
-        .run(&[
-            "patch",
-            "pv",
-            "pv-1",
-            "-p",
-            r#"{"metadata":{"labels":{"x":"y"}}}"#,
-        ])
+    // The default (strategic) patch type merges.
+    k.ok(&[
+        "patch",
+        "pv",
+        "pv-1",
+        "-p",
+        r#"{"metadata":{"labels":{"x":"y"}}}"#,
+    ])
+    .await;
+    let labels = k
+        .ok(&["get", "pv", "pv-1", "-o", "jsonpath={.metadata.labels}"])
         .await;
-    assert!(!strategic.ok);
-    assert!(
-        strategic.stderr.contains("--type=merge"),
-        "{}",
-        strategic.stderr
-    );
+    let labels: Value = serde_json::from_str(&labels).unwrap();
+    assert_eq!(labels, json!({"tier": "silver", "x": "y"}));
     // Validation errors come back as kubectl prints the real server's.
     let invalid = k
         .run(&[
@@ -360,20 +358,48 @@ async fn kubectl_create_get_patch_delete_watch() {
     assert!(String::from_utf8_lossy(&done.stdout).contains("deleted"));
     assert!(vas.get_opt("csi-0123").await.unwrap().is_none());
 
-    // apply: creating works; changing an existing object fails with a clear message.
+    // apply (client-side: create, then strategic merge patches) and server-side apply.
     let f = k.write("sc.yaml", "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: ebs\nprovisioner: ebs.csi.aws.com\n");
     let created = k.ok(&["apply", "-f", &f]).await;
     assert!(created.contains("created"), "{created}");
-    let f = k.write("sc.yaml", "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: ebs\n  labels: {a: b}\nprovisioner: ebs.csi.aws.com\n");
-    let again = k.run(&["apply", "-f", &f]).await;
-    assert!(!again.ok);
-    assert!(
-        again.stderr.contains("UnsupportedMediaType")
-            && again.stderr.contains("strategic merge patch"),
-        "{}",
-        again.stderr
+    let f = k.write("sc.yaml", "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: ebs\n  labels: {a: b}\nprovisioner: ebs.csi.aws.com\nallowVolumeExpansion: true\n");
+    let again = k.ok(&["apply", "-f", &f]).await;
+    assert!(again.contains("configured"), "{again}");
+    let sc: Value = serde_json::from_str(&k.ok(&["get", "sc", "ebs", "-o", "json"]).await).unwrap();
+    assert_eq!(
+        (
+            sc["metadata"]["labels"]["a"].as_str(),
+            sc["allowVolumeExpansion"].as_bool()
+        ),
+        (Some("b"), Some(true))
     );
-    assert!(!again.stderr.contains("panic"), "{}", again.stderr);
+    let unchanged = k.ok(&["apply", "-f", &f]).await;
+    assert!(unchanged.contains("unchanged"), "{unchanged}");
+    // Changing an immutable field through apply fails with the server's message, not a crash.
+    let f = k.write("sc.yaml", "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: ebs\n  labels: {a: b}\nprovisioner: other.csi.example.com\nallowVolumeExpansion: true\n");
+    let immutable = k.run(&["apply", "-f", &f]).await;
+    assert!(
+        !immutable.ok
+            && immutable
+                .stderr
+                .contains("updates to provisioner are forbidden"),
+        "{}",
+        immutable.stderr
+    );
+    let f = k.write("lease.yaml", "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: ssa\nspec:\n  holderIdentity: kubectl\n");
+    let ssa = k.ok(&["apply", "--server-side", "-f", &f]).await;
+    assert!(ssa.contains("serverside-applied"), "{ssa}");
+    let mf = k
+        .ok(&[
+            "get",
+            "lease",
+            "ssa",
+            "--show-managed-fields",
+            "-o",
+            "jsonpath={.metadata.managedFields[0].manager}",
+        ])
+        .await;
+    assert_eq!(mf, "kubectl");
 
     // Discovery-driven commands.
     let resources = k.ok(&["api-resources"]).await;

@@ -1,6 +1,8 @@
 //! Request routing and the read verbs (get, list). Writes are in `write.rs`, watch in
 //! `crate::watch`, discovery in `crate::discovery`.
 
+mod managed;
+mod smp;
 mod write;
 
 use std::collections::HashMap;
@@ -33,6 +35,7 @@ pub(crate) struct Req {
     pub query: HashMap<String, String>,
     pub accept: String,
     pub content_type: String,
+    pub user_agent: String,
     pub body: Bytes,
 }
 
@@ -115,6 +118,7 @@ pub(crate) async fn dispatch(State(app): State<Arc<App>>, request: Request) -> R
         query,
         accept: header_str(header::ACCEPT),
         content_type: header_str(header::CONTENT_TYPE),
+        user_agent: header_str(header::USER_AGENT),
         body,
     };
     let span = tracing::debug_span!("request", method = %req.method, path = %path);

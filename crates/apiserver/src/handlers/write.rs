@@ -8,7 +8,7 @@ use http::StatusCode;
 use rand::Rng;
 use serde_json::{Map, Value, json};
 
-use super::{Req, Target, select_list};
+use super::{Req, Target, managed, select_list, smp};
 use crate::http_util::{json_response, meta_mut, meta_str, now_rfc3339};
 use crate::resources::{self, ResourceDef};
 use crate::server::App;
@@ -148,6 +148,14 @@ pub(super) fn create(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
     let def = t.def();
     let mut obj = parse_body(req)?;
     check_type(def, &mut obj)?;
+    // Field ownership is the server's to record (only server-side apply records it here).
+    meta_mut(&mut obj).remove("managedFields");
+    commit_create(app, t, req, obj)
+}
+
+/// Settles server fields, defaults and validates a new object, then stores it.
+fn commit_create(app: &App, t: &Target, req: &Req, mut obj: Value) -> ApiResult<Response> {
+    let def = t.def();
     settle_namespace(def, t, &mut obj)?;
     let meta = meta_mut(&mut obj);
     if meta
@@ -183,7 +191,6 @@ pub(super) fn create(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
     for k in [
         "deletionTimestamp",
         "deletionGracePeriodSeconds",
-        "managedFields",
         "selfLink",
     ] {
         meta.remove(k);
@@ -260,7 +267,6 @@ fn prepare_update(
                 None => meta.remove(*k),
             };
         }
-        meta.remove("managedFields");
         if def.status {
             if let Some(m) = body.as_object_mut() {
                 match old.get("status") {
@@ -355,8 +361,10 @@ pub(super) fn update(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
     check_url_identity(t, &body)?;
     let name = t.name.clone().unwrap_or_default();
     let status_only = t.sub.as_deref() == Some("status");
+    let manager = manager(req);
     let committed = app.store.mutate(t.res, &t.key(), req.dry_run(), |cur| {
         let old = cur.ok_or_else(|| ApiError::not_found(def, &name))?;
+        managed::track_update(def, old, &mut body, &manager);
         prepare_update(def, old, body, status_only)
     })?;
     Ok(answer_write(committed))
@@ -365,6 +373,21 @@ pub(super) fn update(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
 enum PatchKind {
     Merge(Value),
     Json(json_patch::Patch),
+    Strategic(Value),
+    Apply(Value),
+}
+
+/// The field manager of a write: `fieldManager`, else the client's name from its User-Agent.
+fn manager(req: &Req) -> String {
+    if let Some(m) = req.param("fieldManager") {
+        return m.to_string();
+    }
+    let ua = req.user_agent.split('/').next().unwrap_or("").trim();
+    if ua.is_empty() {
+        "unknown".to_string()
+    } else {
+        ua.to_string()
+    }
 }
 
 fn parse_patch(req: &Req) -> ApiResult<PatchKind> {
@@ -380,13 +403,35 @@ fn parse_patch(req: &Req) -> ApiResult<PatchKind> {
                 .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
             Ok(PatchKind::Json(p))
         }
-        "application/strategic-merge-patch+json"
-        | "application/apply-patch+yaml"
-        | "application/apply-patch+cbor" => Err(ApiError::unsupported_media_type(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json ({ct} is not supported by this API server: it implements neither strategic merge patch nor server-side apply; use a JSON merge patch (kubectl patch --type=merge) or a JSON patch (--type=json))"
-        ))),
+        "application/strategic-merge-patch+json" => {
+            let v: Value = serde_json::from_slice(&req.body)
+                .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+            if !v.is_object() {
+                return Err(ApiError::bad_request(
+                    "a strategic merge patch must be a JSON object",
+                ));
+            }
+            Ok(PatchKind::Strategic(v))
+        }
+        "application/apply-patch+yaml" => {
+            // JSON is YAML; kubectl and kube-rs send JSON, people send YAML.
+            let v: Value = match serde_json::from_slice(&req.body) {
+                Ok(v) => v,
+                Err(_) => {
+                    let text = std::str::from_utf8(&req.body).map_err(|e| {
+                        ApiError::bad_request(format!("error decoding apply patch: {e}"))
+                    })?;
+                    serde_saphyr::from_str(text)
+                        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?
+                }
+            };
+            if !v.is_object() {
+                return Err(ApiError::bad_request("an apply patch must be an object"));
+            }
+            Ok(PatchKind::Apply(v))
+        }
         other => Err(ApiError::unsupported_media_type(format!(
-            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json"
+            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"
         ))),
     }
 }
@@ -396,6 +441,10 @@ pub(super) fn patch(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
     let p = parse_patch(req)?;
     let name = t.name.clone().unwrap_or_default();
     let status_only = t.sub.as_deref() == Some("status");
+    let manager = manager(req);
+    if let PatchKind::Apply(applied) = &p {
+        return server_side_apply(app, t, req, applied, status_only);
+    }
     let committed = app.store.mutate(t.res, &t.key(), req.dry_run(), |cur| {
         let old = cur.ok_or_else(|| ApiError::not_found(def, &name))?;
         let mut doc: Value = (**old).clone();
@@ -410,15 +459,56 @@ pub(super) fn patch(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
                 message: e.to_string(),
                 details: Some(json!({"causes": [{"reason": "FieldValueInvalid", "message": e.to_string(), "field": "patch"}]})),
             })?,
+            PatchKind::Strategic(sp) => smp::apply(&mut doc, sp).map_err(ApiError::bad_request)?,
+            PatchKind::Apply(_) => return Err(ApiError::internal("apply is handled above")),
         }
         if !doc.is_object() {
-            return Err(ApiError::bad_request(
-                "the patched object must be a JSON object",
-            ));
+            return Err(ApiError::bad_request("the patched object must be a JSON object"));
         }
         check_type(def, &mut doc)?;
         check_url_identity(t, &doc)?;
+        managed::track_update(def, old, &mut doc, &manager);
         prepare_update(def, old, doc, status_only)
+    })?;
+    Ok(answer_write(committed))
+}
+
+/// Server-side apply: creates the object when missing, otherwise merges the applied
+/// configuration with field-ownership conflicts (see `managed.rs`).
+fn server_side_apply(
+    app: &App,
+    t: &Target,
+    req: &Req,
+    applied: &Value,
+    status_only: bool,
+) -> ApiResult<Response> {
+    let def = t.def();
+    let name = t.name.clone().unwrap_or_default();
+    let Some(manager) = req.param("fieldManager").map(str::to_string) else {
+        return Err(ApiError {
+            code: 422,
+            reason: "Invalid",
+            message: "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch".into(),
+            details: Some(json!({"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [{"reason": "FieldValueRequired", "message": "Required value: is required for apply patch", "field": "fieldManager"}]})),
+        });
+    };
+    let force = req.flag("force");
+    let mut applied = applied.clone();
+    check_type(def, &mut applied)?;
+    check_url_identity(t, &applied)?;
+    if let Some(m) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("managedFields");
+        m.remove("resourceVersion");
+    }
+    if app.store.get(t.res, &t.key()).is_none() {
+        let mut obj = managed::apply(def, None, &applied, &manager, force)?;
+        meta_mut(&mut obj).insert("name".into(), json!(name));
+        return commit_create(app, t, req, obj);
+    }
+    let committed = app.store.mutate(t.res, &t.key(), req.dry_run(), |cur| {
+        let old = cur.ok_or_else(|| ApiError::not_found(def, &name))?;
+        let new = managed::apply(def, Some(old), &applied, &manager, force)?;
+        prepare_update(def, old, new, status_only)
     })?;
     Ok(answer_write(committed))
 }
