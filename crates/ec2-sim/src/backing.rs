@@ -153,7 +153,12 @@ impl Disks {
         for v in cloud.volumes.values() {
             let mut links = BTreeSet::new();
             for a in &v.attachments {
-                if matches!(a.state, AttachState::Attached | AttachState::Detaching) {
+                let visible = match a.state {
+                    AttachState::Attached => true,
+                    AttachState::Detaching => !a.never_attached,
+                    AttachState::Attaching => false,
+                };
+                if visible {
                     let name = a.device.trim_start_matches("/dev/");
                     links.insert(self.device_dir.join(name));
                 }
@@ -251,10 +256,10 @@ impl Disks {
             return;
         }
         for v in cloud.volumes.values() {
-            let needed = v
-                .attachments
-                .iter()
-                .any(|a| matches!(a.state, AttachState::Attached | AttachState::Detaching));
+            let needed = v.attachments.iter().any(|a| {
+                a.state == AttachState::Attached
+                    || (a.state == AttachState::Detaching && !a.never_attached)
+            });
             if needed || self.devices.contains_key(&v.id) {
                 continue;
             }

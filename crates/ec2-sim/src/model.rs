@@ -76,6 +76,9 @@ pub(crate) struct Attachment {
     /// A forced detach ignores the "detach never finishes" fault.
     pub(crate) force: bool,
     pub(crate) delete_on_termination: bool,
+    /// Detached before it was ever attached: no device ever appeared for it.
+    #[serde(default)]
+    pub(crate) never_attached: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -292,20 +295,21 @@ impl Cloud {
                     continue;
                 }
             }
-            let id = v.id.clone();
+            if v.attachments.is_empty() {
+                continue;
+            }
+            let id = &v.id;
             let before = v.attachments.len();
             v.attachments.retain(|a| {
                 !(a.state == AttachState::Detaching
                     && now >= a.done_ms
-                    && (a.force || !faults.detach_stuck(&id)))
+                    && (a.force || !faults.detach_stuck(id)))
             });
             if v.attachments.len() != before {
                 changed = true;
             }
             for a in &mut v.attachments {
-                if a.state == AttachState::Attaching
-                    && now >= a.done_ms
-                    && !faults.attach_stuck(&id)
+                if a.state == AttachState::Attaching && now >= a.done_ms && !faults.attach_stuck(id)
                 {
                     a.state = AttachState::Attached;
                     changed = true;
@@ -373,6 +377,7 @@ mod tests {
             done_ms: 400,
             force: false,
             delete_on_termination: false,
+            never_attached: false,
         });
         assert_eq!(v.status(350), "in-use");
     }
@@ -389,6 +394,7 @@ mod tests {
             done_ms: 400,
             force: false,
             delete_on_termination: false,
+            never_attached: false,
         });
         c.volumes.insert(v.id.clone(), v);
         let stuck = Faults {

@@ -271,3 +271,54 @@ async fn sigkilled_binary_leaks_nothing_for_good() {
     );
     let _ = child.0.wait();
 }
+
+#[tokio::test]
+async fn no_device_while_attaching_or_after_aborted_attach() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipping loop-device test: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_with(loop_config(dir.path())).await;
+    let i = s.ec2.run_instance("us-east-1a").await;
+    let v = s.ec2.create_volume("us-east-1a", "1", &[]).await;
+    s.ec2.wait_status(&v, "available").await;
+    let image = dir.path().join(format!("state/volumes/{v}.img"));
+    let _cleanup = LoopCleanup(image.clone());
+    s.sim.set_faults(ec2_sim::Faults {
+        stuck_attaching: vec![v.clone()],
+        stuck_detaching_all: true,
+        ..ec2_sim::Faults::default()
+    });
+    s.ec2
+        .ok(
+            "AttachVolume",
+            &[
+                ("VolumeId", &v),
+                ("InstanceId", &i),
+                ("Device", "/dev/xvdba"),
+            ],
+        )
+        .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        s.ec2.volume(&v).await.at("attachmentSet/item/status"),
+        "attaching"
+    );
+    assert!(loops_of(&image).is_empty(), "no device while attaching");
+    assert!(std::fs::symlink_metadata(dir.path().join("dev/xvdba")).is_err());
+    // Give up on the attach: it never had a device, and none appears while detaching.
+    s.ec2.ok("DetachVolume", &[("VolumeId", &v)]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        s.ec2.volume(&v).await.at("attachmentSet/item/status"),
+        "detaching"
+    );
+    assert!(loops_of(&image).is_empty(), "no device while detaching");
+    s.ec2
+        .ok("DetachVolume", &[("VolumeId", &v), ("Force", "true")])
+        .await;
+    s.ec2.wait_status(&v, "available").await;
+    assert!(loops_of(&image).is_empty());
+    s.sim.shutdown().await.unwrap();
+}

@@ -288,7 +288,8 @@ async fn dry_run_validates_and_does_nothing() {
 
 #[tokio::test]
 async fn unknown_kms_key_volume_appears_then_vanishes() {
-    let s = start(Timing::Fast).await;
+    // Realistic: creation takes 1-2 s, so "it is there right after the call" is deterministic.
+    let s = start(Timing::Realistic).await;
     let x = s
         .ec2
         .ok(

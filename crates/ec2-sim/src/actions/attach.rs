@@ -136,6 +136,7 @@ pub(crate) fn attach(
         done_ms: now + duration_ms(engine.config.timing, Step::Attach),
         force: false,
         delete_on_termination: false,
+        never_attached: false,
     };
     render::attachment_fields(x, &volume_id, &attachment, "attaching");
     if let Some(v) = engine.cloud.volumes.get_mut(&volume_id) {
@@ -208,6 +209,7 @@ pub(crate) fn detach(
     };
     // A repeated detach is answered with the detach in progress; Force upgrades it.
     if a.state != AttachState::Detaching {
+        a.never_attached = a.state == AttachState::Attaching;
         a.state = AttachState::Detaching;
         a.done_ms = now + delay;
     }

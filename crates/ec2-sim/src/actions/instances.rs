@@ -191,6 +191,7 @@ pub(crate) fn terminate(
         for v in engine.cloud.volumes.values_mut() {
             for a in v.attachments.iter_mut().filter(|a| a.instance_id == *id) {
                 if a.state != AttachState::Detaching {
+                    a.never_attached = a.state == AttachState::Attaching;
                     a.state = AttachState::Detaching;
                     a.done_ms = now + shutdown;
                 }
