@@ -195,3 +195,27 @@ pub fn assert_recent(what: &str, t: Option<&aws_sdk_ec2::primitives::DateTime>) 
     let skew = (t.secs() - now).abs();
     assert!(skew < 300, "{what}: {t:?} is {skew}s away from now");
 }
+
+/// A plain HTTP/1.0 request (for the simulator's own endpoints, which the SDK does not know);
+/// returns the status code and the body.
+pub async fn http(endpoint: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {head:?}"));
+    (status, body.to_string())
+}

@@ -277,3 +277,53 @@ async fn call_counts_per_action() {
     assert_eq!(after.get("DescribeVolumes"), Some(&polls));
     assert_eq!(after.get("AttachVolume").copied().unwrap_or(0), 0);
 }
+
+#[tokio::test]
+async fn sim_http_endpoints_drive_faults_and_count_calls() {
+    let t = sim();
+    let c = &t.client;
+    // Faults set over HTTP reach the SDK like the in-process ones.
+    let (status, _) = http(
+        &t.endpoint,
+        "PUT",
+        "/_sim/faults",
+        r#"{"throttle": [{"action": "DescribeVolumes", "next": 1}]}"#,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        code_of(c.describe_volumes().send().await),
+        "RequestLimitExceeded"
+    );
+    c.describe_volumes().send().await.unwrap();
+    // A bad document is refused naming the field, and changes nothing.
+    let (status, body) = http(
+        &t.endpoint,
+        "PUT",
+        "/_sim/faults",
+        r#"{"throttle": [{"rate": 7}]}"#,
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(body.contains("faults.throttle[0].rate"), "{body}");
+    c.describe_volumes().send().await.unwrap();
+
+    let (status, calls) = http(&t.endpoint, "GET", "/_sim/calls", "").await;
+    assert_eq!(status, 200);
+    assert!(calls.contains(r#""DescribeVolumes":3"#), "{calls}");
+    let (status, metrics) = http(&t.endpoint, "GET", "/metrics", "").await;
+    assert_eq!(status, 200);
+    let line = |code: &str| {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("ec2sim_calls_total{")
+                    && l.contains(r#"action="DescribeVolumes""#)
+                    && l.contains(&format!(r#"code="{code}""#))
+            })
+            .unwrap_or_else(|| panic!("no DescribeVolumes/{code} counter in\n{metrics}"))
+            .to_string()
+    };
+    assert!(line("RequestLimitExceeded").ends_with(" 1"), "{metrics}");
+    assert!(line("OK").ends_with(" 2"), "{metrics}");
+}
