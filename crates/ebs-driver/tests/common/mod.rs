@@ -229,5 +229,20 @@ impl Drop for Fixture {
         for dev in self.loops.drain(..).rev() {
             let _ = Command::new("losetup").arg("-d").arg(&dev).status();
         }
+        // Loop devices someone else (ec2-sim) made from images in this directory.
+        let root = std::fs::canonicalize(self.dir.path()).unwrap_or_default();
+        if let Ok(out) = Command::new("losetup")
+            .args(["-l", "-n", "-O", "NAME,BACK-FILE"])
+            .output()
+        {
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                let Some((dev, back)) = line.trim().split_once(char::is_whitespace) else {
+                    continue;
+                };
+                if Path::new(back.trim()).starts_with(&root) {
+                    let _ = Command::new("losetup").arg("-d").arg(dev).status();
+                }
+            }
+        }
     }
 }
