@@ -249,6 +249,32 @@ impl Disks {
         Ok(())
     }
 
+    /// Which of these volumes' loop devices are mounted (their `major:minor` appears in
+    /// `/proc/self/mountinfo`) or held by another block device (`/sys/block/loopN/holders`).
+    pub(crate) fn in_use(&self, volume_ids: &[&str]) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mounted: BTreeSet<&str> = mountinfo
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(2))
+            .collect();
+        for id in volume_ids {
+            let Some(dev) = self.devices.get(*id) else {
+                continue;
+            };
+            let name = dev.loop_dev.trim_start_matches("/dev/");
+            let sys = Path::new("/sys/block").join(name);
+            let majmin = fs::read_to_string(sys.join("dev")).unwrap_or_default();
+            let held = fs::read_dir(sys.join("holders"))
+                .map(|mut d| d.next().is_some())
+                .unwrap_or(false);
+            if held || mounted.contains(majmin.trim()) {
+                out.insert((*id).to_string());
+            }
+        }
+        out
+    }
+
     /// Releases loop devices of images that no attachment needs (left over by a process
     /// killed between finishing a detach and releasing its device).
     pub(crate) fn release_orphans(&self, cloud: &Cloud) {

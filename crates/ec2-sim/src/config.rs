@@ -162,6 +162,10 @@ pub struct Faults {
     pub stuck_detaching: Vec<String>,
     /// Every detach never finishes while set (a `Force` detach still finishes).
     pub stuck_detaching_all: bool,
+    /// `Backing::Loop` only: like AWS with an instance that still uses the volume, a detach
+    /// stays `detaching` while its loop device is mounted (or held by a device-mapper
+    /// holder); a `Force` detach still finishes.
+    pub detach_waits_for_unmount: bool,
 }
 
 /// One throttling rule: `RequestLimitExceeded` (HTTP 503).

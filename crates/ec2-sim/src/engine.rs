@@ -5,7 +5,7 @@ use crate::actions;
 use crate::backing::Disks;
 use crate::config::{Faults, SimConfig};
 use crate::ids::now_ms;
-use crate::model::{Cloud, Effect};
+use crate::model::{AttachState, Cloud, Effect};
 use crate::query::Params;
 use crate::store;
 use crate::xml::{ApiError, Xml};
@@ -70,7 +70,13 @@ impl Engine {
 
     /// Applies due transitions, carries out their effects, syncs loop devices and saves.
     pub(crate) fn tick(&mut self) {
-        let (changed, effects) = self.cloud.settle(now_ms(), &self.faults);
+        let now = now_ms();
+        let busy = if self.faults.detach_waits_for_unmount {
+            self.busy_detaching(now)
+        } else {
+            Default::default()
+        };
+        let (changed, effects) = self.cloud.settle_with(now, &self.faults, &busy);
         self.dirty |= changed;
         for effect in effects {
             match effect {
@@ -92,6 +98,28 @@ impl Engine {
     /// the next tick.
     pub(crate) fn reconcile(&mut self) {
         self.reconcile_failed = self.disks.reconcile(&self.cloud).is_err();
+    }
+
+    /// Volumes whose detach is due but whose loop device is still in use.
+    fn busy_detaching(&self, now: u64) -> std::collections::BTreeSet<String> {
+        let due: Vec<&str> = self
+            .cloud
+            .volumes
+            .values()
+            .filter(|v| {
+                v.attachments.iter().any(|a| {
+                    a.state == AttachState::Detaching
+                        && !a.force
+                        && !a.never_attached
+                        && now >= a.done_ms
+                })
+            })
+            .map(|v| v.id.as_str())
+            .collect();
+        if due.is_empty() {
+            return Default::default();
+        }
+        self.disks.in_use(&due)
     }
 
     pub(crate) fn save(&mut self) {

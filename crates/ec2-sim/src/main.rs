@@ -87,22 +87,18 @@ fn config(args: Args) -> anyhow::Result<SimConfig> {
     })
 }
 
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
+/// Registers SIGINT and SIGTERM handlers now (not on first poll), so a signal that arrives
+/// while the simulator starts is not lost to the default action.
+fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    Ok(async move {
+        tokio::select! {
+            _ = int.recv() => tracing::info!("SIGINT"),
+            _ = term.recv() => tracing::info!("SIGTERM"),
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT"),
-        _ = term => tracing::info!("SIGTERM"),
-    }
+    })
 }
 
 #[tokio::main]
@@ -116,6 +112,7 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let listen = args.listen;
     let config = config(args)?;
-    ec2_sim::run(config, listen, shutdown_signal()).await?;
+    let shutdown = shutdown_signal()?;
+    ec2_sim::run(config, listen, shutdown).await?;
     Ok(())
 }

@@ -263,7 +263,19 @@ pub(crate) fn duration_ms(timing: Timing, step: Step) -> u64 {
 impl Cloud {
     /// Applies every transition due at `now` and returns their side effects. Returns whether
     /// anything changed via the effects list or the `changed` flag.
+    #[cfg(test)]
     pub(crate) fn settle(&mut self, now: u64, faults: &Faults) -> (bool, Vec<Effect>) {
+        self.settle_with(now, faults, &std::collections::BTreeSet::new())
+    }
+
+    /// Like `settle`; a detach of a volume in `busy` (its device is still mounted) does not
+    /// finish unless forced.
+    pub(crate) fn settle_with(
+        &mut self,
+        now: u64,
+        faults: &Faults,
+        busy: &std::collections::BTreeSet<String>,
+    ) -> (bool, Vec<Effect>) {
         let mut changed = false;
         let mut effects = Vec::new();
 
@@ -303,7 +315,7 @@ impl Cloud {
             v.attachments.retain(|a| {
                 !(a.state == AttachState::Detaching
                     && now >= a.done_ms
-                    && (a.force || !faults.detach_stuck(id)))
+                    && (a.force || !(faults.detach_stuck(id) || busy.contains(id))))
             });
             if v.attachments.len() != before {
                 changed = true;
@@ -421,6 +433,28 @@ mod tests {
         c.volumes.get_mut("vol-1").unwrap().attachments[0].force = true;
         c.settle(700, &stuck);
         assert!(c.volumes["vol-1"].attachments.is_empty(), "force wins");
+    }
+
+    #[test]
+    fn busy_device_holds_detach_unless_forced() {
+        let mut c = Cloud::default();
+        let mut v = volume("vol-3");
+        v.attachments.push(Attachment {
+            instance_id: "i-1".into(),
+            device: "/dev/xvdba".into(),
+            state: AttachState::Detaching,
+            attach_ms: 0,
+            done_ms: 10,
+            force: false,
+            delete_on_termination: false,
+            never_attached: false,
+        });
+        c.volumes.insert(v.id.clone(), v);
+        let busy: std::collections::BTreeSet<String> = ["vol-3".to_string()].into();
+        c.settle_with(100, &Faults::default(), &busy);
+        assert_eq!(c.volumes["vol-3"].attachments.len(), 1);
+        c.settle_with(100, &Faults::default(), &Default::default());
+        assert!(c.volumes["vol-3"].attachments.is_empty());
     }
 
     #[test]

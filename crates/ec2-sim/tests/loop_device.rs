@@ -322,3 +322,42 @@ async fn no_device_while_attaching_or_after_aborted_attach() {
     assert!(loops_of(&image).is_empty());
     s.sim.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn detach_waits_for_unmount_when_asked() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipping loop-device test: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = loop_config(dir.path());
+    config.faults.detach_waits_for_unmount = true;
+    let s = start_with(config).await;
+    let i = s.ec2.run_instance("us-east-1a").await;
+    let v = s.ec2.create_volume("us-east-1a", "1", &[]).await;
+    s.ec2.wait_status(&v, "available").await;
+    let image = dir.path().join(format!("state/volumes/{v}.img"));
+    let _cleanup = LoopCleanup(image.clone());
+    attach(&s.ec2, &v, &i, "/dev/xvdba").await;
+    let dev = dir.path().join("dev/xvdba");
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&dev)
+        .status()
+        .unwrap();
+    assert!(mkfs.success());
+    let mnt = dir.path().join("mnt");
+    let mount = Mount::new(&dev, &mnt);
+    s.ec2.ok("DetachVolume", &[("VolumeId", &v)]).await;
+    // Well past the Fast detach time, the mounted device keeps it detaching, as on AWS.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        s.ec2.volume(&v).await.at("attachmentSet/item/status"),
+        "detaching"
+    );
+    assert_eq!(loops_of(&image).len(), 1);
+    drop(mount);
+    s.ec2.wait_status(&v, "available").await;
+    wait_for("release", || loops_of(&image).is_empty()).await;
+    s.sim.shutdown().await.unwrap();
+}
