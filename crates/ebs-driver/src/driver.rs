@@ -8,7 +8,8 @@ use csi_spec::v1::node_server::NodeServer;
 use tonic::transport::Server;
 
 use crate::identity::{CsiIdentitySvc, IdentityConfig};
-use crate::node::service::{NodeConfig, NodeService};
+use crate::node::requests::NodeConfig;
+use crate::node::service::NodeService;
 use crate::node::{CsiNodeSvc, NodeInfo};
 use crate::{Error, Result};
 

@@ -14,10 +14,11 @@ pub mod node;
 
 pub use driver::{DriverConfig, run, serve};
 pub use identity::{CsiIdentitySvc, IdentityConfig};
-pub use node::service::{
-    AccessType, ExpandRequest, NodeConfig, NodeService, PublishRequest, StageRequest,
-    UnpublishRequest, UnstageRequest,
+pub use node::requests::{
+    AccessType, ExpandRequest, NodeConfig, PublishRequest, StageRequest, UnpublishRequest,
+    UnstageRequest,
 };
+pub use node::service::NodeService;
 pub use node::stats::{Usage, VolumeStats};
 pub use node::{CsiNodeSvc, NodeInfo};
 

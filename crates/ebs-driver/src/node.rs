@@ -14,8 +14,9 @@ pub(crate) mod fsck;
 pub(crate) mod fstype;
 pub(crate) mod locks;
 pub(crate) mod mount;
+pub(crate) mod requests;
 pub(crate) mod resize;
-pub mod service;
+pub(crate) mod service;
 pub(crate) mod stats;
 
 use std::path::PathBuf;
@@ -36,10 +37,10 @@ use csi_spec::v1::{
 use tonic::{Request, Response, Status};
 
 use crate::{Error, Result};
-use service::{
-    AccessType, ExpandRequest, NodeService, PublishRequest, StageRequest, UnpublishRequest,
-    UnstageRequest,
+use requests::{
+    AccessType, ExpandRequest, PublishRequest, StageRequest, UnpublishRequest, UnstageRequest,
 };
+use service::NodeService;
 use stats::{Usage, VolumeStats};
 
 /// The publish-context key under which the controller passes the device name.

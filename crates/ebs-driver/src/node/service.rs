@@ -10,7 +10,6 @@ use std::future::Future;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use tracing::Instrument;
 
@@ -22,89 +21,13 @@ use super::fsck;
 use super::fstype::FsType;
 use super::locks::VolumeLocks;
 use super::mount;
+use super::requests::{
+    AccessType, ExpandRequest, NodeConfig, PublishRequest, StageRequest, UnpublishRequest,
+    UnstageRequest,
+};
 use super::resize;
 use super::stats::{self, VolumeStats};
 use crate::{Error, Result};
-
-/// Where the node service finds devices and how long it waits for them.
-#[derive(Debug, Clone)]
-pub struct NodeConfig {
-    /// Device nodes and udev links (`/dev`). ec2-sim's device dir in tests.
-    pub dev_root: PathBuf,
-    /// The kernel's sysfs (`/sys`): NVMe serials, loop backing files, device sizes.
-    pub sys_root: PathBuf,
-    /// How long stage/publish wait for a just-attached device to appear.
-    pub device_wait: Duration,
-    /// How often they look while waiting.
-    pub device_poll: Duration,
-    /// The filesystem for a blank volume when the request names none.
-    pub default_fs_type: String,
-}
-
-impl Default for NodeConfig {
-    fn default() -> Self {
-        Self {
-            dev_root: PathBuf::from("/dev"),
-            sys_root: PathBuf::from("/sys"),
-            device_wait: Duration::from_secs(10),
-            device_poll: Duration::from_millis(200),
-            default_fs_type: "ext4".to_string(),
-        }
-    }
-}
-
-/// How the workload uses the volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AccessType {
-    /// A filesystem. An empty `fs_type` means "whatever is on the volume, or the default for a
-    /// blank one". `mount_flags` are passed to mount at stage time.
-    Mount {
-        fs_type: String,
-        mount_flags: Vec<String>,
-    },
-    /// The raw block device, bind-mounted onto a file.
-    Block,
-}
-
-#[derive(Debug, Clone)]
-pub struct StageRequest {
-    pub volume_id: String,
-    /// `devicePath` from the publish context, if the controller gave one.
-    pub device_path: Option<String>,
-    pub staging_path: PathBuf,
-    pub access: AccessType,
-}
-
-#[derive(Debug, Clone)]
-pub struct UnstageRequest {
-    pub volume_id: String,
-    pub staging_path: PathBuf,
-}
-
-#[derive(Debug, Clone)]
-pub struct PublishRequest {
-    pub volume_id: String,
-    pub device_path: Option<String>,
-    pub staging_path: PathBuf,
-    pub target_path: PathBuf,
-    pub access: AccessType,
-    pub read_only: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct UnpublishRequest {
-    pub volume_id: String,
-    pub target_path: PathBuf,
-}
-
-#[derive(Debug, Clone)]
-pub struct ExpandRequest {
-    pub volume_id: String,
-    /// A staging or publish path of the volume.
-    pub volume_path: PathBuf,
-    /// The size the volume should have; the expansion fails if the device is still smaller.
-    pub required_bytes: Option<u64>,
-}
 
 /// The node service. Cheap to clone; clones share the volume locks.
 #[derive(Debug, Clone)]

@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use ebs_driver::{NodeConfig, NodeService};
+use ebs_driver::{
+    AccessType, NodeConfig, NodeService, PublishRequest, StageRequest, UnpublishRequest,
+    UnstageRequest,
+};
 
 pub const VOL_A: &str = "vol-0123456789abcdef0";
 pub const VOL_B: &str = "vol-0fedcba9876543210";
@@ -244,5 +247,58 @@ impl Drop for Fixture {
                 }
             }
         }
+    }
+}
+
+// Requests for VOL_A, as kubelet would send them for `/dev/xvdba`.
+
+pub fn mount_access(fs: &str) -> AccessType {
+    AccessType::Mount {
+        fs_type: fs.into(),
+        mount_flags: vec![],
+    }
+}
+
+pub fn stage_req(
+    volume_id: &str,
+    device_path: &str,
+    staging: &Path,
+    access: AccessType,
+) -> StageRequest {
+    StageRequest {
+        volume_id: volume_id.into(),
+        device_path: Some(device_path.into()),
+        staging_path: staging.to_path_buf(),
+        access,
+    }
+}
+
+pub fn publish_req(
+    staging: &Path,
+    target: &Path,
+    access: AccessType,
+    read_only: bool,
+) -> PublishRequest {
+    PublishRequest {
+        volume_id: VOL_A.into(),
+        device_path: Some("/dev/xvdba".into()),
+        staging_path: staging.to_path_buf(),
+        target_path: target.to_path_buf(),
+        access,
+        read_only,
+    }
+}
+
+pub fn unstage_req(staging: &Path) -> UnstageRequest {
+    UnstageRequest {
+        volume_id: VOL_A.into(),
+        staging_path: staging.to_path_buf(),
+    }
+}
+
+pub fn unpublish_req(target: &Path) -> UnpublishRequest {
+    UnpublishRequest {
+        volume_id: VOL_A.into(),
+        target_path: target.to_path_buf(),
     }
 }
