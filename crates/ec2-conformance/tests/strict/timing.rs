@@ -79,20 +79,6 @@ async fn realistic_states_create_attach_detach() {
             vol(VolumeState::Available, None),
         ]
     );
-
-    // The SDK's own waiter understands the simulator's answers too.
-    let second = c
-        .create_volume()
-        .availability_zone(ZONE_A)
-        .size(4)
-        .send()
-        .await
-        .unwrap();
-    c.wait_until_volume_available()
-        .volume_ids(second.volume_id().unwrap())
-        .wait(Duration::from_secs(30))
-        .await
-        .unwrap();
 }
 
 #[tokio::test]
@@ -153,6 +139,26 @@ async fn instant_timing_is_done_by_the_next_call() {
         v.attachments()[0].state(),
         Some(&VolumeAttachmentState::Attached)
     );
+
+    // The SDK's own waiters understand the simulator's answers too. (Their first check is
+    // immediate and later ones 15 s apart, hence instant timing here.)
+    let second = c
+        .create_volume()
+        .availability_zone(ZONE_A)
+        .size(4)
+        .send()
+        .await
+        .unwrap();
+    c.wait_until_volume_available()
+        .volume_ids(second.volume_id().unwrap())
+        .wait(Duration::from_secs(30))
+        .await
+        .unwrap();
+    c.wait_until_volume_in_use()
+        .volume_ids(&id)
+        .wait(Duration::from_secs(30))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
