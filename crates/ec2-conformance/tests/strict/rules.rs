@@ -315,3 +315,126 @@ async fn state_survives_a_restart() {
         2
     );
 }
+
+#[tokio::test]
+async fn volume_from_a_pending_snapshot_is_incorrect_state() {
+    // Realistic timing: a snapshot stays pending for seconds.
+    let t = sim_with(|c| c.timing = ec2_sim::Timing::Realistic);
+    let c = &t.client;
+    let vol = available_volume(c, ZONE_A, 2).await;
+    let snap = c.create_snapshot().volume_id(&vol).send().await.unwrap();
+    let early = c
+        .create_volume()
+        .availability_zone(ZONE_A)
+        .snapshot_id(snap.snapshot_id().unwrap())
+        .send()
+        .await;
+    assert_eq!(code_of(early), "IncorrectState");
+}
+
+#[tokio::test]
+async fn describe_instances_and_snapshots_filters_and_pages() {
+    let t = sim();
+    let c = &t.client;
+    let run = c
+        .run_instances()
+        .image_id("ami-12345678")
+        .min_count(6)
+        .max_count(6)
+        .placement(Placement::builder().availability_zone(ZONE_B).build())
+        .send()
+        .await
+        .unwrap();
+    let ids: Vec<String> = run
+        .instances()
+        .iter()
+        .map(|i| i.instance_id().unwrap().to_string())
+        .collect();
+    c.terminate_instances()
+        .instance_ids(&ids[0])
+        .send()
+        .await
+        .unwrap();
+
+    let page = c.describe_instances().max_results(5).send().await.unwrap();
+    let first: Vec<&str> = page
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter_map(|i| i.instance_id())
+        .collect();
+    assert_eq!(first.len(), 5);
+    let rest = c
+        .describe_instances()
+        .max_results(5)
+        .next_token(page.next_token().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let rest: Vec<&str> = rest
+        .reservations()
+        .iter()
+        .flat_map(|r| r.instances())
+        .filter_map(|i| i.instance_id())
+        .collect();
+    assert_eq!(rest.len(), 1);
+    let with_ids = c
+        .describe_instances()
+        .instance_ids(&ids[1])
+        .max_results(5)
+        .send()
+        .await;
+    assert_eq!(code_of(with_ids), "InvalidParameterCombination");
+
+    let filter = |name: &str, value: &str| {
+        aws_sdk_ec2::types::Filter::builder()
+            .name(name)
+            .values(value)
+            .build()
+    };
+    let terminating = c
+        .describe_instances()
+        .filters(filter("instance-state-name", "shutting-down"))
+        .filters(filter("availability-zone", ZONE_B))
+        .send()
+        .await
+        .unwrap();
+    let terminated = c
+        .describe_instances()
+        .filters(filter("instance-state-name", "terminated"))
+        .send()
+        .await
+        .unwrap();
+    let found: Vec<&str> = terminating
+        .reservations()
+        .iter()
+        .chain(terminated.reservations())
+        .flat_map(|r| r.instances())
+        .filter_map(|i| i.instance_id())
+        .collect();
+    assert_eq!(found, [ids[0].as_str()]);
+
+    // DescribeSnapshots: our own by `self`, nobody else's.
+    let vol = available_volume(c, ZONE_B, 1).await;
+    let snap = c.create_snapshot().volume_id(&vol).send().await.unwrap();
+    let mine = c
+        .describe_snapshots()
+        .owner_ids("self")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        mine.snapshots()
+            .iter()
+            .filter_map(|s| s.snapshot_id())
+            .collect::<Vec<_>>(),
+        [snap.snapshot_id().unwrap()]
+    );
+    let others = c
+        .describe_snapshots()
+        .owner_ids("999999999999")
+        .send()
+        .await
+        .unwrap();
+    assert!(others.snapshots().is_empty());
+}
