@@ -56,6 +56,12 @@ impl Disks {
             fs::create_dir_all(&d).map_err(io_err(&d))?;
         }
         if backing == Backing::Loop {
+            // Fail at start rather than at the first attach.
+            if !Path::new("/dev/loop-control").exists() {
+                return Err(Error::Loop(
+                    "backing 'loop' needs /dev/loop-control (root with loop support); use backing 'file' otherwise".into(),
+                ));
+            }
             let by_id = device_dir.join("disk/by-id");
             fs::create_dir_all(&by_id).map_err(io_err(&by_id))?;
         }

@@ -29,21 +29,33 @@ pub(crate) fn attachment_fields(x: &mut Xml, volume_id: &str, a: &Attachment, st
         .leaf("deleteOnTermination", a.delete_on_termination);
 }
 
-/// Volume fields (the content of a `volumeSet/item`, or of CreateVolumeResponse).
+/// Volume fields (the content of a `volumeSet/item`).
 pub(crate) fn volume_fields(x: &mut Xml, v: &Volume, status: &str) {
+    volume_fields_with(x, v, status, true);
+}
+
+/// CreateVolumeResponse: the volume fields without `attachmentSet`, which CreateVolume
+/// does not return.
+pub(crate) fn created_volume_fields(x: &mut Xml, v: &Volume, status: &str) {
+    volume_fields_with(x, v, status, false);
+}
+
+fn volume_fields_with(x: &mut Xml, v: &Volume, status: &str, attachments: bool) {
     x.leaf("volumeId", &v.id)
         .leaf("size", v.size_gib)
         .leaf("snapshotId", v.snapshot_id.as_deref().unwrap_or(""))
         .leaf("availabilityZone", &v.zone)
         .leaf("status", status)
         .leaf("createTime", iso8601(v.create_ms));
-    x.start("attachmentSet");
-    for a in &v.attachments {
-        x.start("item");
-        attachment_fields(x, &v.id, a, a.state.as_str());
-        x.end("item");
+    if attachments {
+        x.start("attachmentSet");
+        for a in &v.attachments {
+            x.start("item");
+            attachment_fields(x, &v.id, a, a.state.as_str());
+            x.end("item");
+        }
+        x.end("attachmentSet");
     }
-    x.end("attachmentSet");
     tags(x, &v.tags);
     x.leaf("volumeType", &v.volume_type)
         .opt_leaf("iops", v.iops)

@@ -52,6 +52,10 @@ async fn create_volume_goes_creating_then_available() {
     let id = x.get("volumeId");
     assert!(id.starts_with("vol-") && id.len() == 21, "{id}");
     assert_eq!(x.get("status"), "creating");
+    assert!(
+        x.child("attachmentSet").is_none(),
+        "CreateVolume returns no attachmentSet"
+    );
     assert_eq!(x.get("size"), "10");
     assert_eq!(x.get("iops"), "3000");
     assert_eq!(x.get("throughput"), "125");
@@ -65,6 +69,7 @@ async fn create_volume_goes_creating_then_available() {
     assert_eq!(x.at("tagSet/item/key"), "CSIVolumeName");
     assert_eq!(x.at("tagSet/item/value"), "pvc-1");
     let v = s.ec2.wait_status(&id, "available").await;
+    assert!(v.child("attachmentSet").is_some());
     assert_eq!(v.get("availabilityZone"), "us-east-1a");
     assert_eq!(v.get("volumeType"), "gp3");
     let image = s.dir.path().join(format!("state/volumes/{id}.img"));

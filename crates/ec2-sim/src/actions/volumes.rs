@@ -29,9 +29,9 @@ pub(crate) fn create(
             // The same call again: the same volume, in its current state.
             let id = prev.ids.first().cloned().unwrap_or_default();
             if let Some(v) = engine.cloud.volumes.get(&id) {
-                render::volume_fields(x, v, v.status(now));
+                render::created_volume_fields(x, v, v.status(now));
             } else if let Some(v) = &prev.volume {
-                render::volume_fields(x, v, "deleted");
+                render::created_volume_fields(x, v, "deleted");
             }
             return Ok(());
         }
@@ -155,7 +155,7 @@ pub(crate) fn create(
         tracing::info!(volume_id = %id, "KMS key does not exist: the volume will vanish");
     }
     // The response of CreateVolume always says `creating`, as AWS's does.
-    render::volume_fields(x, &volume, "creating");
+    render::created_volume_fields(x, &volume, "creating");
     if let Some(t) = token {
         engine.cloud.tokens.insert(
             format!("CreateVolume/{t}"),
