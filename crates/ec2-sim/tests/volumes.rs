@@ -573,6 +573,17 @@ async fn unknown_action_and_malformed_request() {
     s.ec2
         .fails("LaunchRockets", &[], 400, "InvalidAction")
         .await;
+    // The query string works as well as a form body.
+    let (status, body) = s
+        .ec2
+        .raw(
+            "GET",
+            "/?Action=DescribeAvailabilityZones&Version=2016-11-15",
+            "",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("<zoneName>us-east-1a</zoneName>"), "{body}");
     let (status, body) = s.ec2.raw("POST", "/", "Version=2016-11-15").await;
     assert_eq!(status, 400);
     assert!(body.contains("<Code>MissingParameter</Code>"), "{body}");
