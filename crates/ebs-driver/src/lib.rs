@@ -1,9 +1,15 @@
 //! ebs-csi-driver: the AWS EBS CSI driver.
 //!
-//! This first part is the node side: finding and verifying the attached block device, blkid,
-//! mkfs, fsck, mount, bind mounts, stats and online resize (`node`). The controller side and the
-//! cloud layer come later under `controller/` and `cloud/`; the gRPC adapters stay thin and map
-//! [`Error`] to a status in one place.
+//! This first part is the node side (see `docs/ebs-driver-node.md`):
+//!
+//! - [`NodeService`]: the domain service (`node/`): finding and verifying the attached block
+//!   device, blkid, mkfs only on blank devices, fsck, mount and bind mounts, stats, online
+//!   resize; idempotent, serialised per volume, no gRPC types;
+//! - [`CsiNodeSvc`] and [`CsiIdentitySvc`]: the thin csi.v1.Node and csi.v1.Identity adapters,
+//!   which validate requests and map [`Error`] to a status in one place (`error.rs`);
+//! - [`run`] / [`serve`]: both services on a unix socket, what `ebs-csi-driver` runs.
+//!
+//! The controller side and the cloud layer come later under `controller/` and `cloud/`.
 
 use std::path::PathBuf;
 
