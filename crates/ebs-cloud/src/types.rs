@@ -1,0 +1,165 @@
+//! Plain data the [`crate::Cloud`] trait speaks: no SDK types leak out of `ebs-cloud-aws`.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+/// What to create. Sizes are GiB, as EC2 counts them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskOptions {
+    pub size_gib: i64,
+    /// gp2, gp3, io1, io2, st1, sc1, standard.
+    pub volume_type: String,
+    pub iops: Option<i64>,
+    pub throughput: Option<i64>,
+    pub encrypted: bool,
+    pub kms_key_id: Option<String>,
+    pub zone: String,
+    pub snapshot_id: Option<String>,
+    pub multi_attach: bool,
+    /// Extra tags; the name tag is always added.
+    pub tags: BTreeMap<String, String>,
+}
+
+/// An EBS volume as DescribeVolumes shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Disk {
+    pub volume_id: String,
+    pub size_gib: i64,
+    pub zone: String,
+    /// creating, available, in-use, deleting, deleted, error.
+    pub state: String,
+    pub volume_type: String,
+    pub iops: Option<i64>,
+    pub throughput: Option<i64>,
+    pub encrypted: bool,
+    pub kms_key_id: Option<String>,
+    pub snapshot_id: Option<String>,
+    pub multi_attach: bool,
+    pub tags: BTreeMap<String, String>,
+    pub attachments: Vec<VolumeAttachment>,
+}
+
+impl Disk {
+    /// The attachment to one instance, if any.
+    pub fn attachment_to(&self, instance_id: &str) -> Option<&VolumeAttachment> {
+        self.attachments
+            .iter()
+            .find(|a| a.instance_id == instance_id)
+    }
+}
+
+/// One attachment of a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeAttachment {
+    pub instance_id: String,
+    pub device: String,
+    pub state: AttachmentState,
+}
+
+/// EC2's attachment states; `Detached` also stands for "no attachment".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttachmentState {
+    Attaching,
+    Attached,
+    Detaching,
+    Detached,
+    Busy,
+}
+
+impl AttachmentState {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "attaching" => Self::Attaching,
+            "attached" => Self::Attached,
+            "detaching" => Self::Detaching,
+            "detached" => Self::Detached,
+            "busy" => Self::Busy,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Attaching => "attaching",
+            Self::Attached => "attached",
+            Self::Detaching => "detaching",
+            Self::Detached => "detached",
+            Self::Busy => "busy",
+        }
+    }
+}
+
+/// An instance and the devices in its block device mapping (the source of truth for which
+/// device names are taken).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Instance {
+    pub instance_id: String,
+    pub zone: String,
+    /// pending, running, stopping, stopped, shutting-down, terminated.
+    pub state: String,
+    pub root_device: Option<String>,
+    pub devices: Vec<BlockDevice>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockDevice {
+    pub device: String,
+    pub volume_id: String,
+}
+
+/// An EBS snapshot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub snapshot_id: String,
+    pub source_volume_id: String,
+    pub size_gib: i64,
+    /// pending, completed, error.
+    pub state: String,
+    /// Seconds and nanoseconds since the epoch.
+    pub created: (i64, u32),
+    pub tags: BTreeMap<String, String>,
+}
+
+impl Snapshot {
+    pub fn ready(&self) -> bool {
+        self.state == "completed"
+    }
+}
+
+/// One page of [`crate::Cloud::list_snapshots`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SnapshotPage {
+    pub snapshots: Vec<Snapshot>,
+    pub next_token: Option<String>,
+}
+
+/// The EC2 client token for a CSI name: the hex SHA-256 of the name, exactly 64 characters (the
+/// most EC2 accepts). A name is up to 128 bytes in Kubernetes, so it cannot be used as is, and
+/// a hash keeps two names from sharing a token by truncation.
+pub fn client_token(name: &str) -> String {
+    hex::encode(Sha256::digest(name.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_token_is_64_hex_chars_and_stable() {
+        let t = client_token("pvc-0a6c8f6e-aaaa-bbbb-cccc-1234567890ab");
+        assert_eq!(t.len(), 64);
+        assert!(t.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(t, client_token("pvc-0a6c8f6e-aaaa-bbbb-cccc-1234567890ab"));
+        assert_ne!(t, client_token("pvc-other"));
+        assert_eq!(client_token(&"x".repeat(500)).len(), 64);
+    }
+
+    #[test]
+    fn attachment_states_round_trip() {
+        for s in ["attaching", "attached", "detaching", "detached", "busy"] {
+            assert_eq!(AttachmentState::parse(s).map(|a| a.as_str()), Some(s));
+        }
+        assert_eq!(AttachmentState::parse("bogus"), None);
+    }
+}
