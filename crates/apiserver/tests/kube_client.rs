@@ -389,7 +389,7 @@ async fn patches_merge_json_and_declined_types() {
     assert_eq!(e.details.unwrap().causes[0].field, "spec.attachRequired");
 
     // Strategic merge: maps merge, finalizers merge as a set.
-    let sm = drivers
+    drivers
         .patch(
             "ebs.csi.aws.com",
             &PatchParams::default(),
@@ -404,7 +404,7 @@ async fn patches_merge_json_and_declined_types() {
             &Patch::Strategic(json!({"metadata": {"finalizers": ["two/y", "one/x"]}})),
         )
         .await
-        .unwrap_or(sm);
+        .unwrap();
     assert_eq!(sm.metadata.finalizers.unwrap(), vec!["one/x", "two/y"]);
     assert_eq!(sm.metadata.labels.unwrap()["a"], "b");
     // Unknown directives are a 400.

@@ -320,7 +320,7 @@ pub(crate) fn select_list(app: &App, t: &Target, req: &Req) -> ApiResult<(Vec<Ar
             }
         }
     };
-    let (list_rv, objects) = app.store.list(t.res, t.ns.as_deref(), at).map_err(|compacted| {
+    let (list_rv, objects) = app.store.list(t.res, t.ns.as_deref(), at, start.as_ref()).map_err(|compacted| {
         if start.is_some() {
             ApiError::gone("The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.")
         } else {
@@ -332,11 +332,9 @@ pub(crate) fn select_list(app: &App, t: &Target, req: &Req) -> ApiResult<(Vec<Ar
     })?;
     let pinned = sel.fields.pinned_name().map(str::to_string);
     let mut selected = objects.into_iter().filter(|o| {
-        let after_start = start.as_ref().is_none_or(|k| crate::store::key_of(o) > *k);
-        after_start
-            && pinned
-                .as_deref()
-                .is_none_or(|n| crate::http_util::name(o) == n)
+        pinned
+            .as_deref()
+            .is_none_or(|n| crate::http_util::name(o) == n)
             && sel.matches(o)
     });
     let mut items: Vec<Arc<Value>> = Vec::new();

@@ -667,7 +667,7 @@ fn delete_namespace_contents(app: &App, ns: &str) {
         .enumerate()
         .filter(|(_, d)| d.namespaced)
     {
-        let Ok((_, objs)) = app.store.list(res, Some(ns), None) else {
+        let Ok((_, objs)) = app.store.list(res, Some(ns), None, None) else {
             continue;
         };
         for o in objs {

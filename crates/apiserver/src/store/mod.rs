@@ -204,21 +204,29 @@ impl Store {
         self.lock().objects[res].get(key).cloned()
     }
 
-    /// The objects of `res` (in `ns` if given), ordered by key, as of `at` (now when `None`),
-    /// together with the resourceVersion of the list.
+    /// The objects of `res` (in `ns` if given, with keys after `after` if given), ordered by
+    /// key, as of `at` (now when `None`), together with the resourceVersion of the list.
     pub fn list(
         &self,
         res: ResourceId,
         ns: Option<&str>,
         at: Option<u64>,
+        after: Option<&Key>,
     ) -> Result<(u64, Vec<Arc<Value>>), u64> {
+        use std::ops::Bound;
         let st = self.lock();
         let in_ns = |k: &Key| ns.is_none_or(|n| k.0 == n);
+        let after_start = |k: &Key| after.is_none_or(|a| k > a);
+        // Pages start after the last key of the previous page: seek there instead of scanning.
+        let lower = match after {
+            Some(a) => Bound::Excluded(a.clone()),
+            None => Bound::Unbounded,
+        };
         let at = match at {
             Some(at) if at < st.rv => at,
             _ => {
                 let items = st.objects[res]
-                    .iter()
+                    .range((lower, Bound::Unbounded))
                     .filter(|(k, _)| in_ns(k))
                     .map(|(_, v)| v.clone())
                     .collect();
@@ -252,7 +260,12 @@ impl Store {
                 (_, None) => {}
             }
         }
-        Ok((at, map.into_values().collect()))
+        let items = map
+            .into_iter()
+            .filter(|(k, _)| after_start(k))
+            .map(|(_, v)| v)
+            .collect();
+        Ok((at, items))
     }
 
     /// Applies one write to the object at `key` atomically: `f` sees the current object and
@@ -451,11 +464,11 @@ mod tests {
             .unwrap();
         put(&s, "b", "1");
         put(&s, "a", "2");
-        let (rv, now) = s.list(0, None, None).unwrap();
+        let (rv, now) = s.list(0, None, None, None).unwrap();
         assert_eq!(rv, rv_a + 2);
         assert_eq!(now.len(), 2);
         assert_eq!(now[0]["metadata"]["labels"]["l"], "2");
-        let (_, then) = s.list(0, None, Some(rv_a)).unwrap();
+        let (_, then) = s.list(0, None, Some(rv_a), None).unwrap();
         assert_eq!(then.len(), 1);
         assert_eq!(then[0]["metadata"]["labels"]["l"], "1");
     }
@@ -468,7 +481,7 @@ mod tests {
         }
         let compacted = s.watch(filter(), WatchStart::After(1)).unwrap_err();
         assert!(compacted > 1);
-        assert!(s.list(0, None, Some(2)).is_err());
+        assert!(s.list(0, None, Some(2), None).is_err());
         let sub = s
             .watch(filter(), WatchStart::After(s.current_rv() - 1))
             .unwrap();
