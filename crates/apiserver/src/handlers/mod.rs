@@ -1,6 +1,7 @@
 //! Request routing and the read verbs (get, list). Writes are in `write.rs`, watch in
 //! `crate::watch`, discovery in `crate::discovery`.
 
+mod delete;
 mod managed;
 mod smp;
 mod write;
@@ -158,11 +159,11 @@ async fn route(app: &Arc<App>, path: &str, req: Req) -> ApiResult<Response> {
         (&Method::POST, false, None) if target.ns.is_some() || !target.def().namespaced => {
             write::create(app, &target, &req)
         }
-        (&Method::DELETE, false, None) => write::delete_collection(app, &target, &req),
+        (&Method::DELETE, false, None) => delete::delete_collection(app, &target, &req),
         (&Method::GET, true, None | Some("status")) => get(app, &target, &req),
         (&Method::PUT, true, None | Some("status")) => write::update(app, &target, &req),
         (&Method::PATCH, true, None | Some("status")) => write::patch(app, &target, &req),
-        (&Method::DELETE, true, None) => write::delete(app, &target, &req),
+        (&Method::DELETE, true, None) => delete::delete(app, &target, &req),
         (&Method::POST, true, Some("binding")) => write::bind(app, &target, &req),
         (m, ..) => Err(ApiError::method_not_allowed(m.as_str())),
     }
