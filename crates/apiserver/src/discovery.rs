@@ -135,6 +135,17 @@ pub(crate) fn serve(app: &App, segs: &[&str], req: &Req) -> Option<ApiResult<Res
     let answer = match segs {
         ["version"] => ok(&version()),
         ["healthz" | "livez" | "readyz", ..] => Ok((StatusCode::OK, "ok").into_response()),
+        ["metrics"] => {
+            let text = app
+                .metrics
+                .render(app.store.watcher_count(), app.store.current_rv());
+            let mut r = Response::new(axum::body::Body::from(text));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            Ok(r)
+        }
         // An empty OpenAPI v2 document (zero protobuf bytes): kubectl's client-side validation
         // finds no schema for the kind and skips it, as for any type it has no schema for.
         ["openapi", "v2"] => Ok(openapi_v2_empty(req)),

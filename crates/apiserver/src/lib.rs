@@ -9,6 +9,7 @@
 mod discovery;
 mod handlers;
 mod http_util;
+mod metrics;
 mod resources;
 mod selectors;
 mod server;

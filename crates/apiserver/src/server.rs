@@ -58,6 +58,7 @@ pub(crate) struct App {
     pub addr: SocketAddr,
     pub namespaces: ResourceId,
     pub shutdown: watch::Receiver<bool>,
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// The namespaces every cluster starts with.
@@ -134,6 +135,7 @@ impl ApiServer {
             addr,
             namespaces: ns_res,
             shutdown: shutdown_rx.clone(),
+            metrics: crate::metrics::Metrics::new(),
         });
         let router = Router::new()
             .fallback(handlers::dispatch)

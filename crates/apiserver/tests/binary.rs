@@ -106,3 +106,25 @@ async fn binary_serves_and_keeps_data_across_restarts() {
     let node = nodes.get("node-1").await.unwrap();
     assert_eq!(node.metadata.labels.unwrap()["zone"], "a");
 }
+
+#[tokio::test]
+async fn metrics_count_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let _server = spawn(&kubeconfig, &dir.path().join("data"));
+    let client = client(&kubeconfig).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes.list(&Default::default()).await.unwrap();
+    let _ = nodes.get("missing").await;
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(req).await.unwrap();
+    assert!(
+        text.contains(r#"apiserver_request_total{verb="GET",resource="nodes",code="200"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"apiserver_request_total{verb="GET",resource="nodes",code="404"} 1"#),
+        "{text}"
+    );
+    assert!(text.contains("apiserver_resource_version"), "{text}");
+}

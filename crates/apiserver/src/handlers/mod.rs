@@ -17,6 +17,7 @@ use bytes::Bytes;
 use http::{Method, StatusCode, header};
 use serde::Serialize;
 use serde_json::{Value, json};
+use tracing::Instrument;
 
 use crate::http_util::json_response;
 use crate::resources::{self, ResourceDef, ResourceId};
@@ -123,14 +124,35 @@ pub(crate) async fn dispatch(State(app): State<Arc<App>>, request: Request) -> R
         body,
     };
     let span = tracing::debug_span!("request", method = %req.method, path = %path);
-    let _guard = span.enter();
-    match route(&app, &path, req).await {
+    let verb = if req.flag("watch") || path.contains("/watch/") {
+        "WATCH".to_string()
+    } else {
+        req.method.to_string()
+    };
+    let resp = match route(&app, &path, req).instrument(span).await {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(code = e.code, reason = e.reason, message = %e.message, "request failed");
             e.into_response()
         }
-    }
+    };
+    app.metrics
+        .request(&verb, resource_label(&path), resp.status().as_u16());
+    resp
+}
+
+/// The resource a path addresses, for metrics ("" for discovery and unknown paths).
+fn resource_label(path: &str) -> &'static str {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return "",
+    };
+    rest.iter()
+        .rev()
+        .find_map(|s| resources::find(group, version, s))
+        .map_or("", |r| resources::get(r).plural)
 }
 
 async fn route(app: &Arc<App>, path: &str, req: Req) -> ApiResult<Response> {
