@@ -951,3 +951,46 @@ async fn data_dir_keeps_objects_across_restarts() {
     assert_eq!(names, vec!["keep"]);
     second.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn concurrent_read_modify_write_loses_no_update() {
+    let server = start().await;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(server.client(), "default");
+    let lease = serde_json::from_value(
+        json!({"metadata": {"name": "counter"}, "spec": {"leaseTransitions": 0}}),
+    )
+    .unwrap();
+    leases.create(&PostParams::default(), &lease).await.unwrap();
+    let (tasks, per_task) = (8, 25);
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let leases = leases.clone();
+        handles.push(tokio::spawn(async move {
+            let mut conflicts = 0;
+            for _ in 0..per_task {
+                loop {
+                    let mut cur = leases.get("counter").await.unwrap();
+                    let spec = cur.spec.as_mut().unwrap();
+                    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+                    match leases
+                        .replace("counter", &PostParams::default(), &cur)
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(kube::Error::Api(s)) if s.code == 409 => conflicts += 1,
+                        Err(e) => panic!("unexpected error: {e}"),
+                    }
+                }
+            }
+            conflicts
+        }));
+    }
+    let mut conflicts = 0;
+    for h in handles {
+        conflicts += h.await.unwrap();
+    }
+    let end = leases.get("counter").await.unwrap();
+    assert_eq!(end.spec.unwrap().lease_transitions, Some(tasks * per_task));
+    eprintln!("{conflicts} conflicts retried");
+}
