@@ -81,7 +81,13 @@ pub(crate) fn label_value(s: &str) -> Vec<String> {
     if s.len() > 63 {
         out.push("must be no more than 63 characters".to_string());
     }
-    if !s.is_empty() && !is_name_part(&s[..s.len().min(63)]) {
+    let b = s.as_bytes();
+    let well_formed = b
+        .iter()
+        .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))
+        && b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric);
+    if !s.is_empty() && !well_formed {
         out.push(LABEL_VALUE_MSG.to_string());
     }
     out
@@ -108,5 +114,7 @@ mod tests {
         assert!(label_value("v1.2_x").is_empty());
         assert!(!label_value("-x").is_empty());
         assert!(!label_value(&"a".repeat(64)).is_empty());
+        // Multi-byte characters are rejected, never sliced through.
+        assert_eq!(label_value(&"é".repeat(40)).len(), 2);
     }
 }
