@@ -72,9 +72,9 @@ pub struct Output {
 pub fn run(config: &Config) -> Result<Output> {
     let (source, origin) = match &config.command {
         Command::Vectors { file } => {
-            let text = std::fs::read_to_string(file).map_err(|source| Error::Io {
+            let text = std::fs::read_to_string(file).map_err(|error| Error::Io {
                 path: file.display().to_string(),
-                source,
+                error,
             })?;
             (text, file.display().to_string())
         }

@@ -87,9 +87,9 @@ impl Document {
 
 /// The text of `path`, or of standard input for `-`.
 pub(crate) fn read_source(path: &str) -> Result<String> {
-    let io = |source| Error::Io {
+    let io = |error| Error::Io {
         path: path.to_string(),
-        source,
+        error,
     };
     if path == "-" {
         let mut s = String::new();

@@ -144,12 +144,12 @@ pub enum Error {
         message: String,
     },
     /// Reading a file failed.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {error}")]
     Io {
         /// The path (or `-` for standard input).
         path: String,
-        /// The I/O error.
-        source: std::io::Error,
+        /// The I/O error (part of the message, so not also a `source`).
+        error: std::io::Error,
     },
     /// Writing output failed.
     #[error("cannot write output: {0}")]

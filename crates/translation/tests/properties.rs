@@ -484,7 +484,7 @@ fn odd_source() -> impl Strategy<Value = (String, Value)> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(2000))]
+    #![proptest_config(ProptestConfig::with_cases(1000))]
 
     /// Whatever the object holds, every entry point returns (Ok or Err) instead of panicking.
     #[test]

@@ -12,10 +12,25 @@ fuzz_target!(|data: &[u8]| {
     };
     let input = String::from("-");
     let commands = [
-        Command::Pv { input: input.clone(), direction: Direction::ToCsi, format: Format::Yaml },
-        Command::Pv { input: input.clone(), direction: Direction::ToInTree, format: Format::Json },
-        Command::Inline { input: input.clone(), namespace: "ns".into(), format: Format::Yaml },
-        Command::StorageClass { input: input.clone(), format: Format::Yaml },
+        Command::Pv {
+            input: input.clone(),
+            direction: Direction::ToCsi,
+            format: Format::Yaml,
+        },
+        Command::Pv {
+            input: input.clone(),
+            direction: Direction::ToInTree,
+            format: Format::Json,
+        },
+        Command::Inline {
+            input: input.clone(),
+            namespace: "ns".into(),
+            format: Format::Yaml,
+        },
+        Command::StorageClass {
+            input: input.clone(),
+            format: Format::Yaml,
+        },
         Command::Plan { input },
     ];
     for command in &commands {

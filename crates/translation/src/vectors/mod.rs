@@ -160,9 +160,9 @@ pub fn run_str(text: &str) -> Report {
 
 /// Reads and runs a vector file.
 pub fn run_file(path: &Path) -> crate::Result<Report> {
-    let text = std::fs::read_to_string(path).map_err(|source| crate::Error::Io {
+    let text = std::fs::read_to_string(path).map_err(|error| crate::Error::Io {
         path: path.display().to_string(),
-        source,
+        error,
     })?;
     Ok(run_str(&text))
 }
