@@ -350,6 +350,32 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// What `csi-translate pv` prints (YAML, or JSON) reads back as exactly the library's
+    /// translation, whatever characters the labels and names hold.
+    #[test]
+    fn cli_output_reads_back_as_the_translation(
+        pv in prop_oneof![vsphere_pv(), azure_file_pv(), aws_pv(), gce_pv()],
+        note in "\\PC{0,16}",
+        json_out in any::<bool>(),
+    ) {
+        let mut pv = pv;
+        pv.metadata.labels.get_or_insert_with(BTreeMap::new).insert("note".into(), note);
+        let expected = translate_in_tree_pv_to_csi(&pv).unwrap();
+        let format = if json_out { Format::Json } else { Format::Yaml };
+        let command = Command::Pv { input: "-".into(), direction: Direction::ToCsi, format };
+        let out = run_text(&command, &serde_json::to_string(&pv).unwrap(), "prop").unwrap();
+        let read: Vec<PersistentVolume> = if json_out {
+            vec![serde_json::from_str(&out.text).unwrap()]
+        } else {
+            serde_saphyr::from_multiple(&out.text).unwrap()
+        };
+        prop_assert_eq!(read, vec![expected], "output:\n{}", out.text);
+    }
+}
+
 /// JSON values shaped like Kubernetes objects, with strings chosen to hit parsers' edges.
 fn odd_string() -> impl Strategy<Value = Value> {
     prop_oneof![
