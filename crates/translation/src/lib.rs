@@ -38,10 +38,10 @@ pub mod vectors;
 
 pub use plugins::{InTreePlugin, plugin_by_csi_name, plugin_by_in_tree_name, plugins};
 pub use translator::{
-    Translator, csi_name_from_in_tree_name, in_tree_name_from_csi_name,
-    in_tree_plugin_name_from_spec, is_inline_migratable, is_migratable_in_tree_plugin_by_name,
-    is_migrated_csi_driver_by_name, is_pv_migratable, repair_volume_handle,
-    translate_csi_pv_to_in_tree, translate_in_tree_inline_volume_to_csi,
+    MIGRATED_PLUGINS_ANNOTATION, Translator, csi_name_from_in_tree_name,
+    in_tree_name_from_csi_name, in_tree_plugin_name_from_spec, is_inline_migratable,
+    is_migratable_in_tree_plugin_by_name, is_migrated_csi_driver_by_name, is_pv_migratable,
+    repair_volume_handle, translate_csi_pv_to_in_tree, translate_in_tree_inline_volume_to_csi,
     translate_in_tree_pv_to_csi, translate_in_tree_storage_class_to_csi,
 };
 

@@ -7,6 +7,10 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use crate::plugins::{InTreePlugin, plugin_by_csi_name, plugin_by_in_tree_name, plugins};
 use crate::{Error, Result};
 
+/// CSINode annotation listing the in-tree plugins whose operations the node's kubelet sends to
+/// their CSI drivers (seed 003, "Kubelet Initialization & Migration Annotation").
+pub const MIGRATED_PLUGINS_ANNOTATION: &str = "storage.alpha.kubernetes.io/migrated-plugins";
+
 /// Translates an in-tree PV (one of the seven plugins) to a PV with a CSI source. The input is
 /// not modified.
 pub fn translate_in_tree_pv_to_csi(pv: &PersistentVolume) -> Result<PersistentVolume> {
