@@ -54,6 +54,7 @@ fn main() {
     let sock = fx.path("csi.sock");
     let endpoint = format!("unix://{}", sock.display());
     let child = Command::new(env!("CARGO_BIN_EXE_ebs-csi-driver"))
+        .args(["--mode", "node"])
         .args(["--node-id", "i-0123456789abcdef0", "--zone", "us-east-1a"])
         .arg("--endpoint")
         .arg(&endpoint)

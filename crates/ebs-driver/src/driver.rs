@@ -1,35 +1,98 @@
-//! Serving the driver's CSI services on the endpoint until shutdown.
+//! Serving the driver's CSI services on the endpoint until shutdown, in one of three modes.
 
 use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use csi_spec::UnixSocket;
+use csi_spec::v1::controller_server::ControllerServer;
 use csi_spec::v1::identity_server::IdentityServer;
 use csi_spec::v1::node_server::NodeServer;
+use ebs_cloud::CloudMetrics;
+use ebs_cloud_aws::{AwsCloud, AwsConfig};
+use prometheus_client::registry::Registry;
+use tokio::sync::watch;
 use tonic::transport::Server;
 
+use crate::controller::{ControllerConfig, ControllerService};
+use crate::controller_svc::CsiControllerSvc;
 use crate::identity::{CsiIdentitySvc, IdentityConfig};
+use crate::metrics::{ReadyCheck, RpcMetrics, RpcMetricsLayer, serve_http};
 use crate::node::requests::NodeConfig;
 use crate::node::service::NodeService;
 use crate::node::{CsiNodeSvc, NodeInfo};
-use crate::{Error, Result};
+use crate::{Error, Result, embedded};
 
-/// Everything `ebs-csi-driver` needs to run (node mode; the controller comes later).
+/// Which services this process runs (seed 004, "No credentials on nodes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    /// Identity + Controller: talks to EC2, needs credentials.
+    Controller,
+    /// Identity + Node: no credentials, no EC2 call; controller RPCs are Unimplemented.
+    Node,
+    /// Everything in one process.
+    All,
+}
+
+impl Mode {
+    pub fn controller(self) -> bool {
+        self != Mode::Node
+    }
+    pub fn node(self) -> bool {
+        self != Mode::Controller
+    }
+}
+
+/// Everything `ebs-csi-driver` needs to run.
 #[derive(Debug, Clone)]
 pub struct DriverConfig {
     /// `unix:///path/csi.sock` or a plain path.
     pub endpoint: String,
+    pub mode: Mode,
     pub identity: IdentityConfig,
     pub node: NodeConfig,
+    /// `node_id` may be empty with `embedded_ec2` (the registered instance is used).
     pub node_info: NodeInfo,
+    pub controller: ControllerConfig,
+    /// The EC2 client (controller side only).
+    pub aws: AwsConfig,
+    /// `--embedded-ec2 DIR`.
+    pub embedded_ec2: Option<PathBuf>,
+    /// The embedded simulator's timing.
+    pub embedded_timing: ec2_sim::Timing,
+    /// `--http-endpoint`: metrics and health.
+    pub http_endpoint: Option<SocketAddr>,
 }
 
-/// Binds the endpoint, then serves Identity and Node until `shutdown` resolves. The socket file
-/// is removed on the way out.
+impl Default for DriverConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: "unix:///var/lib/kubelet/plugins/ebs.csi.aws.com/csi.sock".into(),
+            mode: Mode::All,
+            identity: IdentityConfig::default(),
+            node: NodeConfig::default(),
+            node_info: NodeInfo {
+                node_id: String::new(),
+                zone: None,
+                max_volumes_per_node: 25,
+            },
+            controller: ControllerConfig::default(),
+            aws: AwsConfig::default(),
+            embedded_ec2: None,
+            embedded_timing: ec2_sim::Timing::Fast,
+            http_endpoint: None,
+        }
+    }
+}
+
+/// Binds the endpoint, then serves until `shutdown` resolves. The socket file is removed on
+/// the way out.
 pub async fn run(config: DriverConfig, shutdown: impl Future<Output = ()>) -> Result<()> {
     // Bad flags fail before the socket exists, so kubelet never sees a half-started driver.
-    let node = build_node(&config)?;
-    let socket = UnixSocket::bind(&config.endpoint).map_err(Error::Endpoint)?;
-    serve_with(socket, node, config, shutdown).await
+    let parts = Parts::build(config).await?;
+    let socket = UnixSocket::bind(&parts.config.endpoint).map_err(Error::Endpoint)?;
+    parts.serve(socket, shutdown).await
 }
 
 /// Like [`run`] on a socket that is already bound (tests bind first to know when it is ready).
@@ -38,37 +101,161 @@ pub async fn serve(
     config: DriverConfig,
     shutdown: impl Future<Output = ()>,
 ) -> Result<()> {
-    let node = build_node(&config)?;
-    serve_with(socket, node, config, shutdown).await
+    Parts::build(config).await?.serve(socket, shutdown).await
 }
 
-fn build_node(config: &DriverConfig) -> Result<NodeService> {
-    if config.node_info.node_id.is_empty() {
-        return Err(Error::invalid(
-            "node_id",
-            "is required (the EC2 instance ID)",
-        ));
-    }
-    NodeService::new(config.node.clone())
-}
-
-async fn serve_with(
-    socket: UnixSocket,
-    node: NodeService,
+struct Parts {
     config: DriverConfig,
-    shutdown: impl Future<Output = ()>,
-) -> Result<()> {
-    tracing::info!(
-        driver = %config.identity.driver_name,
-        node_id = %config.node_info.node_id,
-        endpoint = %socket.path().display(),
-        "starting node service"
-    );
-    let router = Server::builder()
-        .add_service(IdentityServer::new(CsiIdentitySvc::new(config.identity)))
-        .add_service(NodeServer::new(CsiNodeSvc::new(node, config.node_info)));
-    socket
-        .serve(router, shutdown)
-        .await
-        .map_err(Error::Endpoint)
+    embedded: Option<embedded::Embedded>,
+    controller: Option<ControllerService>,
+    node: Option<NodeService>,
+    registry: Registry,
+    rpc: RpcMetrics,
+}
+
+impl Parts {
+    async fn build(mut config: DriverConfig) -> Result<Parts> {
+        let mut registry = Registry::with_prefix("ebs_csi");
+        let rpc = RpcMetrics::default();
+        rpc.register(&mut registry);
+        let mut embedded = None;
+        if let Some(dir) = config.embedded_ec2.clone() {
+            if !config.mode.controller() {
+                return Err(Error::invalid(
+                    "embedded_ec2",
+                    "needs --mode all or controller: node mode makes no EC2 calls (pass --node-id instead)",
+                ));
+            }
+            std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+            let e = embedded::start(&dir, config.embedded_timing).await?;
+            config.aws.endpoint = Some(e.sim.endpoint());
+            config.aws.region = Some(e.region.clone());
+            config.aws.static_credentials = Some((
+                embedded::CREDENTIALS.0.to_string(),
+                embedded::CREDENTIALS.1.to_string(),
+            ));
+            config.node.dev_root = e.device_dir.clone();
+            embedded = Some(e);
+        }
+        let mut controller = None;
+        if config.mode.controller() {
+            let metrics = CloudMetrics::new();
+            metrics.register(&mut registry);
+            let cloud = AwsCloud::new(config.aws.clone(), metrics)
+                .await
+                .map_err(|e| Error::invalid("aws", e.to_string()))?;
+            if let Some(dir) = &config.embedded_ec2 {
+                let instance = embedded::register_instance(&cloud, dir).await?;
+                if config.node_info.node_id.is_empty() {
+                    config.node_info.node_id = instance.instance_id;
+                    config.node_info.zone = Some(instance.zone.clone());
+                }
+                config.controller.default_zone.get_or_insert(instance.zone);
+            }
+            if config.controller.publish.attach_limit.is_none() {
+                config.controller.publish.attach_limit =
+                    usize::try_from(config.node_info.max_volumes_per_node).ok();
+            }
+            controller = Some(ControllerService::new(
+                Arc::new(cloud),
+                config.controller.clone(),
+            ));
+        }
+        let mut node = None;
+        if config.mode.node() {
+            if config.node_info.node_id.is_empty() {
+                return Err(Error::invalid(
+                    "node_id",
+                    "is required in node and all modes (the EC2 instance ID), unless --embedded-ec2 registers one",
+                ));
+            }
+            node = Some(NodeService::new(config.node.clone())?);
+        }
+        config.identity.controller_service = controller.is_some();
+        Ok(Parts {
+            config,
+            embedded,
+            controller,
+            node,
+            registry,
+            rpc,
+        })
+    }
+
+    async fn serve(self, socket: UnixSocket, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let Parts {
+            config,
+            embedded,
+            controller,
+            node,
+            registry,
+            rpc,
+        } = self;
+        tracing::info!(
+            driver = %config.identity.driver_name,
+            mode = ?config.mode,
+            node_id = %config.node_info.node_id,
+            endpoint = %socket.path().display(),
+            "starting"
+        );
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let http = match config.http_endpoint {
+            Some(addr) => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| Error::io("binding the http endpoint", addr.to_string(), e))?;
+                let probe = controller.clone();
+                let ready: ReadyCheck = Arc::new(move || {
+                    let probe = probe.clone();
+                    Box::pin(async move {
+                        match probe {
+                            Some(c) => c.probe().await.is_ok(),
+                            None => true,
+                        }
+                    }) as std::pin::Pin<Box<dyn Future<Output = bool> + Send>>
+                });
+                let mut rx = stop_rx.clone();
+                Some(tokio::spawn(serve_http(
+                    listener,
+                    Arc::new(registry),
+                    ready,
+                    async move {
+                        let _ = rx.wait_for(|s| *s).await;
+                    },
+                )))
+            }
+            None => None,
+        };
+        let identity = match &controller {
+            Some(c) => CsiIdentitySvc::new(config.identity.clone()).with_probe(c.clone()),
+            None => CsiIdentitySvc::new(config.identity.clone()),
+        };
+        let router = Server::builder()
+            .layer(RpcMetricsLayer(rpc))
+            .add_service(IdentityServer::new(identity))
+            .add_optional_service(
+                controller.map(|c| ControllerServer::new(CsiControllerSvc::new(c))),
+            )
+            .add_optional_service(
+                node.map(|n| NodeServer::new(CsiNodeSvc::new(n, config.node_info.clone()))),
+            );
+        let result = socket
+            .serve(router, shutdown)
+            .await
+            .map_err(Error::Endpoint);
+        let _ = stop_tx.send(true);
+        if let Some(h) = http {
+            match h.await {
+                Ok(Err(e)) => tracing::warn!(error = %e, "http endpoint"),
+                Err(e) => tracing::warn!(error = %e, "http endpoint task"),
+                Ok(Ok(())) => {}
+            }
+        }
+        if let Some(e) = embedded {
+            if let Err(err) = e.sim.shutdown().await {
+                tracing::warn!(error = %err, "stopping the embedded EC2");
+            }
+        }
+        result
+    }
 }

@@ -1,5 +1,6 @@
 //! The one place where domain errors become gRPC statuses (CSI spec codes).
 
+use ebs_cloud::CloudError;
 use tonic::{Code, Status};
 
 use crate::Error;
@@ -26,12 +27,43 @@ pub(crate) fn code(e: &Error) -> Code {
         | Error::DeviceTooSmall { .. } => Code::FailedPrecondition,
         // A stale link or an unidentifiable device: the node's view is inconsistent.
         Error::WrongVolume { .. } | Error::BadDevice { .. } => Code::Internal,
+        Error::AlreadyExists { .. } => Code::AlreadyExists,
+        Error::NotFound { .. } => Code::NotFound,
+        Error::AttachedElsewhere { .. } | Error::FailedPrecondition(_) => Code::FailedPrecondition,
+        Error::AttachLimit { .. } => Code::ResourceExhausted,
+        Error::OutOfRange(_) => Code::OutOfRange,
+        // A later call changed the goal; CSI: the CO retries an ABORTED call.
+        Error::Superseded { .. } => Code::Aborted,
+        // CSI: ListSnapshots with a token the plugin did not hand out is ABORTED.
+        Error::BadToken(_) => Code::Aborted,
+        Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
+        // The attach failed on the cloud side and was undone; a retry starts afresh.
+        Error::StuckAttaching { .. } => Code::Internal,
+        Error::Cloud(c) => cloud_code(c),
+        Error::Rpc { .. } => Code::Unknown,
         Error::Command { .. }
         | Error::Spawn { .. }
         | Error::Io { .. }
         | Error::MountInfo(_)
         | Error::Endpoint(_)
         | Error::Internal(_) => Code::Internal,
+    }
+}
+
+/// The CSI code for a cloud-layer error.
+fn cloud_code(e: &CloudError) -> Code {
+    match e {
+        CloudError::NotFound { .. } => Code::NotFound,
+        CloudError::IdempotentParameterMismatch { .. } => Code::AlreadyExists,
+        CloudError::VolumeInUse { .. } => Code::FailedPrecondition,
+        CloudError::AttachmentLimit { .. } => Code::ResourceExhausted,
+        CloudError::InvalidArgument { .. } | CloudError::KmsKeyUnavailable { .. } => {
+            Code::InvalidArgument
+        }
+        // Throttled past every retry: the CO should come back later.
+        CloudError::Throttled { .. } => Code::Unavailable,
+        CloudError::Timeout { .. } => Code::DeadlineExceeded,
+        CloudError::Other { .. } => Code::Internal,
     }
 }
 
@@ -65,6 +97,36 @@ mod tests {
             ),
             (Error::NotStaged("/s".into()), Code::FailedPrecondition),
             (Error::Internal("x".into()), Code::Internal),
+            (
+                Error::AttachLimit {
+                    node_id: "i-1".into(),
+                    reason: "full".into(),
+                },
+                Code::ResourceExhausted,
+            ),
+            (
+                Error::Cloud(CloudError::Throttled {
+                    action: "DescribeVolumes",
+                    message: "slow down".into(),
+                }),
+                Code::Unavailable,
+            ),
+            (
+                Error::Cloud(CloudError::IdempotentParameterMismatch {
+                    what: "volume",
+                    name: "pvc".into(),
+                }),
+                Code::AlreadyExists,
+            ),
+            (
+                Error::Superseded {
+                    call: "ControllerPublishVolume",
+                    volume_id: "vol-1".into(),
+                    node_id: "i-1".into(),
+                    by: "ControllerUnpublishVolume",
+                },
+                Code::Aborted,
+            ),
         ];
         for (err, want) in cases {
             let msg = err.to_string();

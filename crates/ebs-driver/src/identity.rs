@@ -8,6 +8,8 @@ use csi_spec::v1::{
 };
 use tonic::{Request, Response, Status};
 
+use crate::controller::ControllerService;
+
 /// The name `ebs.csi.aws.com` is what CSIDriver objects and PVs refer to.
 pub const DEFAULT_DRIVER_NAME: &str = "ebs.csi.aws.com";
 
@@ -32,11 +34,22 @@ impl Default for IdentityConfig {
 #[derive(Debug, Clone)]
 pub struct CsiIdentitySvc {
     config: IdentityConfig,
+    /// The controller, whose cheap EC2 call Probe makes (none in node mode).
+    controller: Option<ControllerService>,
 }
 
 impl CsiIdentitySvc {
     pub fn new(config: IdentityConfig) -> Self {
-        Self { config }
+        Self {
+            config,
+            controller: None,
+        }
+    }
+
+    /// Probe asks the controller (one cheap EC2 call) whether it can work.
+    pub fn with_probe(mut self, controller: ControllerService) -> Self {
+        self.controller = Some(controller);
+        self
     }
 }
 
@@ -74,11 +87,22 @@ impl Identity for CsiIdentitySvc {
         }))
     }
 
-    /// The node side has nothing remote to depend on: it is ready once it serves.
+    /// The node side has nothing remote to depend on: it is ready once it serves. The
+    /// controller is ready while a cheap EC2 call (DescribeAvailabilityZones) succeeds.
     async fn probe(
         &self,
         _request: Request<ProbeRequest>,
     ) -> Result<Response<ProbeResponse>, Status> {
-        Ok(Response::new(ProbeResponse { ready: Some(true) }))
+        let ready = match &self.controller {
+            None => true,
+            Some(c) => match c.probe().await {
+                Ok(()) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "probe: EC2 is not reachable");
+                    false
+                }
+            },
+        };
+        Ok(Response::new(ProbeResponse { ready: Some(ready) }))
     }
 }

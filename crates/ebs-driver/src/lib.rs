@@ -1,24 +1,36 @@
-//! ebs-csi-driver: the AWS EBS CSI driver.
+//! ebs-csi-driver: the AWS EBS CSI driver (seed 004), and `csictl`.
 //!
-//! This first part is the node side (see `docs/ebs-driver-node.md`):
+//! - [`ControllerService`] (`controller/`): volumes, attachments and snapshots through the
+//!   `ebs_cloud::Cloud` trait (implemented over aws-sdk-ec2 by `ebs-cloud-aws`); idempotent,
+//!   attach/detach reconciled per (volume, node); [`CsiControllerSvc`] is its thin
+//!   csi.v1.Controller adapter;
+//! - [`NodeService`] (`node/`): finding and verifying the attached block device, blkid, mkfs
+//!   only on blank devices, fsck, mount and bind mounts, stats, online resize; [`CsiNodeSvc`] is
+//!   its csi.v1.Node adapter; [`CsiIdentitySvc`] answers csi.v1.Identity;
+//! - [`run`] / [`serve`]: the services of a [`Mode`] (controller, node, all) on a unix socket,
+//!   `--embedded-ec2`, the metrics and health endpoint (`metrics`);
+//! - [`csictl`]: a CSI client for any driver socket, and `csictl demo`.
 //!
-//! - [`NodeService`]: the domain service (`node/`): finding and verifying the attached block
-//!   device, blkid, mkfs only on blank devices, fsck, mount and bind mounts, stats, online
-//!   resize; idempotent, serialised per volume, no gRPC types;
-//! - [`CsiNodeSvc`] and [`CsiIdentitySvc`]: the thin csi.v1.Node and csi.v1.Identity adapters,
-//!   which validate requests and map [`Error`] to a status in one place (`error.rs`);
-//! - [`run`] / [`serve`]: both services on a unix socket, what `ebs-csi-driver` runs.
-//!
-//! The controller side and the cloud layer come later under `controller/` and `cloud/`.
+//! Adapters validate requests and map [`Error`] to a status in one place (`error.rs`). See
+//! `docs/ebs-driver.md` and `docs/ebs-driver-node.md`.
 
 use std::path::PathBuf;
 
+pub mod controller;
+mod controller_svc;
+pub mod csictl;
 mod driver;
+mod embedded;
 mod error;
 pub mod identity;
+pub mod metrics;
 pub mod node;
 
-pub use driver::{DriverConfig, run, serve};
+pub use controller::{ControllerConfig, ControllerService, CreateVolume, PublishConfig};
+pub use controller_svc::CsiControllerSvc;
+pub use driver::{DriverConfig, Mode, run, serve};
+pub use ebs_cloud::BatchConfig;
+pub use ebs_cloud_aws::AwsConfig;
 pub use identity::{CsiIdentitySvc, IdentityConfig};
 pub use node::requests::{
     AccessType, ExpandRequest, NodeConfig, PublishRequest, StageRequest, UnpublishRequest,
@@ -168,6 +180,79 @@ pub enum Error {
     /// The CSI endpoint could not be bound or served.
     #[error(transparent)]
     Endpoint(csi_spec::Error),
+
+    /// A CSI name is already used for a volume or snapshot with other parameters.
+    #[error("{what} name {name} is already used with other parameters: {reason}")]
+    AlreadyExists {
+        what: &'static str,
+        name: String,
+        reason: String,
+    },
+
+    /// The volume, node or snapshot a request names does not exist.
+    #[error("{kind} {id} does not exist")]
+    NotFound { kind: &'static str, id: String },
+
+    /// The volume is attached to another node and is not Multi-Attach.
+    #[error(
+        "volume {volume_id} is attached to node {other}; an EBS volume attaches to one node, so it cannot be published to {node_id} until it is unpublished there"
+    )]
+    AttachedElsewhere {
+        volume_id: String,
+        node_id: String,
+        other: String,
+    },
+
+    /// The world is not in the state the call needs (attached volume on delete...).
+    #[error("{0}")]
+    FailedPrecondition(String),
+
+    /// The node has no room for another volume.
+    #[error("node {node_id} cannot take another volume: {reason}")]
+    AttachLimit { node_id: String, reason: String },
+
+    /// The capacity range cannot be satisfied in whole GiB.
+    #[error("capacity_range: {0}")]
+    OutOfRange(String),
+
+    /// A later call for the same volume and node changed the goal of this one.
+    #[error("{call} of volume {volume_id} on node {node_id} was superseded by a later {by}")]
+    Superseded {
+        call: &'static str,
+        volume_id: String,
+        node_id: String,
+        by: &'static str,
+    },
+
+    /// An attachment stayed `attaching` too long; it was detached again (never forced) and its
+    /// device name put aside.
+    #[error(
+        "volume {volume_id} stayed 'attaching' to {node_id} at {device} for {waited:?}; {} and the device name will be tried last; retry",
+        if *undone { "it was detached again" } else { "a detach was requested" }
+    )]
+    StuckAttaching {
+        volume_id: String,
+        node_id: String,
+        device: String,
+        waited: std::time::Duration,
+        undone: bool,
+    },
+
+    /// The work goes on, but not within this call's time.
+    #[error("{0}")]
+    DeadlineExceeded(String),
+
+    /// ListSnapshots' starting_token is not one this driver handed out.
+    #[error("starting_token {0:?} is not valid (it must come from an earlier ListSnapshots)")]
+    BadToken(String),
+
+    /// The cloud layer failed.
+    #[error(transparent)]
+    Cloud(#[from] ebs_cloud::CloudError),
+
+    /// A CSI call made by csictl failed.
+    #[error("{code}: {message}")]
+    Rpc { code: String, message: String },
 
     /// A bug or an unexpected runtime condition (a worker task panicked...).
     #[error("internal error: {0}")]

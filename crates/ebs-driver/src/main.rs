@@ -1,15 +1,20 @@
 //! `ebs-csi-driver`: flags into a config, then the library's `run`.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use ebs_driver::{DriverConfig, IdentityConfig, NodeConfig, NodeInfo};
+use ebs_driver::{
+    AwsConfig, BatchConfig, ControllerConfig, DriverConfig, IdentityConfig, Mode, NodeConfig,
+    NodeInfo, PublishConfig,
+};
 
-/// The AWS EBS CSI driver (node service). Serves csi.v1.Identity and csi.v1.Node on a unix
-/// socket for kubelet: finds the attached EBS device (verifying its identity), formats blank
-/// volumes, checks and mounts filesystems, bind-mounts them into pods.
+/// The AWS EBS CSI driver. Serves csi.v1.Identity plus csi.v1.Controller (create, delete,
+/// attach, detach, snapshot and expand EBS volumes through EC2) and/or csi.v1.Node (find the
+/// attached device, format blank volumes, check and mount filesystems) on a unix socket.
 #[derive(Debug, Parser)]
 #[command(name = "ebs-csi-driver", version)]
 struct Flags {
@@ -21,25 +26,76 @@ struct Flags {
     )]
     endpoint: String,
 
+    /// Which services to run. `node` loads no AWS credentials and makes no EC2 call.
+    #[arg(long, value_enum, default_value = "all")]
+    mode: Mode,
+
     /// The CSI driver name (GetPluginInfo); PVs and the CSIDriver object refer to it.
     #[arg(long, default_value = ebs_driver::identity::DEFAULT_DRIVER_NAME)]
     driver_name: String,
 
-    /// This node's ID as the controller knows it: the EC2 instance ID.
-    #[arg(long, env = "CSI_NODE_ID")]
+    /// Start ec2-sim in this process with its state in DIR (loop-device backed), point the
+    /// EC2 client at it and register this machine as an instance: a complete driver on one
+    /// machine with `--mode all`.
+    #[arg(long, value_name = "DIR")]
+    embedded_ec2: Option<PathBuf>,
+
+    /// Timing of the embedded EC2: instant, fast, realistic.
+    #[arg(long, default_value = "fast")]
+    embedded_timing: String,
+
+    /// AWS region (default: AWS_REGION, the profile, or instance metadata).
+    #[arg(long, env = "AWS_REGION")]
+    region: Option<String>,
+
+    /// EC2 endpoint URL override (ec2-sim, moto, a VPC endpoint).
+    #[arg(long, env = "AWS_EC2_ENDPOINT")]
+    ec2_endpoint: Option<String>,
+
+    /// Merge concurrent DescribeVolumes / DescribeInstances calls into one request.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    batching: bool,
+
+    /// How long a batch collects IDs before its request goes out, in milliseconds.
+    #[arg(long, default_value_t = 100)]
+    batch_window_ms: u64,
+
+    /// The most IDs in one batched request.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    batch_max_size: u64,
+
+    /// Serve Prometheus metrics (/metrics) and health (/healthz, /readyz) on this address.
+    #[arg(long)]
+    http_endpoint: Option<SocketAddr>,
+
+    /// This node's ID as the controller knows it: the EC2 instance ID (node and all modes;
+    /// --embedded-ec2 registers one).
+    #[arg(long, env = "CSI_NODE_ID", default_value = "")]
     node_id: String,
 
-    /// This node's availability zone, reported as topology (omit to report none).
+    /// This node's availability zone, reported as topology.
     #[arg(long, env = "AWS_AVAILABILITY_ZONE")]
     zone: Option<String>,
 
-    /// How many EBS volumes may be attached to this node (NodeGetInfo max_volumes_per_node).
-    /// The default is the usual Nitro budget of 28 attachments less the root volume and two
-    /// network interfaces.
+    /// How many EBS volumes may be attached to a node: NodeGetInfo's max_volumes_per_node,
+    /// and the controller refuses (ResourceExhausted) to attach more. The default is the
+    /// Nitro budget of 28 attachments less the root volume and two network interfaces.
     #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(i64).range(1..))]
     volume_attach_limit: i64,
 
-    /// Where device nodes and udev links live.
+    /// Seconds an attachment may stay `attaching` before it is undone (detached, not forced).
+    #[arg(long, default_value_t = 90)]
+    attach_timeout_secs: u64,
+
+    /// Seconds ControllerUnpublish waits for a detach before it reports DeadlineExceeded.
+    #[arg(long, default_value_t = 120)]
+    detach_timeout_secs: u64,
+
+    /// Tags for every volume the driver creates, key=value (repeatable).
+    #[arg(long = "extra-tag", value_parser = parse_kv)]
+    extra_tags: Vec<(String, String)>,
+
+    /// Where device nodes and udev links live (node side).
     #[arg(long, default_value = "/dev")]
     dev_root: PathBuf,
 
@@ -56,6 +112,12 @@ struct Flags {
     default_fs_type: String,
 }
 
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("'{s}' is not key=value"))
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -65,8 +127,13 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let f = Flags::parse();
+    let embedded_timing = f
+        .embedded_timing
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--embedded-timing: {e}"))?;
     let config = DriverConfig {
         endpoint: f.endpoint,
+        mode: f.mode,
         identity: IdentityConfig {
             driver_name: f.driver_name,
             ..IdentityConfig::default()
@@ -83,6 +150,29 @@ async fn main() -> anyhow::Result<()> {
             zone: f.zone,
             max_volumes_per_node: f.volume_attach_limit,
         },
+        controller: ControllerConfig {
+            default_zone: None,
+            extra_tags: f.extra_tags.into_iter().collect::<BTreeMap<_, _>>(),
+            publish: PublishConfig {
+                attach_timeout: Duration::from_secs(f.attach_timeout_secs),
+                detach_timeout: Duration::from_secs(f.detach_timeout_secs),
+                attach_limit: usize::try_from(f.volume_attach_limit).ok(),
+                ..PublishConfig::default()
+            },
+        },
+        aws: AwsConfig {
+            region: f.region,
+            endpoint: f.ec2_endpoint,
+            batching: BatchConfig {
+                enabled: f.batching,
+                window: Duration::from_millis(f.batch_window_ms),
+                max_size: usize::try_from(f.batch_max_size).unwrap_or(200),
+            },
+            ..AwsConfig::default()
+        },
+        embedded_ec2: f.embedded_ec2,
+        embedded_timing,
+        http_endpoint: f.http_endpoint,
     };
     ebs_driver::run(config, shutdown_signal())
         .await

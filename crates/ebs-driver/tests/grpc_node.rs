@@ -42,6 +42,8 @@ impl Driver {
                 zone: Some("us-east-1a".into()),
                 max_volumes_per_node: 25,
             },
+            mode: ebs_driver::Mode::Node,
+            ..DriverConfig::default()
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(ebs_driver::serve(socket, config, async {

@@ -1,0 +1,17 @@
+//! `csictl`: a CSI command-line client for any driver socket, and `csictl demo`.
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = ebs_driver::csictl::Cli::parse();
+    ebs_driver::csictl::run(cli).await?;
+    Ok(())
+}

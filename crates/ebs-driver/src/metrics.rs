@@ -1,0 +1,188 @@
+//! `--http-endpoint`: Prometheus metrics (EC2 calls from [`ebs_cloud::CloudMetrics`], CSI RPC
+//! counts and latency per method from [`RpcMetricsLayer`]) and health checks.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::{Error, Result};
+
+type Labels = Vec<(String, String)>;
+
+fn rpc_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// CSI RPCs handled, per method and gRPC status code, and their latency per method.
+#[derive(Debug, Clone)]
+pub struct RpcMetrics {
+    calls: Family<Labels, Counter>,
+    latency: Family<Labels, Histogram, fn() -> Histogram>,
+}
+
+impl Default for RpcMetrics {
+    fn default() -> Self {
+        Self {
+            calls: Family::default(),
+            latency: Family::new_with_constructor(rpc_histogram as fn() -> Histogram),
+        }
+    }
+}
+
+impl RpcMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "csi_rpc_requests",
+            "CSI RPCs handled, per method and gRPC status code",
+            self.calls.clone(),
+        );
+        registry.register(
+            "csi_rpc_duration_seconds",
+            "CSI RPC latency per method",
+            self.latency.clone(),
+        );
+    }
+
+    fn record(&self, path: &str, code: &str, seconds: f64) {
+        let method = path.rsplit('/').next().unwrap_or(path).to_string();
+        self.calls
+            .get_or_create(&vec![
+                ("method".to_string(), method.clone()),
+                ("code".to_string(), code.to_string()),
+            ])
+            .inc();
+        self.latency
+            .get_or_create(&vec![("method".to_string(), method)])
+            .observe(seconds);
+    }
+}
+
+/// A tower layer for the tonic server that records every RPC.
+#[derive(Debug, Clone)]
+pub struct RpcMetricsLayer(pub RpcMetrics);
+
+impl<S> tower::Layer<S> for RpcMetricsLayer {
+    type Service = RpcMetricsService<S>;
+    fn layer(&self, inner: S) -> Self::Service {
+        RpcMetricsService {
+            inner,
+            metrics: self.0.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RpcMetricsService<S> {
+    inner: S,
+    metrics: RpcMetrics,
+}
+
+impl<S, B, RB> tower::Service<http::Request<B>> for RpcMetricsService<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<RB>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = std::result::Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let path = req.uri().path().to_string();
+        let metrics = self.metrics.clone();
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            let started = Instant::now();
+            let result = fut.await;
+            // Errors are trailers-only responses, with grpc-status in the headers; a success
+            // carries it in the trailers, after the body.
+            let code = match &result {
+                Ok(resp) => resp
+                    .headers()
+                    .get("grpc-status")
+                    .and_then(|v| v.to_str().ok())
+                    .map(|c| {
+                        tonic::Code::from_i32(c.parse().unwrap_or(2))
+                            .description()
+                            .to_string()
+                    })
+                    .unwrap_or_else(|| "OK".to_string()),
+                Err(_) => "transport error".to_string(),
+            };
+            metrics.record(&path, &code, started.elapsed().as_secs_f64());
+            result
+        })
+    }
+}
+
+/// What `/readyz` asks: the controller's Probe, or nothing in node mode.
+pub type ReadyCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+
+/// Serves `/metrics`, `/healthz` (the process answers) and `/readyz` (the Probe) until
+/// `shutdown` resolves.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    registry: Arc<Registry>,
+    ready: ReadyCheck,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(move || {
+                let registry = registry.clone();
+                async move {
+                    let mut text = String::new();
+                    match prometheus_client::encoding::text::encode(&mut text, &registry) {
+                        Ok(()) => (
+                            StatusCode::OK,
+                            [(
+                                header::CONTENT_TYPE,
+                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                            )],
+                            text,
+                        )
+                            .into_response(),
+                        Err(e) => {
+                            (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
+                        }
+                    }
+                }
+            }),
+        )
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let ready = ready.clone();
+                async move {
+                    if ready().await {
+                        (StatusCode::OK, "ready\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+                    }
+                }
+            }),
+        );
+    let addr: Option<SocketAddr> = listener.local_addr().ok();
+    tracing::info!(?addr, "serving metrics and health");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| Error::Internal(format!("http endpoint: {e}")))
+}

@@ -1,0 +1,465 @@
+//! Whole flows over the real socket: the volume lifecycle with real mounts (data survives
+//! unstage/stage and detach/attach), `csictl demo`, 100 concurrent publishes, the attach limit,
+//! "Kubernetes changes its mind" (seed 004), and faults from ec2-sim.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod ctl;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use csi_spec::v1::*;
+use ctl::{
+    Driver, Env, GIB, create_req, device_ctx, expect_code, mount_cap, publish_req, unpublish_req,
+};
+use ebs_cloud::Cloud;
+use ebs_driver::Mode as DriverMode;
+use ec2_sim::{Backing, Faults, Throttle, Timing};
+use tonic::Code;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_survives_unstage_stage_and_detach_attach() {
+    if let Some(why) = ctl::missing_block_parts() {
+        eprintln!("SKIPPED: {why}; this test needs loop devices and mkfs/mount");
+        return;
+    }
+    let env = Env::start(Timing::Fast, Backing::Loop, 26).await;
+    let d = Driver::start(env.driver_config(DriverMode::All)).await;
+    let (mut c, mut n) = (d.controller(), d.node());
+    let v = c
+        .create_volume(create_req("pvc-life", GIB))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let staging = env.path("staging");
+    let target = env.path("target");
+    std::fs::create_dir_all(&staging).unwrap();
+    let stage = |dev: String| NodeStageVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        publish_context: device_ctx(&dev),
+        staging_target_path: staging.display().to_string(),
+        volume_capability: Some(mount_cap()),
+        ..Default::default()
+    };
+    let publish = |dev: String| NodePublishVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        publish_context: device_ctx(&dev),
+        staging_target_path: staging.display().to_string(),
+        target_path: target.display().to_string(),
+        volume_capability: Some(mount_cap()),
+        ..Default::default()
+    };
+    let unpublish = NodeUnpublishVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        target_path: target.display().to_string(),
+    };
+    let unstage = NodeUnstageVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        staging_target_path: staging.display().to_string(),
+    };
+
+    let dev = c
+        .controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context["devicePath"]
+        .clone();
+    n.node_stage_volume(stage(dev.clone())).await.unwrap();
+    n.node_publish_volume(publish(dev.clone())).await.unwrap();
+    std::fs::write(target.join("data.txt"), "survives\n").unwrap();
+    n.node_unpublish_volume(unpublish.clone()).await.unwrap();
+    n.node_unstage_volume(unstage.clone()).await.unwrap();
+    // Stage again on the same attachment: the data is there.
+    n.node_stage_volume(stage(dev.clone())).await.unwrap();
+    n.node_publish_volume(publish(dev.clone())).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(target.join("data.txt")).unwrap(),
+        "survives\n"
+    );
+    n.node_unpublish_volume(unpublish.clone()).await.unwrap();
+    n.node_unstage_volume(unstage.clone()).await.unwrap();
+    // Detach and attach again.
+    c.controller_unpublish_volume(unpublish_req(&v.volume_id, &env.node_id))
+        .await
+        .unwrap();
+    assert!(
+        env.cloud
+            .get_disk_by_id(&v.volume_id)
+            .await
+            .unwrap()
+            .attachments
+            .is_empty()
+    );
+    let dev2 = c
+        .controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context["devicePath"]
+        .clone();
+    n.node_stage_volume(stage(dev2.clone())).await.unwrap();
+    n.node_publish_volume(publish(dev2.clone())).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(target.join("data.txt")).unwrap(),
+        "survives\n"
+    );
+    n.node_unpublish_volume(unpublish).await.unwrap();
+    n.node_unstage_volume(unstage).await.unwrap();
+    c.controller_unpublish_volume(unpublish_req(&v.volume_id, &env.node_id))
+        .await
+        .unwrap();
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csictl_demo_walks_a_volume_through_its_life() {
+    if let Some(why) = ctl::missing_block_parts() {
+        eprintln!("SKIPPED: {why}; the demo needs loop devices and mkfs/mount");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let r = ebs_driver::csictl::demo::run(ebs_driver::csictl::demo::DemoArgs {
+        dir: Some(dir.path().to_path_buf()),
+        fs_type: "ext4".into(),
+        timing: "fast".into(),
+    })
+    .await;
+    ctl::unmount_under(dir.path());
+    r.unwrap();
+    // Nothing left mounted, and the socket is gone.
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!info.contains(&dir.path().display().to_string()));
+    assert!(!dir.path().join("csi.sock").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hundred_concurrent_publishes_get_distinct_devices() {
+    let env = Env::start(Timing::Fast, Backing::File, 128).await;
+    let mut config = env.driver_config(DriverMode::Controller);
+    config.controller.publish.attach_limit = Some(128);
+    let d = Driver::start(config).await;
+    let mut c = d.controller();
+    let mut vols = Vec::new();
+    for i in 0..100 {
+        vols.push(
+            c.create_volume(create_req(&format!("pvc-many-{i}"), GIB))
+                .await
+                .unwrap()
+                .into_inner()
+                .volume
+                .unwrap()
+                .volume_id,
+        );
+    }
+    let mut tasks = Vec::new();
+    for v in vols.clone() {
+        let mut c = d.controller();
+        let node = env.node_id.clone();
+        tasks.push(tokio::spawn(async move {
+            c.controller_publish_volume(publish_req(&v, &node))
+                .await
+                .map(|r| r.into_inner().publish_context["devicePath"].clone())
+        }));
+    }
+    let mut devices = BTreeSet::new();
+    for t in tasks {
+        devices.insert(t.await.unwrap().unwrap());
+    }
+    assert_eq!(devices.len(), 100, "every volume has its own device name");
+    let inst = env.cloud.get_instance(&env.node_id).await.unwrap();
+    assert_eq!(inst.devices.len(), 100);
+}
+
+#[tokio::test]
+async fn the_attach_limit_is_resource_exhausted() {
+    let env = Env::start(Timing::Fast, Backing::File, 26).await;
+    let mut config = env.driver_config(DriverMode::Controller);
+    config.controller.publish.attach_limit = Some(3);
+    let d = Driver::start(config).await;
+    let mut c = d.controller();
+    for i in 0..3 {
+        let v = c
+            .create_volume(create_req(&format!("pvc-lim-{i}"), GIB))
+            .await
+            .unwrap()
+            .into_inner()
+            .volume
+            .unwrap();
+        c.controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
+            .await
+            .unwrap();
+    }
+    let v = c
+        .create_volume(create_req("pvc-lim-x", GIB))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    expect_code(
+        c.controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
+            .await,
+        Code::ResourceExhausted,
+        &env.node_id,
+    );
+    // EC2's own limit (the sim's 26 attachment slots) maps to the same code.
+    let env2 = Env::start(Timing::Fast, Backing::File, 2).await;
+    let mut config = env2.driver_config(DriverMode::Controller);
+    config.controller.publish.attach_limit = None;
+    let d2 = Driver::start(config).await;
+    let mut c2 = d2.controller();
+    for i in 0..2 {
+        let v = c2
+            .create_volume(create_req(&format!("pvc-ec2-{i}"), GIB))
+            .await
+            .unwrap()
+            .into_inner()
+            .volume
+            .unwrap();
+        c2.controller_publish_volume(publish_req(&v.volume_id, &env2.node_id))
+            .await
+            .unwrap();
+    }
+    let v = c2
+        .create_volume(create_req("pvc-ec2-x", GIB))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let err = c2
+        .controller_publish_volume(publish_req(&v.volume_id, &env2.node_id))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{}", err.message());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_call_wins_when_kubernetes_changes_its_mind() {
+    let env = Env::start(Timing::Fast, Backing::File, 26).await;
+    let d = Driver::start(env.driver_config(DriverMode::Controller)).await;
+    let mut c = d.controller();
+    let v = c
+        .create_volume(create_req("pvc-mind", GIB))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+
+    // Unpublish during an in-flight Publish: the attach is stuck, so the Publish is in flight.
+    env.sim.set_faults(Faults {
+        stuck_attaching: vec![v.volume_id.clone()],
+        ..Faults::default()
+    });
+    let mut c1 = d.controller();
+    let (vid, node) = (v.volume_id.clone(), env.node_id.clone());
+    let publish =
+        tokio::spawn(async move { c1.controller_publish_volume(publish_req(&vid, &node)).await });
+    // Wait until the attach was sent.
+    for _ in 0..200 {
+        if env
+            .sim
+            .call_counts()
+            .get("AttachVolume")
+            .copied()
+            .unwrap_or(0)
+            > 0
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A repeat of the same call while it runs: Aborted.
+    expect_code(
+        c.controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
+            .await,
+        Code::Aborted,
+        &v.volume_id,
+    );
+    let mut c2 = d.controller();
+    let (vid, node) = (v.volume_id.clone(), env.node_id.clone());
+    let unpublish = tokio::spawn(async move {
+        c2.controller_unpublish_volume(unpublish_req(&vid, &node))
+            .await
+    });
+    // The earlier Publish is superseded.
+    let p = publish.await.unwrap();
+    assert_eq!(p.unwrap_err().code(), Code::Aborted);
+    // The attach completes once the fault is lifted; then it is detached (never forced).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    env.sim.set_faults(Faults::default());
+    unpublish.await.unwrap().unwrap();
+    assert!(
+        env.cloud
+            .get_disk_by_id(&v.volume_id)
+            .await
+            .unwrap()
+            .attachments
+            .is_empty()
+    );
+
+    // Publish during an in-flight Unpublish: attach, then a detach that is stuck.
+    c.controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
+        .await
+        .unwrap();
+    env.sim.set_faults(Faults {
+        stuck_detaching: vec![v.volume_id.clone()],
+        ..Faults::default()
+    });
+    let mut c3 = d.controller();
+    let (vid, node) = (v.volume_id.clone(), env.node_id.clone());
+    let unpublish = tokio::spawn(async move {
+        c3.controller_unpublish_volume(unpublish_req(&vid, &node))
+            .await
+    });
+    for _ in 0..200 {
+        if env
+            .sim
+            .call_counts()
+            .get("DetachVolume")
+            .copied()
+            .unwrap_or(0)
+            > 1
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut c4 = d.controller();
+    let (vid, node) = (v.volume_id.clone(), env.node_id.clone());
+    let publish =
+        tokio::spawn(async move { c4.controller_publish_volume(publish_req(&vid, &node)).await });
+    assert_eq!(unpublish.await.unwrap().unwrap_err().code(), Code::Aborted);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    env.sim.set_faults(Faults::default());
+    let device = publish.await.unwrap().unwrap().into_inner().publish_context["devicePath"].clone();
+    let disk = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
+    assert_eq!(disk.attachments.len(), 1);
+    assert_eq!(disk.attachments[0].device, device);
+    assert_eq!(
+        disk.attachments[0].state,
+        ebs_cloud::AttachmentState::Attached
+    );
+    assert_eq!(
+        env.sim.call_counts().get("DetachVolume").copied(),
+        Some(2),
+        "never a forced detach, no extra detach"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttling_and_slow_attach_converge() {
+    let env = Env::start(Timing::Fast, Backing::File, 26).await;
+    let d = Driver::start(env.driver_config(DriverMode::Controller)).await;
+    let mut c = d.controller();
+    env.sim.set_faults(Faults {
+        throttle: vec![
+            Throttle {
+                action: Some("CreateVolume".into()),
+                rate: 0.0,
+                next: 2,
+            },
+            Throttle {
+                action: Some("AttachVolume".into()),
+                rate: 0.0,
+                next: 2,
+            },
+            Throttle {
+                action: Some("DescribeVolumes".into()),
+                rate: 0.3,
+                next: 0,
+            },
+        ],
+        latency_ms: [("AttachVolume".to_string(), 300)].into_iter().collect(),
+        ..Faults::default()
+    });
+    let vols: Vec<String> = {
+        let mut v = Vec::new();
+        for i in 0..5 {
+            v.push(
+                c.create_volume(create_req(&format!("pvc-thr-{i}"), GIB))
+                    .await
+                    .unwrap()
+                    .into_inner()
+                    .volume
+                    .unwrap()
+                    .volume_id,
+            );
+        }
+        v
+    };
+    let mut tasks = Vec::new();
+    for v in vols.clone() {
+        let mut c = d.controller();
+        let node = env.node_id.clone();
+        tasks.push(tokio::spawn(async move {
+            c.controller_publish_volume(publish_req(&v, &node)).await
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap().unwrap();
+    }
+    env.sim.set_faults(Faults::default());
+    // Exactly one volume per name, each attached once.
+    let inst = env.cloud.get_instance(&env.node_id).await.unwrap();
+    assert_eq!(inst.devices.len(), 5);
+    for i in 0..5 {
+        assert!(
+            env.cloud
+                .get_disk_by_name(&format!("pvc-thr-{i}"))
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_attach_is_undone_and_its_device_name_tried_last() {
+    let env = Env::start(Timing::Fast, Backing::File, 26).await;
+    let mut config = env.driver_config(DriverMode::Controller);
+    config.controller.publish.attach_timeout = Duration::from_millis(800);
+    let d = Driver::start(config).await;
+    let mut c = d.controller();
+    let v = c
+        .create_volume(create_req("pvc-stuck", GIB))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    env.sim.set_faults(Faults {
+        stuck_attaching: vec![v.volume_id.clone()],
+        ..Faults::default()
+    });
+    let err = c
+        .controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Internal, "{}", err.message());
+    assert!(err.message().contains("attaching"), "{}", err.message());
+    // Undone: no attachment is left behind.
+    let disk = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
+    assert!(disk.attachments.is_empty(), "{:?}", disk.attachments);
+    env.sim.set_faults(Faults::default());
+    // The retry works, on another device name.
+    let dev = c
+        .controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context["devicePath"]
+        .clone();
+    assert_ne!(dev, "/dev/xvdba", "the name that got stuck is tried last");
+    let _ = Arc::new(());
+}
