@@ -118,16 +118,8 @@ async fn run_describe_terminate(t: &Target) {
         if state == Some(InstanceStateName::Terminated) {
             break;
         }
-        if t.flavor == Flavor::Moto {
-            // moto leaves a terminated instance in shutting-down... or terminated; both end.
-            assert!(
-                matches!(
-                    state,
-                    Some(InstanceStateName::ShuttingDown | InstanceStateName::Terminated)
-                ),
-                "{state:?}"
-            );
-        }
+        // shutting-down until then, never anything else.
+        assert_eq!(state, Some(InstanceStateName::ShuttingDown));
         assert!(std::time::Instant::now() < deadline, "{state:?}");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
