@@ -116,12 +116,8 @@ where
                     .headers()
                     .get("grpc-status")
                     .and_then(|v| v.to_str().ok())
-                    .map(|c| {
-                        tonic::Code::from_i32(c.parse().unwrap_or(2))
-                            .description()
-                            .to_string()
-                    })
-                    .unwrap_or_else(|| "OK".to_string()),
+                    .map(|c| format!("{:?}", tonic::Code::from_i32(c.parse().unwrap_or(2))))
+                    .unwrap_or_else(|| "Ok".to_string()),
                 Err(_) => "transport error".to_string(),
             };
             metrics.record(&path, &code, started.elapsed().as_secs_f64());

@@ -647,3 +647,117 @@ async fn probe_is_not_ready_while_ec2_fails() {
         Some(false)
     );
 }
+
+/// A plain HTTP/1.1 GET, enough for the metrics endpoint.
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, out)
+}
+
+#[tokio::test]
+async fn http_endpoint_serves_metrics_and_health() {
+    let env = env().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut config = env.driver_config(DriverMode::Controller);
+    config.http_endpoint = Some(port);
+    let d = Driver::start(config).await;
+    let mut c = d.controller();
+    c.create_volume(create_req("pvc-metrics", GIB))
+        .await
+        .unwrap();
+    expect_code(
+        c.delete_volume(DeleteVolumeRequest::default()).await,
+        Code::InvalidArgument,
+        "volume_id",
+    );
+    assert_eq!(
+        d.identity()
+            .probe(ProbeRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .ready,
+        Some(true)
+    );
+    let (status, body) = http_get(port, "/metrics").await;
+    assert_eq!(status, 200, "{body}");
+    for needle in [
+        "ebs_csi_ec2_api_requests_total{action=\"CreateVolume\"} 1",
+        "ebs_csi_ec2_api_requests_total{action=\"DescribeAvailabilityZones\"}",
+        "ebs_csi_ec2_api_request_duration_seconds_bucket{",
+        "ebs_csi_csi_rpc_requests_total{method=\"CreateVolume\",code=\"Ok\"} 1",
+        "ebs_csi_csi_rpc_requests_total{method=\"DeleteVolume\",code=\"InvalidArgument\"} 1",
+        "ebs_csi_csi_rpc_duration_seconds_count{method=\"Probe\"} 1",
+    ] {
+        assert!(body.contains(needle), "missing {needle} in\n{body}");
+    }
+    assert_eq!(http_get(port, "/healthz").await.0, 200);
+    assert_eq!(http_get(port, "/readyz").await.0, 200);
+}
+
+// Multi-threaded: the csictl processes are waited for on this thread while the driver serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csictl_prints_canonical_json() {
+    let env = env().await;
+    let d = Driver::start(env.driver_config(DriverMode::All)).await;
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_csictl"))
+            .args(["-e", &d.endpoint, "-o", "json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let info = run(&["node-info"]);
+    assert_eq!(info["nodeId"], env.node_id.as_str());
+    assert_eq!(info["maxVolumesPerNode"], "25");
+    let created = run(&["create", "pvc-cli", "--size", "2Gi", "--param", "type=gp3"]);
+    assert_eq!(created["volume"]["capacityBytes"], (2 * GIB).to_string());
+    let vol = created["volume"]["volumeId"].as_str().unwrap().to_string();
+    let published = run(&["publish", &vol, &env.node_id]);
+    assert!(
+        published["publishContext"]["devicePath"]
+            .as_str()
+            .unwrap()
+            .starts_with("/dev/xvd")
+    );
+    let caps = run(&["controller-caps"]);
+    assert_eq!(
+        caps["capabilities"][0]["rpc"]["type"],
+        "CREATE_DELETE_VOLUME"
+    );
+    run(&["unpublish", &vol, &env.node_id]);
+    assert_eq!(run(&["delete", &vol]), serde_json::json!({}));
+    // A failed call exits non-zero with the status code in the message.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_csictl"))
+        .args([
+            "-e",
+            &d.endpoint,
+            "publish",
+            "vol-0123456789abcdef0",
+            &env.node_id,
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Some requested entity was not found"));
+}
