@@ -638,8 +638,22 @@ impl Cloud for AwsCloud {
         max_entries: Option<i32>,
         next_token: Option<&str>,
     ) -> Result<SnapshotPage> {
-        // EC2 wants 5..=1000 per page; fewer are trimmed here.
-        let want = max_entries.filter(|n| *n > 0);
+        // EC2 pages hold 5..=1000. A smaller page is cut from a larger one, and our token then
+        // says where in that EC2 page to go on: `skip:N:<EC2 token>`.
+        let want = max_entries.filter(|n| *n > 0).map(|n| n.min(1000));
+        let (ec2_token, skip) = match next_token.and_then(|t| t.strip_prefix("skip:")) {
+            Some(rest) => {
+                let (n, tok) = rest.split_once(':').unwrap_or((rest, ""));
+                let n: i32 = n.parse().map_err(|_| CloudError::InvalidArgument {
+                    action: "DescribeSnapshots",
+                    code: "InvalidPaginationToken".into(),
+                    message: format!("the token {rest:?} is not one this driver made"),
+                })?;
+                (Some(tok.to_string()).filter(|t| !t.is_empty()), n.max(0))
+            }
+            None => (next_token.map(str::to_string), 0),
+        };
+        let page_size = want.map(|n| (n + skip).clamp(5, 1000));
         let out = self
             .ec2
             .call("DescribeSnapshots", || {
@@ -651,20 +665,24 @@ impl Cloud for AwsCloud {
                         source_volume_id
                             .map(|v| vec![convert::filter("volume-id", [v.to_string()])]),
                     )
-                    .set_max_results(want.map(|n| n.clamp(5, 1000)))
-                    .set_next_token(next_token.map(str::to_string))
+                    .set_max_results(page_size)
+                    .set_next_token(ec2_token.clone())
                     .send()
             })
             .await
             .map_err(|f| f.into_cloud(next_token.unwrap_or("snapshots")))?;
-        let mut snapshots: Vec<Snapshot> = out.snapshots().iter().map(convert::snapshot).collect();
+        let all: Vec<Snapshot> = out.snapshots().iter().map(convert::snapshot).collect();
+        let skip = usize::try_from(skip).unwrap_or(0);
+        let mut snapshots: Vec<Snapshot> = all.into_iter().skip(skip).collect();
         let mut token = out.next_token().map(str::to_string);
         if let Some(n) = want.and_then(|n| usize::try_from(n).ok()) {
             if snapshots.len() > n {
                 snapshots.truncate(n);
-                // Continue after the last one returned; the sim's and EC2's tokens are opaque,
-                // so ask again from the start of the trimmed page next time.
-                token = None;
+                token = Some(format!(
+                    "skip:{}:{}",
+                    skip + n,
+                    ec2_token.as_deref().unwrap_or("")
+                ));
             }
         }
         Ok(SnapshotPage {

@@ -372,6 +372,39 @@ async fn snapshots_resize_and_zones() {
             .unwrap_err()
             .is_not_found()
     );
+    // Pages smaller than EC2's minimum of 5 still page through everything.
+    c.create_snapshot("snap-two", &d.volume_id, &[])
+        .await
+        .unwrap();
+    c.create_snapshot("snap-three", &d.volume_id, &[])
+        .await
+        .unwrap();
+    let first = c
+        .list_snapshots(Some(&d.volume_id), Some(2), None)
+        .await
+        .unwrap();
+    assert_eq!(first.snapshots.len(), 2);
+    let token = first.next_token.clone().unwrap();
+    let second = c
+        .list_snapshots(Some(&d.volume_id), Some(2), Some(&token))
+        .await
+        .unwrap();
+    assert_eq!(second.snapshots.len(), 1);
+    assert!(second.next_token.is_none());
+    let mut seen: Vec<String> = first
+        .snapshots
+        .iter()
+        .chain(&second.snapshots)
+        .map(|s| s.snapshot_id.clone())
+        .collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 3);
+    assert!(
+        c.list_snapshots(None, Some(2), Some("skip:x"))
+            .await
+            .is_err()
+    );
     assert!(c.delete_snapshot(&s.snapshot_id).await.unwrap());
     assert!(!c.delete_snapshot(&s.snapshot_id).await.unwrap());
 
