@@ -10,12 +10,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::Error;
 use crate::config::Backing;
 use crate::model::{AttachState, Cloud};
 
 const GIB: u64 = 1 << 30;
+const MIB: u64 = 1 << 20;
+/// `EFBIG` and `EINVAL`: what `ftruncate` answers for a length past the filesystem's maximum
+/// file size (ext4 with 4 KiB blocks stops just short of 16 TiB).
+const EFBIG: i32 = 27;
+const EINVAL: i32 = 22;
 
 /// What the simulator made for one volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +35,9 @@ pub(crate) struct Disks {
     device_dir: PathBuf,
     backing: Backing,
     devices: BTreeMap<String, Device>,
+    /// The largest image length the state dir's filesystem accepts, once a volume needed
+    /// more (0: not needed yet). Images of bigger volumes are capped to it.
+    max_image_len: AtomicU64,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -70,6 +79,7 @@ impl Disks {
             device_dir: device_dir.to_path_buf(),
             backing,
             devices: BTreeMap::new(),
+            max_image_len: AtomicU64::new(0),
         })
     }
 
@@ -81,7 +91,9 @@ impl Disks {
         self.state_dir.join("snapshots").join(format!("{id}.img"))
     }
 
-    /// A new sparse image, or a sparse copy of a snapshot grown to the volume size.
+    /// A new sparse image, or a sparse copy of a snapshot grown to the volume size. The image
+    /// is shorter than the volume when the filesystem cannot hold a file that large (see
+    /// [`Disks::set_image_len`]).
     pub(crate) fn create_volume(
         &self,
         id: &str,
@@ -98,8 +110,70 @@ impl Disks {
             .truncate(false)
             .open(&path)
             .map_err(io_err(&path))?;
-        f.set_len(size_gib * GIB).map_err(io_err(&path))?;
-        Ok(())
+        let result = self.set_image_len(&f, &path, size_gib * GIB);
+        if result.is_err() {
+            drop(f);
+            self.remove_volume(id);
+        }
+        result.map(|_| ())
+    }
+
+    /// Sets an image's length to `want` bytes, or, when the filesystem refuses a file that
+    /// large, to the largest length it accepts (found once by probing, then remembered). The
+    /// volume keeps its nominal size in the state; only the device is smaller. Returns the
+    /// length set.
+    fn set_image_len(&self, f: &fs::File, path: &Path, want: u64) -> Result<u64, Error> {
+        let cap = self.max_image_len.load(Ordering::Relaxed);
+        let target = if cap == 0 { want } else { want.min(cap) };
+        match f.set_len(target) {
+            Ok(()) => Ok(target),
+            Err(e) if too_large(&e) => {
+                let cap = self.probe_max_len(want)?;
+                self.max_image_len.store(cap, Ordering::Relaxed);
+                tracing::info!(
+                    path = %path.display(),
+                    wanted = want,
+                    length = cap,
+                    "the state dir's filesystem cannot hold the full image; capped"
+                );
+                f.set_len(cap).map_err(io_err(path))?;
+                Ok(cap)
+            }
+            Err(e) => Err(io_err(path)(e)),
+        }
+    }
+
+    /// The largest whole-MiB length below `refused` that a scratch file in the volumes dir
+    /// may have: a binary search with `ftruncate`, which costs no space on a sparse file.
+    fn probe_max_len(&self, refused: u64) -> Result<u64, Error> {
+        let path = self.state_dir.join("volumes").join(".max-len-probe");
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(io_err(&path))?;
+        let (mut lo, mut hi) = (0u64, refused);
+        let result = loop {
+            let mid = (lo + (hi - lo) / 2) / MIB * MIB;
+            if mid <= lo {
+                break Ok(lo);
+            }
+            match f.set_len(mid) {
+                Ok(()) => lo = mid,
+                Err(e) if too_large(&e) => hi = mid,
+                Err(e) => break Err(io_err(&path)(e)),
+            }
+        };
+        drop(f);
+        let _ = fs::remove_file(&path);
+        match result {
+            Ok(0) => Err(Error::Io {
+                path,
+                source: std::io::Error::other("the filesystem accepts no image length at all"),
+            }),
+            other => other,
+        }
     }
 
     pub(crate) fn remove_volume(&self, id: &str) {
@@ -120,7 +194,7 @@ impl Disks {
             .map_err(io_err(&path))?;
         let len = f.metadata().map_err(io_err(&path))?.len();
         if len < size_gib * GIB {
-            f.set_len(size_gib * GIB).map_err(io_err(&path))?;
+            self.set_image_len(&f, &path, size_gib * GIB)?;
         }
         if let Some(dev) = self.devices.get(id) {
             losetup(&["-c", &dev.loop_dev])?;
@@ -328,6 +402,10 @@ impl Disks {
     }
 }
 
+fn too_large(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(EFBIG | EINVAL))
+}
+
 fn replace_link(link: &Path, target: &Path) -> Result<(), Error> {
     if fs::read_link(link).is_ok_and(|t| t == target) {
         return Ok(());
@@ -433,6 +511,65 @@ mod tests {
         assert!(meta.blocks() * 512 < 1 << 20, "copy stays sparse");
         disks.remove_volume("vol-2");
         assert!(!disks.volume_path("vol-2").exists());
+    }
+
+    #[test]
+    fn images_too_large_for_the_filesystem_are_capped_and_keep_working() {
+        let dir = tempfile::tempdir().unwrap();
+        let disks = Disks::new(dir.path(), &dir.path().join("dev"), Backing::File).unwrap();
+        // 64 TiB: more than ext4 (16 TiB - 4 KiB) or any 32-bit-block filesystem holds.
+        let nominal = 65_536 * GIB;
+        disks.create_volume("vol-big", 16_384, None).unwrap();
+        let len16 = fs::metadata(disks.volume_path("vol-big")).unwrap().len();
+        assert!((16_383 * GIB..=16_384 * GIB).contains(&len16), "{len16}");
+        disks.create_volume("vol-huge", 65_536, None).unwrap();
+        let len = fs::metadata(disks.volume_path("vol-huge")).unwrap().len();
+        assert!(len > 0 && len <= nominal, "{len}");
+        assert!(
+            fs::metadata(disks.volume_path("vol-huge"))
+                .unwrap()
+                .blocks()
+                * 512
+                < 1 << 20
+        );
+        if len < nominal {
+            // Capped: the cap is the filesystem's limit, so one MiB more is refused.
+            assert_eq!(len % MIB, 0);
+            assert_eq!(len, disks.max_image_len.load(Ordering::Relaxed));
+            let probe = dir.path().join("probe");
+            let f = fs::File::create(&probe).unwrap();
+            assert!(too_large(&f.set_len(len + MIB).unwrap_err()));
+            assert!(!dir.path().join("volumes/.max-len-probe").exists());
+        }
+
+        // Data, growth, snapshots and restores of capped images.
+        use std::io::{Read as _, Seek as _, Write as _};
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(disks.volume_path("vol-big"))
+            .unwrap();
+        f.seek(std::io::SeekFrom::Start(len16 - 5)).unwrap();
+        f.write_all(b"tail!").unwrap();
+        drop(f);
+        disks.grow_volume("vol-big", 65_536).unwrap();
+        assert_eq!(
+            fs::metadata(disks.volume_path("vol-big")).unwrap().len(),
+            len
+        );
+        disks.snapshot_volume("vol-big", "snap-big").unwrap();
+        assert_eq!(
+            fs::metadata(disks.snapshot_path("snap-big")).unwrap().len(),
+            len
+        );
+        disks
+            .create_volume("vol-restored", 65_536, Some("snap-big"))
+            .unwrap();
+        let mut f = fs::File::open(disks.volume_path("vol-restored")).unwrap();
+        assert_eq!(f.metadata().unwrap().len(), len);
+        f.seek(std::io::SeekFrom::Start(len16 - 5)).unwrap();
+        let mut tail = [0u8; 5];
+        f.read_exact(&mut tail).unwrap();
+        assert_eq!(&tail, b"tail!");
     }
 
     #[test]

@@ -44,6 +44,10 @@ pub(crate) struct Volume {
     pub(crate) vanishes: bool,
     /// `deleting` until then, then gone.
     pub(crate) deleted_ms: Option<u64>,
+    /// Set when the instance of a DeleteOnTermination attachment terminates: once the
+    /// volume has no attachment left it is deleted, taking this many milliseconds.
+    #[serde(default)]
+    pub(crate) delete_when_detached: Option<u64>,
     pub(crate) attachments: Vec<Attachment>,
 }
 
@@ -319,6 +323,9 @@ impl Cloud {
             });
             if v.attachments.len() != before {
                 changed = true;
+                if let (true, Some(delay)) = (v.attachments.is_empty(), v.delete_when_detached) {
+                    v.deleted_ms = Some(now + delay);
+                }
             }
             for a in &mut v.attachments {
                 if a.state == AttachState::Attaching && now >= a.done_ms && !faults.attach_stuck(id)
@@ -372,6 +379,7 @@ mod tests {
             available_ms: 200,
             vanishes: false,
             deleted_ms: None,
+            delete_when_detached: None,
             attachments: vec![],
         }
     }

@@ -76,7 +76,7 @@ impl Params {
     }
 
     /// The indexes `N` for which some `Prefix.N.<anything>` exists, in order.
-    fn indexes(&self, prefix: &str) -> Vec<u32> {
+    pub(crate) fn indexes(&self, prefix: &str) -> Vec<u32> {
         let dotted = format!("{prefix}.");
         let mut out: Vec<u32> = Vec::new();
         for k in self.map.range(dotted.clone()..).map(|(k, _)| k) {
@@ -93,6 +93,14 @@ impl Params {
         }
         out.sort_unstable();
         out
+    }
+
+    /// Whether any parameter name starts with `prefix`.
+    pub(crate) fn has_prefix(&self, prefix: &str) -> bool {
+        self.map
+            .range(prefix.to_string()..)
+            .next()
+            .is_some_and(|(k, _)| k.starts_with(prefix))
     }
 
     /// `Filter.N.Name` / `Filter.N.Value.M`.

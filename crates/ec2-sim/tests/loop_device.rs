@@ -361,3 +361,99 @@ async fn detach_waits_for_unmount_when_asked() {
     wait_for("release", || loops_of(&image).is_empty()).await;
     s.sim.shutdown().await.unwrap();
 }
+
+#[tokio::test]
+async fn launch_volumes_get_loop_devices_and_go_with_the_instance() {
+    if let Some(why) = skip_reason() {
+        eprintln!("skipping loop-device test: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_with(loop_config(dir.path())).await;
+    let x = s
+        .ec2
+        .ok(
+            "RunInstances",
+            &[
+                ("ImageId", "ami-12345678"),
+                ("MinCount", "1"),
+                ("MaxCount", "1"),
+                ("Placement.AvailabilityZone", "us-east-1a"),
+                ("BlockDeviceMapping.1.DeviceName", "/dev/sdf"),
+                ("BlockDeviceMapping.1.Ebs.VolumeSize", "1"),
+                ("BlockDeviceMapping.1.Ebs.VolumeType", "gp3"),
+                // 64 TiB: on ext4 the image is capped below 16 TiB, and the device with it.
+                ("BlockDeviceMapping.2.DeviceName", "/dev/sdg"),
+                ("BlockDeviceMapping.2.Ebs.VolumeSize", "65536"),
+                ("BlockDeviceMapping.2.Ebs.VolumeType", "io2"),
+                ("BlockDeviceMapping.2.Ebs.Iops", "1000"),
+                ("BlockDeviceMapping.2.Ebs.DeleteOnTermination", "false"),
+            ],
+        )
+        .await;
+    let inst = x.at("instancesSet/item/instanceId");
+    let d = s
+        .ec2
+        .ok("DescribeInstances", &[("InstanceId.1", &inst)])
+        .await;
+    let maps = d.all("reservationSet/item/instancesSet/item/blockDeviceMapping/item");
+    let volume_at = |dev: &str| {
+        maps.iter()
+            .find(|m| m.get("deviceName") == dev)
+            .map(|m| m.at("ebs/volumeId"))
+            .unwrap()
+    };
+    let (vf, vg) = (volume_at("/dev/sdf"), volume_at("/dev/sdg"));
+    let image_f = dir.path().join(format!("state/volumes/{vf}.img"));
+    let image_g = dir.path().join(format!("state/volumes/{vg}.img"));
+    let _cleanup = (LoopCleanup(image_f.clone()), LoopCleanup(image_g.clone()));
+    s.ec2.wait_attached(&vf).await;
+    s.ec2.wait_attached(&vg).await;
+
+    let dev_f = dir.path().join("dev/sdf");
+    let by_id = dir
+        .path()
+        .join("dev/disk/by-id")
+        .join(ec2_sim::by_id_link_name(&vf));
+    wait_for("sdf link", || dev_f.exists() && by_id.exists()).await;
+    assert_eq!(
+        std::fs::read_link(&dev_f).unwrap(),
+        std::fs::read_link(&by_id).unwrap()
+    );
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&dev_f)
+        .status()
+        .unwrap();
+    assert!(mkfs.success());
+
+    // The big volume's device is exactly its (possibly capped) image.
+    let dev_g = dir.path().join("dev/sdg");
+    wait_for("sdg link", || dev_g.exists()).await;
+    let loop_g = std::fs::read_link(&dev_g).unwrap();
+    let name = loop_g.file_name().unwrap().to_str().unwrap().to_string();
+    let sectors: u64 = std::fs::read_to_string(format!("/sys/block/{name}/size"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let image_len = std::fs::metadata(&image_g).unwrap().len();
+    assert_eq!(sectors * 512, image_len);
+    assert_eq!(s.ec2.volume(&vg).await.get("size"), "65536");
+
+    s.ec2
+        .ok("TerminateInstances", &[("InstanceId.1", &inst)])
+        .await;
+    s.ec2.wait_status(&vg, "available").await;
+    wait_for("launch volume deleted", || !image_f.exists()).await;
+    wait_for("devices released", || {
+        loops_of(&image_f).is_empty() && loops_of(&image_g).is_empty()
+    })
+    .await;
+    assert!(!dev_f.exists() && !by_id.exists() && !dev_g.exists());
+    assert!(
+        image_g.exists(),
+        "DeleteOnTermination=false keeps the volume"
+    );
+    s.sim.shutdown().await.unwrap();
+}

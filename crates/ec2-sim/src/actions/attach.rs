@@ -34,7 +34,7 @@ pub(crate) fn valid_device(name: &str) -> bool {
 
 /// `/dev/sdf` and `/dev/xvdf` name the same attachment point on Xen and Nitro instances; a
 /// partition suffix names the disk it is on.
-fn attachment_point(device: &str) -> String {
+pub(crate) fn attachment_point(device: &str) -> String {
     let base = device
         .trim_start_matches("/dev/")
         .trim_end_matches(|c: char| c.is_ascii_digit());
@@ -45,7 +45,7 @@ fn attachment_point(device: &str) -> String {
 }
 
 /// The root volume of every simulated instance sits at `/dev/xvda` (alias `/dev/sda1`).
-const ROOT_POINT: &str = "xvda";
+pub(crate) const ROOT_POINT: &str = "xvda";
 
 pub(crate) fn attach(
     engine: &mut Engine,

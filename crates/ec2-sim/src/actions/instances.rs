@@ -1,12 +1,13 @@
 //! RunInstances, TerminateInstances, DescribeInstances: just enough EC2 to register nodes.
 
+use super::mappings::{EbsMapping, ebs_mappings};
 use super::{
     check_id, client_token, dry_run, idempotent_mismatch, invalid_filter, not_found, page,
     paginate, tag_filter,
 };
 use crate::engine::Engine;
 use crate::ids;
-use crate::model::{AttachState, Instance, Step, Token, duration_ms};
+use crate::model::{AttachState, Attachment, Instance, Step, Token, Volume, duration_ms};
 use crate::query::{Filter, Params, filter_matches};
 use crate::render::{self, OWNER_ID};
 use crate::xml::{ApiError, Xml};
@@ -101,10 +102,17 @@ pub(crate) fn run(
     };
     let instance_type = params.get("InstanceType").unwrap_or("m5.large").to_string();
     let tags = params.tag_specifications_for("instance", &["volume", "network-interface"])?;
+    let volume_tags =
+        params.tag_specifications_for("volume", &["instance", "network-interface"])?;
+    let mappings = ebs_mappings(engine, params, now)?;
     dry_run(params)?;
 
     let reservation_id = ids::resource_id("r");
+    let boot = duration_ms(engine.config.timing, Step::Boot);
+    // AWS launches an instance whose volume has an unusable KMS key, then terminates it.
+    let launch_fails = mappings.iter().any(|m| !m.volume.key_exists);
     let mut created = Vec::with_capacity(count);
+    let mut volumes = Vec::new();
     for _ in 0..count {
         let id = ids::resource_id("i");
         let instance = Instance {
@@ -114,13 +122,41 @@ pub(crate) fn run(
             image_id: image_id.clone(),
             instance_type: instance_type.clone(),
             launch_ms: now,
-            running_ms: now + duration_ms(engine.config.timing, Step::Boot),
-            terminate: None,
+            running_ms: now + boot,
+            terminate: launch_fails.then_some((now, now + boot)),
             tags: tags.clone(),
         };
-        engine.cloud.instances.insert(id.clone(), instance);
-        created.push(id);
+        if !launch_fails {
+            for m in &mappings {
+                volumes.push(launch_volume(m, &instance, &volume_tags, now));
+            }
+        }
+        created.push(instance);
     }
+    for v in &volumes {
+        if let Err(e) = engine
+            .disks
+            .create_volume(&v.id, v.size_gib, v.snapshot_id.as_deref())
+        {
+            for v in &volumes {
+                engine.disks.remove_volume(&v.id);
+            }
+            return Err(ApiError::internal(format!(
+                "cannot create the volume image: {e}"
+            )));
+        }
+    }
+    for v in volumes {
+        engine.cloud.volumes.insert(v.id.clone(), v);
+    }
+    let created: Vec<String> = created
+        .into_iter()
+        .map(|i| {
+            let id = i.id.clone();
+            engine.cloud.instances.insert(id.clone(), i);
+            id
+        })
+        .collect();
     if let Some(t) = token {
         engine.cloud.tokens.insert(
             format!("RunInstances/{t}"),
@@ -138,6 +174,34 @@ pub(crate) fn run(
         .collect();
     render_reservation(x, engine, &instances, now);
     Ok(())
+}
+
+/// A volume of a launch mapping, attached to `instance` from the start: `attaching` until
+/// the instance is running.
+fn launch_volume(
+    m: &EbsMapping,
+    instance: &Instance,
+    tags: &[(String, String)],
+    now: u64,
+) -> Volume {
+    let mut v = m.volume.clone().into_volume(
+        ids::resource_id("vol"),
+        instance.zone.clone(),
+        tags.to_vec(),
+        now,
+        now,
+    );
+    v.attachments.push(Attachment {
+        instance_id: instance.id.clone(),
+        device: m.device.clone(),
+        state: AttachState::Attaching,
+        attach_ms: now,
+        done_ms: instance.running_ms,
+        force: false,
+        delete_on_termination: m.delete_on_termination,
+        never_attached: false,
+    });
+    v
 }
 
 pub(crate) fn terminate(
@@ -166,6 +230,7 @@ pub(crate) fn terminate(
     }
     dry_run(params)?;
     let shutdown = duration_ms(engine.config.timing, Step::Shutdown);
+    let delete = duration_ms(engine.config.timing, Step::Delete);
     x.start("instancesSet");
     for id in &ids {
         let Some(i) = engine.cloud.instances.get_mut(id) else {
@@ -188,6 +253,7 @@ pub(crate) fn terminate(
             .end("previousState")
             .end("item");
         // EBS volumes are detached while the instance shuts down.
+        // Those with DeleteOnTermination are deleted once detached.
         for v in engine.cloud.volumes.values_mut() {
             for a in v.attachments.iter_mut().filter(|a| a.instance_id == *id) {
                 if a.state != AttachState::Detaching {
@@ -196,6 +262,9 @@ pub(crate) fn terminate(
                     a.done_ms = now + shutdown;
                 }
                 a.force = true;
+                if a.delete_on_termination {
+                    v.delete_when_detached = Some(delete);
+                }
             }
         }
     }

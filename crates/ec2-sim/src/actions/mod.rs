@@ -2,6 +2,7 @@
 
 mod attach;
 mod instances;
+mod mappings;
 mod modify;
 mod snapshots;
 mod tags;

@@ -47,10 +47,119 @@ pub(crate) fn create(
             ),
         ));
     }
-    let volume_type = params.get("VolumeType").unwrap_or("gp2");
+    let plan = plan_volume(
+        engine,
+        &VolumeRequest {
+            size: params.int("Size")?,
+            volume_type: params.get("VolumeType").unwrap_or("gp2"),
+            iops: params.int("Iops")?,
+            throughput: params.int("Throughput")?,
+            snapshot_id: params.get("SnapshotId"),
+            encrypted: params.bool("Encrypted")?,
+            kms_key_id: params.get("KmsKeyId"),
+            multi_attach: params.flag("MultiAttachEnabled")?,
+        },
+        now,
+    )?;
+    let tags = params.tag_specifications("volume")?;
+    dry_run(params)?;
+
+    let id = ids::resource_id("vol");
+    engine
+        .disks
+        .create_volume(&id, plan.size, plan.snapshot_id.as_deref())
+        .map_err(|e| ApiError::internal(format!("cannot create the volume image: {e}")))?;
+    let available_ms = now + duration_ms(engine.config.timing, Step::Create);
+    let volume = plan.into_volume(id.clone(), zone.to_string(), tags, now, available_ms);
+    if volume.vanishes {
+        tracing::info!(volume_id = %id, "KMS key does not exist: the volume will vanish");
+    }
+    // The response of CreateVolume always says `creating`, as AWS's does.
+    render::created_volume_fields(x, &volume, "creating");
+    if let Some(t) = token {
+        engine.cloud.tokens.insert(
+            format!("CreateVolume/{t}"),
+            Token {
+                fingerprint,
+                ids: vec![id.clone()],
+                volume: Some(volume.clone()),
+            },
+        );
+    }
+    engine.cloud.volumes.insert(id, volume);
+    engine.dirty = true;
+    Ok(())
+}
+
+/// The volume parameters CreateVolume and RunInstances' `BlockDeviceMapping.N.Ebs` share.
+pub(crate) struct VolumeRequest<'a> {
+    pub(crate) size: Option<i64>,
+    pub(crate) volume_type: &'a str,
+    pub(crate) iops: Option<i64>,
+    pub(crate) throughput: Option<i64>,
+    pub(crate) snapshot_id: Option<&'a str>,
+    pub(crate) encrypted: Option<bool>,
+    pub(crate) kms_key_id: Option<&'a str>,
+    pub(crate) multi_attach: bool,
+}
+
+/// A validated volume request, with AWS's defaults applied.
+#[derive(Debug, Clone)]
+pub(crate) struct PlannedVolume {
+    pub(crate) size: u64,
+    pub(crate) snapshot_id: Option<String>,
+    volume_type: String,
+    perf: limits::Performance,
+    encrypted: bool,
+    kms_key_id: Option<String>,
+    /// False when the KMS key does not exist (AWS accepts the call and then fails).
+    pub(crate) key_exists: bool,
+    multi_attach: bool,
+}
+
+impl PlannedVolume {
+    pub(crate) fn into_volume(
+        self,
+        id: String,
+        zone: String,
+        tags: Vec<(String, String)>,
+        now: u64,
+        available_ms: u64,
+    ) -> Volume {
+        Volume {
+            id,
+            size_gib: self.size,
+            snapshot_id: self.snapshot_id,
+            zone,
+            volume_type: self.volume_type,
+            iops: self.perf.iops,
+            throughput: self.perf.throughput,
+            encrypted: self.encrypted,
+            kms_key_id: self.kms_key_id,
+            multi_attach: self.multi_attach,
+            tags,
+            create_ms: now,
+            available_ms,
+            // AWS accepts an unusable key, shows the volume as creating, then drops it.
+            vanishes: !self.key_exists,
+            deleted_ms: None,
+            delete_when_detached: None,
+            attachments: Vec::new(),
+        }
+    }
+}
+
+/// CreateVolume's checks (type, snapshot, size, IOPS, throughput, Multi-Attach, encryption)
+/// with its error codes.
+pub(crate) fn plan_volume(
+    engine: &Engine,
+    r: &VolumeRequest<'_>,
+    now: u64,
+) -> Result<PlannedVolume, ApiError> {
+    let volume_type = r.volume_type;
     limits::check_type(volume_type)?;
 
-    let snapshot = match params.get("SnapshotId") {
+    let snapshot = match r.snapshot_id {
         None | Some("") => None,
         Some(id) => {
             check_id(id, "snap", "InvalidSnapshotID.Malformed")?;
@@ -67,10 +176,10 @@ pub(crate) fn create(
                     format!("Snapshot is in invalid state - {}", s.status(now)),
                 ));
             }
-            Some(s.clone())
+            Some(s)
         }
     };
-    let size = match (params.int("Size")?, &snapshot) {
+    let size = match (r.size, snapshot) {
         (Some(size), Some(s)) if size >= 0 && (size as u64) < s.volume_size => {
             return Err(ApiError::new(
                 "InvalidParameterValue",
@@ -90,85 +199,43 @@ pub(crate) fn create(
         }
     };
     let size = limits::check_size(volume_type, size)?;
-    let perf = limits::check_performance(
-        volume_type,
-        size,
-        params.int("Iops")?,
-        params.int("Throughput")?,
-    )?;
-    let multi_attach = params.flag("MultiAttachEnabled")?;
-    limits::check_multi_attach(volume_type, multi_attach)?;
+    let perf = limits::check_performance(volume_type, size, r.iops, r.throughput)?;
+    limits::check_multi_attach(volume_type, r.multi_attach)?;
 
-    let kms_param = params.get("KmsKeyId").filter(|k| !k.is_empty());
-    let encrypted_param = params.bool("Encrypted")?;
-    let snapshot_encrypted = snapshot.as_ref().is_some_and(|s| s.encrypted);
-    if kms_param.is_some() && encrypted_param != Some(true) && !snapshot_encrypted {
+    let kms_param = r.kms_key_id.filter(|k| !k.is_empty());
+    let snapshot_encrypted = snapshot.is_some_and(|s| s.encrypted);
+    if kms_param.is_some() && r.encrypted != Some(true) && !snapshot_encrypted {
         return Err(ApiError::new(
             "InvalidParameterDependency",
             "The parameter KmsKeyId requires the parameter Encrypted to be set.",
         ));
     }
-    if snapshot_encrypted && encrypted_param == Some(false) {
+    if snapshot_encrypted && r.encrypted == Some(false) {
         return Err(ApiError::combination(
             "A volume created from an encrypted snapshot must be encrypted.",
         ));
     }
-    let encrypted = encrypted_param.unwrap_or(false) || snapshot_encrypted;
+    let encrypted = r.encrypted.unwrap_or(false) || snapshot_encrypted;
     let (kms_key_id, key_exists) = if encrypted {
         let key = kms_param
             .map(str::to_string)
-            .or_else(|| snapshot.as_ref().and_then(|s| s.kms_key_id.clone()))
+            .or_else(|| snapshot.and_then(|s| s.kms_key_id.clone()))
             .unwrap_or_else(|| crate::config::DEFAULT_KMS_ALIAS.to_string());
         let exists = kms_key_exists(&engine.config.kms_keys, &key);
         (Some(kms_arn(&engine.config.region, &key)), exists)
     } else {
         (None, true)
     };
-    let tags = params.tag_specifications("volume")?;
-    dry_run(params)?;
-
-    let id = ids::resource_id("vol");
-    engine
-        .disks
-        .create_volume(&id, size, snapshot.as_ref().map(|s| s.id.as_str()))
-        .map_err(|e| ApiError::internal(format!("cannot create the volume image: {e}")))?;
-    let volume = Volume {
-        id: id.clone(),
-        size_gib: size,
-        snapshot_id: snapshot.map(|s| s.id),
-        zone: zone.to_string(),
+    Ok(PlannedVolume {
+        size,
+        snapshot_id: snapshot.map(|s| s.id.clone()),
         volume_type: volume_type.to_string(),
-        iops: perf.iops,
-        throughput: perf.throughput,
+        perf,
         encrypted,
         kms_key_id,
-        multi_attach,
-        tags,
-        create_ms: now,
-        available_ms: now + duration_ms(engine.config.timing, Step::Create),
-        // AWS accepts an unusable key, shows the volume as creating, then drops it.
-        vanishes: !key_exists,
-        deleted_ms: None,
-        attachments: Vec::new(),
-    };
-    if !key_exists {
-        tracing::info!(volume_id = %id, "KMS key does not exist: the volume will vanish");
-    }
-    // The response of CreateVolume always says `creating`, as AWS's does.
-    render::created_volume_fields(x, &volume, "creating");
-    if let Some(t) = token {
-        engine.cloud.tokens.insert(
-            format!("CreateVolume/{t}"),
-            Token {
-                fingerprint,
-                ids: vec![id.clone()],
-                volume: Some(volume.clone()),
-            },
-        );
-    }
-    engine.cloud.volumes.insert(id, volume);
-    engine.dirty = true;
-    Ok(())
+        key_exists,
+        multi_attach: r.multi_attach,
+    })
 }
 
 /// A key exists if it equals a configured entry, or one is the other's `arn:aws:kms:..:`
