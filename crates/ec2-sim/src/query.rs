@@ -29,6 +29,11 @@ impl Params {
         self.map.get(key).map(String::as_str)
     }
 
+    /// Every `(name, value)`, in name order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.map.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     pub(crate) fn require(&self, key: &str) -> Result<&str, ApiError> {
         match self.get(key) {
             Some(v) if !v.is_empty() => Ok(v),

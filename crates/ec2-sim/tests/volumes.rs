@@ -588,3 +588,64 @@ async fn unknown_action_and_malformed_request() {
     assert_eq!(status, 400);
     assert!(body.contains("<Code>MissingParameter</Code>"), "{body}");
 }
+
+#[tokio::test]
+async fn unknown_parameters_are_refused_naming_them() {
+    let s = start(Timing::Instant).await;
+    let r = s
+        .ec2
+        .fails(
+            "CreateVolume",
+            &[
+                ("AvailabilityZone", "us-east-1a"),
+                ("Size", "1"),
+                (
+                    "OutpostArn",
+                    "arn:aws:outposts:us-east-1:111122223333:outpost/op-1",
+                ),
+            ],
+            400,
+            "UnknownParameter",
+        )
+        .await;
+    assert!(r.body.contains("OutpostArn"), "{}", r.body);
+    // Nothing was created, and the same request without it works.
+    let d = s.ec2.ok("DescribeVolumes", &[]).await;
+    assert!(d.all("volumeSet/item").is_empty());
+    s.ec2.create_volume("us-east-1a", "1", &[]).await;
+    // A parameter of another action, and a misspelt list member.
+    s.ec2
+        .fails(
+            "DescribeVolumes",
+            &[("InstanceId.1", "i-0123456789abcdef0")],
+            400,
+            "UnknownParameter",
+        )
+        .await;
+    let r = s
+        .ec2
+        .fails(
+            "DescribeInstances",
+            &[
+                ("Filter.1.Name", "instance-id"),
+                ("Filter.1.Values.1", "i-1"),
+            ],
+            400,
+            "UnknownParameter",
+        )
+        .await;
+    assert!(r.body.contains("Filter.1.Values.1"), "{}", r.body);
+    s.ec2
+        .fails(
+            "RunInstances",
+            &[
+                ("ImageId", "ami-12345678"),
+                ("MinCount", "1"),
+                ("MaxCount", "1"),
+                ("SubnetId", "subnet-12345678"),
+            ],
+            400,
+            "UnknownParameter",
+        )
+        .await;
+}

@@ -2,6 +2,7 @@
 
 mod attach;
 mod instances;
+mod known;
 mod mappings;
 mod modify;
 mod snapshots;
@@ -21,6 +22,9 @@ pub(crate) fn dispatch(
     now: u64,
     x: &mut Xml,
 ) -> Result<(), ApiError> {
+    if crate::engine::ACTIONS.contains(&action) {
+        known::check(action, params)?;
+    }
     match action {
         "CreateVolume" => volumes::create(engine, params, now, x),
         "DeleteVolume" => volumes::delete(engine, params, now, x),
