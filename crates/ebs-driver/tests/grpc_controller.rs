@@ -241,6 +241,13 @@ async fn zone_follows_accessibility_requirements() {
         v.accessible_topology[0].segments["topology.kubernetes.io/zone"],
         "us-east-1b"
     );
+    // The node is in us-east-1a: EC2 refuses the attach, and that is FailedPrecondition.
+    expect_code(
+        c.controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
+            .await,
+        Code::FailedPrecondition,
+        "availability zone",
+    );
 }
 
 #[tokio::test]

@@ -427,6 +427,11 @@ fn publish_error(e: CloudError, volume_id: &str, node_id: &str) -> Error {
         CloudError::VolumeInUse { message, .. } => Error::FailedPrecondition(format!(
             "volume {volume_id} cannot be attached to {node_id}: {message}"
         )),
+        CloudError::Other { code, message, .. } if code == "InvalidVolume.ZoneMismatch" => {
+            Error::FailedPrecondition(format!(
+                "volume {volume_id} is in another availability zone than node {node_id}: {message}"
+            ))
+        }
         other => other.into(),
     }
 }

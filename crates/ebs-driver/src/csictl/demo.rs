@@ -44,7 +44,7 @@ impl Steps {
     {
         self.n += 1;
         let at = self.started.elapsed();
-        print!("[{:>7.3}s] {:>2}. {what:<44}", at.as_secs_f64(), self.n);
+        print!("[{:>7.3}s] {:>2}. {what:<54}", at.as_secs_f64(), self.n);
         let _ = std::io::stdout().flush();
         let t = Instant::now();
         let r = f.await;
@@ -195,7 +195,7 @@ async fn walk(steps: &mut Steps, endpoint: &str, fs_type: &str, made: &mut Made)
     println!("             node {} ", info.node_id);
     let mut ctl = c.controller.clone();
     let vol = steps
-        .run("CreateVolume demo-volume (1 GiB gp3)", async {
+        .run("CreateVolume csictl-demo-volume (1 GiB gp3)", async {
             let r = ctl
                 .create_volume(CreateVolumeRequest {
                     name: "csictl-demo-volume".into(),
