@@ -24,6 +24,17 @@ use std::path::PathBuf;
 
 pub use server::{ApiServer, Config, RunningApiServer};
 
+/// Installs rustls' `ring` provider as the process-wide default, once; later calls do nothing.
+///
+/// kube builds a rustls connector for every client, even for plain-HTTP URLs, and rustls picks
+/// its provider from crate features. In a build that also links aws-sdk-ec2 (which enables
+/// rustls' `aws-lc-rs`), both features are on and rustls refuses to guess, panicking inside
+/// `kube::Client::try_from`. Every place that builds a kube client calls this first.
+pub fn install_crypto_provider() {
+    // Err only means a provider is already installed, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// Errors starting or running the server (request errors are answered as `Status` objects).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -156,6 +156,7 @@ impl ApiServer {
                         reason: e.to_string(),
                     })?,
             );
+        crate::install_crypto_provider();
         let client = kube::Client::try_from(kube_config).map_err(|e| Error::Client {
             url: url.clone(),
             reason: e.to_string(),

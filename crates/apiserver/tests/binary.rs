@@ -49,6 +49,7 @@ async fn client(kubeconfig: &Path) -> kube::Client {
     let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .unwrap();
+    apiserver::install_crypto_provider();
     kube::Client::try_from(cfg).unwrap()
 }
 
