@@ -244,6 +244,56 @@ async fn the_attach_limit_is_resource_exhausted() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_publishes_never_overshoot_the_attach_limit() {
+    // Realistic timing: attaches take seconds, so all ten publishes are in flight together and
+    // DescribeInstances cannot yet show the others' attachments.
+    let env = Env::start(Timing::Realistic, Backing::File, 26).await;
+    let mut config = env.driver_config(DriverMode::Controller);
+    config.controller.publish.attach_limit = Some(4);
+    let d = Driver::start(config).await;
+    let mut c = d.controller();
+    let mut vols = Vec::new();
+    for i in 0..10 {
+        vols.push(
+            c.create_volume(create_req(&format!("pvc-race-{i}"), GIB))
+                .await
+                .unwrap()
+                .into_inner()
+                .volume
+                .unwrap()
+                .volume_id,
+        );
+    }
+    let mut tasks = Vec::new();
+    for v in vols {
+        let mut c = d.controller();
+        let node = env.node_id.clone();
+        tasks.push(tokio::spawn(async move {
+            c.controller_publish_volume(publish_req(&v, &node))
+                .await
+                .map(|_| ())
+                .map_err(|s| s.code())
+        }));
+    }
+    let mut ok = 0;
+    let mut exhausted = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(()) => ok += 1,
+            Err(Code::ResourceExhausted) => exhausted += 1,
+            Err(other) => panic!("unexpected code {other:?}"),
+        }
+    }
+    assert_eq!((ok, exhausted), (4, 6));
+    let inst = env.cloud.get_instance(&env.node_id).await.unwrap();
+    assert_eq!(
+        inst.devices.len(),
+        4,
+        "EC2 shows exactly the limit attached"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_call_wins_when_kubernetes_changes_its_mind() {
     let env = Env::start(Timing::Fast, Backing::File, 26).await;
     let d = Driver::start(env.driver_config(DriverMode::Controller)).await;

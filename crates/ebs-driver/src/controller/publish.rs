@@ -15,7 +15,7 @@
 //! continues where the old one stopped. Force-detach is never used: seed 004 explains it can
 //! corrupt data and lose the device name.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -88,6 +88,11 @@ pub(crate) struct Attacher {
     cloud: Arc<dyn Cloud>,
     config: PublishConfig,
     entries: Arc<Mutex<HashMap<Key, Entry>>>,
+    /// Per node, the volumes whose AttachVolume this process has sent (or is about to send) and
+    /// whose worker is still running. DescribeInstances lags behind AttachVolume, so without
+    /// these, concurrent publishes would all see the same count and overshoot
+    /// `--volume-attach-limit`.
+    reserved: Arc<Mutex<HashMap<String, HashSet<String>>>>,
 }
 
 impl std::fmt::Debug for Attacher {
@@ -108,6 +113,7 @@ impl Attacher {
             cloud,
             config,
             entries: Arc::new(Mutex::new(HashMap::new())),
+            reserved: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -217,6 +223,7 @@ impl Attacher {
                 continue;
             }
             if let Some(e) = entries.remove(&key) {
+                self.release(volume_id, node_id);
                 if let Err(err) = &result {
                     tracing::warn!(volume_id, node_id, call = want.call(), error = %err, "failed");
                 }
@@ -289,7 +296,7 @@ impl Attacher {
                     let recently =
                         attach_sent.is_some_and(|t| t.elapsed() < Duration::from_secs(15));
                     if disk.state != "creating" && !recently {
-                        if let Err(e) = self.check_limit(node_id).await {
+                        if let Err(e) = self.reserve_slot(volume_id, node_id).await {
                             return Step::Done(Err(e));
                         }
                         match self.cloud.attach_disk(volume_id, node_id).await {
@@ -308,23 +315,46 @@ impl Attacher {
         }
     }
 
-    async fn check_limit(&self, node_id: &str) -> Result<()> {
+    /// Checks `--volume-attach-limit` and holds a slot for `volume_id` until its worker ends.
+    /// The count is EC2's view (DescribeInstances, never memory alone) joined with the
+    /// attaches this process has in flight, in one critical section, so concurrent publishes
+    /// to one node cannot all take the last slot.
+    async fn reserve_slot(&self, volume_id: &str, node_id: &str) -> Result<()> {
         let Some(limit) = self.config.attach_limit else {
             return Ok(());
         };
         let instance = self.cloud.get_instance(node_id).await?;
-        let used = instance
+        let mut reserved = lock(&self.reserved);
+        let mine = reserved.entry(node_id.to_string()).or_default();
+        let mut used: HashSet<&str> = instance
             .devices
             .iter()
             .filter(|d| Some(&d.device) != instance.root_device.as_ref())
-            .count();
-        if used >= limit {
+            .map(|d| d.volume_id.as_str())
+            .collect();
+        used.extend(mine.iter().map(String::as_str));
+        used.remove(volume_id);
+        if used.len() >= limit {
             return Err(Error::AttachLimit {
                 node_id: node_id.to_string(),
-                reason: format!("{used} volumes are attached; --volume-attach-limit is {limit}"),
+                reason: format!(
+                    "{} volumes are attached or being attached; --volume-attach-limit is {limit}",
+                    used.len()
+                ),
             });
         }
+        mine.insert(volume_id.to_string());
         Ok(())
+    }
+
+    fn release(&self, volume_id: &str, node_id: &str) {
+        let mut reserved = lock(&self.reserved);
+        if let Some(mine) = reserved.get_mut(node_id) {
+            mine.remove(volume_id);
+            if mine.is_empty() {
+                reserved.remove(node_id);
+            }
+        }
     }
 
     /// An attachment stayed `attaching` too long: detach it (never forced), put the device
