@@ -172,6 +172,34 @@ async fn kubectl_create_get_patch_delete_watch() {
         eprintln!("SKIP: no kubectl on PATH (scripts/setup installs it)");
         return;
     };
+    scenario(bin, false).await;
+}
+
+/// Debian's `kubernetes-client` (kubectl 1.20, the one a machine without kubectl gets), which
+/// `scripts/setup` unpacks beside the one on PATH so both are tested.
+#[tokio::test]
+async fn kubectl_1_20_from_debian_create_get_patch_delete_watch() {
+    let bin = std::env::var_os("CSI_RS_KUBECTL_1_20")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/csi-rs-kubectl-1.20/usr/bin/kubectl"))
+        });
+    let Some(bin) = bin.filter(|b| b.is_file()) else {
+        eprintln!("SKIP: Debian's kubectl 1.20 is not unpacked (scripts/setup does it)");
+        return;
+    };
+    let version = std::process::Command::new(&bin)
+        .args(["version", "--client", "--short"])
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    assert!(version.contains("v1.20."), "{version}");
+    scenario(bin, true).await;
+}
+
+/// Every step with kubectl `bin`; `legacy` (1.20) leaves out the client flags it predates.
+async fn scenario(bin: PathBuf, legacy: bool) {
     let server = common::start().await;
     let dir = tempfile::tempdir().unwrap();
     let k = setup(&server, dir.path(), bin);
@@ -301,6 +329,16 @@ async fn kubectl_create_get_patch_delete_watch() {
     };
     assert!(read_line(&mut lines).await.starts_with("NAME"));
     assert!(read_line(&mut lines).await.contains("false"));
+    // kubectl prints the object from a GET, then watches (1.20: from resourceVersion 0, whose
+    // replayed ADDED event it does not print). Change the object only once its watch is open,
+    // or the change arrives as that ADDED event, as it would from a real server.
+    let open = tokio::time::timeout(Duration::from_secs(30), async {
+        while server.watcher_count() == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(open.is_ok(), "kubectl get -w opened its watch within 30s");
     let vas: Api<VolumeAttachment> = Api::all(server.client());
     vas.patch_status(
         "csi-0123",
@@ -389,16 +427,13 @@ async fn kubectl_create_get_patch_delete_watch() {
     let f = k.write("lease.yaml", "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: ssa\nspec:\n  holderIdentity: kubectl\n");
     let ssa = k.ok(&["apply", "--server-side", "-f", &f]).await;
     assert!(ssa.contains("serverside-applied"), "{ssa}");
-    let mf = k
-        .ok(&[
-            "get",
-            "lease",
-            "ssa",
-            "--show-managed-fields",
-            "-o",
-            "jsonpath={.metadata.managedFields[0].manager}",
-        ])
-        .await;
+    // kubectl 1.21 began hiding managedFields unless asked; 1.20 has no flag and shows them.
+    let mut get_mf = vec!["get", "lease", "ssa"];
+    if !legacy {
+        get_mf.push("--show-managed-fields");
+    }
+    get_mf.extend(["-o", "jsonpath={.metadata.managedFields[0].manager}"]);
+    let mf = k.ok(&get_mf).await;
     assert_eq!(mf, "kubectl");
 
     // Discovery-driven commands.
