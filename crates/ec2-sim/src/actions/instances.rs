@@ -2,8 +2,8 @@
 
 use super::mappings::{EbsMapping, ebs_mappings};
 use super::{
-    check_id, client_token, dry_run, idempotent_mismatch, invalid_filter, not_found, page,
-    paginate, tag_filter,
+    DescribeQuery, DescribeSpec, check_id, client_token, describe_query, dry_run,
+    idempotent_mismatch, paginate, tag_filter,
 };
 use crate::engine::Engine;
 use crate::ids;
@@ -315,37 +315,20 @@ pub(crate) fn describe(
     now: u64,
     x: &mut Xml,
 ) -> Result<(), ApiError> {
-    let ids = params.list("InstanceId");
-    let filters = params.filters()?;
-    for f in &filters {
-        if !f.name.starts_with("tag:")
-            && f.name != "tag-key"
-            && !INSTANCE_FILTERS.contains(&f.name.as_str())
-        {
-            return Err(invalid_filter(f));
-        }
-    }
-    if !ids.is_empty() && params.get("MaxResults").is_some() {
-        return Err(ApiError::combination(
-            "The parameter instancesSet cannot be used with the parameter maxResults",
-        ));
-    }
-    let page = page(params, 5, 1000, "i")?;
-    for id in &ids {
-        check_id(id, "i", "InvalidInstanceID.Malformed")?;
-    }
-    let missing: Vec<&String> = ids
-        .iter()
-        .filter(|id| !engine.cloud.instances.contains_key(*id))
-        .collect();
-    if !missing.is_empty() {
-        return Err(not_found(
-            "InvalidInstanceID.NotFound",
-            "instance ID",
-            &missing,
-        ));
-    }
-    dry_run(params)?;
+    let DescribeQuery { ids, filters, page } = describe_query(
+        params,
+        &DescribeSpec {
+            id_param: "InstanceId",
+            set_name: "instancesSet",
+            filters: INSTANCE_FILTERS,
+            max_results: 1000,
+            id_prefix: "i",
+            malformed: "InvalidInstanceID.Malformed",
+            not_found: "InvalidInstanceID.NotFound",
+            noun: "instance ID",
+        },
+        |id| engine.cloud.instances.contains_key(id),
+    )?;
     let selected: Vec<(String, &Instance)> = engine
         .cloud
         .instances

@@ -200,6 +200,64 @@ pub(crate) fn not_found(code: &str, kind: &str, missing: &[&String]) -> ApiError
     )
 }
 
+/// What one Describe* action accepts.
+pub(crate) struct DescribeSpec<'a> {
+    /// The ID list parameter (`VolumeId`) and the response set it names in errors (`volumeSet`).
+    pub(crate) id_param: &'a str,
+    pub(crate) set_name: &'a str,
+    /// Filter names besides `tag:KEY` and `tag-key`.
+    pub(crate) filters: &'a [&'a str],
+    /// The largest MaxResults (the smallest is 5 for all of them).
+    pub(crate) max_results: i64,
+    /// ID prefix (`vol`) and the error codes for a malformed and an unknown ID.
+    pub(crate) id_prefix: &'a str,
+    pub(crate) malformed: &'a str,
+    pub(crate) not_found: &'a str,
+    /// The noun in the not-found message.
+    pub(crate) noun: &'a str,
+}
+
+/// The validated IDs, filters and page of a Describe* request.
+pub(crate) struct DescribeQuery {
+    pub(crate) ids: Vec<String>,
+    pub(crate) filters: Vec<Filter>,
+    pub(crate) page: Page,
+}
+
+/// The checks every Describe* action makes, in AWS's order: filter names, IDs together with
+/// MaxResults, the page, malformed IDs, unknown IDs (`exists`), then DryRun.
+pub(crate) fn describe_query(
+    params: &Params,
+    spec: &DescribeSpec<'_>,
+    exists: impl Fn(&str) -> bool,
+) -> Result<DescribeQuery, ApiError> {
+    let ids = params.list(spec.id_param);
+    let filters = params.filters()?;
+    if let Some(f) = filters.iter().find(|f| {
+        !f.name.starts_with("tag:")
+            && f.name != "tag-key"
+            && !spec.filters.contains(&f.name.as_str())
+    }) {
+        return Err(invalid_filter(f));
+    }
+    if !ids.is_empty() && params.get("MaxResults").is_some() {
+        return Err(ApiError::combination(format!(
+            "The parameter {} cannot be used with the parameter maxResults",
+            spec.set_name
+        )));
+    }
+    let page = page(params, 5, spec.max_results, spec.id_prefix)?;
+    for id in &ids {
+        check_id(id, spec.id_prefix, spec.malformed)?;
+    }
+    let missing: Vec<&String> = ids.iter().filter(|id| !exists(id)).collect();
+    if !missing.is_empty() {
+        return Err(not_found(spec.not_found, spec.noun, &missing));
+    }
+    dry_run(params)?;
+    Ok(DescribeQuery { ids, filters, page })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,7 +2,9 @@
 //! of the volume image taken when CreateSnapshot is called.
 
 use super::volumes::lookup;
-use super::{check_id, dry_run, invalid_filter, not_found, page, paginate, tag_filter};
+use super::{
+    DescribeQuery, DescribeSpec, check_id, describe_query, dry_run, not_found, paginate, tag_filter,
+};
 use crate::engine::Engine;
 use crate::ids;
 use crate::model::{Snapshot, Step, duration_ms};
@@ -113,34 +115,21 @@ pub(crate) fn describe(
     now: u64,
     x: &mut Xml,
 ) -> Result<(), ApiError> {
-    let ids = params.list("SnapshotId");
     let owners = params.list("Owner");
-    let filters = params.filters()?;
-    for f in &filters {
-        if !f.name.starts_with("tag:")
-            && f.name != "tag-key"
-            && !SNAPSHOT_FILTERS.contains(&f.name.as_str())
-        {
-            return Err(invalid_filter(f));
-        }
-    }
-    if !ids.is_empty() && params.get("MaxResults").is_some() {
-        return Err(ApiError::combination(
-            "The parameter snapshotSet cannot be used with the parameter maxResults",
-        ));
-    }
-    let page = page(params, 5, 1000, "snap")?;
-    for id in &ids {
-        check_id(id, "snap", "InvalidSnapshotID.Malformed")?;
-    }
-    let missing: Vec<&String> = ids
-        .iter()
-        .filter(|id| !engine.cloud.snapshots.contains_key(*id))
-        .collect();
-    if !missing.is_empty() {
-        return Err(not_found("InvalidSnapshot.NotFound", "snapshot", &missing));
-    }
-    dry_run(params)?;
+    let DescribeQuery { ids, filters, page } = describe_query(
+        params,
+        &DescribeSpec {
+            id_param: "SnapshotId",
+            set_name: "snapshotSet",
+            filters: SNAPSHOT_FILTERS,
+            max_results: 1000,
+            id_prefix: "snap",
+            malformed: "InvalidSnapshotID.Malformed",
+            not_found: "InvalidSnapshot.NotFound",
+            noun: "snapshot",
+        },
+        |id| engine.cloud.snapshots.contains_key(id),
+    )?;
     // Every snapshot belongs to this account: `self` and our ID match, others match nothing.
     let owner_ok = owners.is_empty() || owners.iter().any(|o| o == "self" || o == OWNER_ID);
     let selected: Vec<(String, &Snapshot)> = engine

@@ -1,8 +1,8 @@
 //! CreateVolume, DeleteVolume, DescribeVolumes.
 
 use super::{
-    check_id, client_token, dry_run, idempotent_mismatch, invalid_filter, not_found, page,
-    paginate, tag_filter,
+    DescribeQuery, DescribeSpec, check_id, client_token, describe_query, dry_run,
+    idempotent_mismatch, not_found, paginate, tag_filter,
 };
 use crate::engine::Engine;
 use crate::ids;
@@ -347,33 +347,20 @@ pub(crate) fn describe(
     now: u64,
     x: &mut Xml,
 ) -> Result<(), ApiError> {
-    let ids = params.list("VolumeId");
-    let filters = params.filters()?;
-    for f in &filters {
-        if !f.name.starts_with("tag:")
-            && f.name != "tag-key"
-            && !VOLUME_FILTERS.contains(&f.name.as_str())
-        {
-            return Err(invalid_filter(f));
-        }
-    }
-    if !ids.is_empty() && params.get("MaxResults").is_some() {
-        return Err(ApiError::combination(
-            "The parameter volumeSet cannot be used with the parameter maxResults",
-        ));
-    }
-    let page = page(params, 5, 500, "vol")?;
-    for id in &ids {
-        check_id(id, "vol", "InvalidVolumeID.Malformed")?;
-    }
-    let missing: Vec<&String> = ids
-        .iter()
-        .filter(|id| !engine.cloud.volumes.contains_key(*id))
-        .collect();
-    if !missing.is_empty() {
-        return Err(not_found("InvalidVolume.NotFound", "volume", &missing));
-    }
-    dry_run(params)?;
+    let DescribeQuery { ids, filters, page } = describe_query(
+        params,
+        &DescribeSpec {
+            id_param: "VolumeId",
+            set_name: "volumeSet",
+            filters: VOLUME_FILTERS,
+            max_results: 500,
+            id_prefix: "vol",
+            malformed: "InvalidVolumeID.Malformed",
+            not_found: "InvalidVolume.NotFound",
+            noun: "volume",
+        },
+        |id| engine.cloud.volumes.contains_key(id),
+    )?;
     let selected: Vec<(String, &Volume)> = engine
         .cloud
         .volumes
