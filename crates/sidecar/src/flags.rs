@@ -1,0 +1,531 @@
+//! Go `flag` syntax on top of clap, and the flags every CSI sidecar shares.
+//!
+//! Existing manifests start the Go sidecars with `-csi-address=/csi/csi.sock`, `--v=5`,
+//! `-leader-election`, `--timeout 15s`. Go's `flag` package accepts one or two dashes for any
+//! flag, `=value` or a separate value, and durations such as `1m30s`; clap only knows
+//! `--long`. [`normalize_go_args`] rewrites the arguments before clap sees them, and the value
+//! parsers here read Go's duration and boolean syntax.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Rewrites Go-style arguments into the form clap accepts.
+///
+/// - A single-dash flag whose name is longer than one letter (`-csi-address=/x`,
+///   `-leader-election`, `-timeout 15s`) gets a second dash.
+/// - `-v` (klog's verbosity, a single letter) becomes `--v`, so `-v 5`, `-v=5` and `--v=5` all
+///   reach [`CommonFlags::v`]. Other single letters (`-h`, `-V`) stay clap short flags.
+/// - Anything else is left alone: double-dash flags, values (a path, `-1` for
+///   `--kube-api-qps`, a lone `-`), and everything after a `--` terminator.
+///
+/// Limitation: a flag's separate value that itself looks like a long flag (`-kubeconfig
+/// -weird`) would be rewritten; pass such values as `-kubeconfig=-weird`.
+pub fn normalize_go_args<I: IntoIterator<Item = OsString>>(args: I) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut iter = args.into_iter();
+    // The program name is not a flag.
+    if let Some(program) = iter.next() {
+        out.push(program);
+    }
+    let mut terminated = false;
+    for arg in iter {
+        if terminated {
+            out.push(arg);
+            continue;
+        }
+        let Some(text) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if text == "--" {
+            terminated = true;
+            out.push(arg);
+            continue;
+        }
+        match single_dash_flag_name(text) {
+            Some(name) if name.len() > 1 || name == "v" => {
+                let mut rewritten = OsString::from("-");
+                rewritten.push(&arg);
+                out.push(rewritten);
+            }
+            _ => out.push(arg),
+        }
+    }
+    out
+}
+
+/// The flag name of `-name` / `-name=value`, if `text` is a single-dash flag whose name starts
+/// with a letter (so `-1`, `-` and `--x` are not).
+fn single_dash_flag_name(text: &str) -> Option<&str> {
+    let rest = text.strip_prefix('-')?;
+    if rest.starts_with('-') {
+        return None;
+    }
+    let name = rest.split_once('=').map_or(rest, |(name, _)| name);
+    name.chars()
+        .next()
+        .filter(char::is_ascii_alphabetic)
+        .map(|_| name)
+}
+
+/// Parses a Go duration (`time.ParseDuration`): a sequence of decimal numbers, each with an
+/// optional fraction and a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), such as `300ms`,
+/// `1.5h` or `1h2m3.5s`; a bare `0` is zero. Negative durations are refused: no sidecar flag
+/// means anything by them.
+pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let invalid =
+        |why: &str| format!("invalid duration {s:?}: {why} (Go syntax, e.g. 15s, 1m30s, 300ms)");
+    let mut rest = s;
+    let mut negative = false;
+    if let Some(r) = rest.strip_prefix('+') {
+        rest = r;
+    } else if let Some(r) = rest.strip_prefix('-') {
+        rest = r;
+        negative = true;
+    }
+    if rest == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if rest.is_empty() {
+        return Err(invalid("empty"));
+    }
+    let mut total_nanos: u128 = 0;
+    while !rest.is_empty() {
+        let int_len = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let int_part = &rest[..int_len];
+        rest = &rest[int_len..];
+        let mut frac_part = "";
+        if let Some(r) = rest.strip_prefix('.') {
+            let frac_len = r.find(|c: char| !c.is_ascii_digit()).unwrap_or(r.len());
+            frac_part = &r[..frac_len];
+            rest = &r[frac_len..];
+        }
+        if int_part.is_empty() && frac_part.is_empty() {
+            return Err(invalid("expected a number"));
+        }
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let unit_nanos: u128 = match unit {
+            "ns" => 1,
+            "us" | "µs" | "μs" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60 * 1_000_000_000,
+            "h" => 3_600 * 1_000_000_000,
+            "" => return Err(invalid("missing unit")),
+            _ => return Err(invalid(&format!("unknown unit {unit:?}"))),
+        };
+        let int_value: u128 = if int_part.is_empty() {
+            0
+        } else {
+            int_part.parse().map_err(|_| invalid("number too large"))?
+        };
+        let mut nanos = int_value
+            .checked_mul(unit_nanos)
+            .ok_or_else(|| invalid("overflow"))?;
+        // The fraction scaled by the unit, truncated to whole nanoseconds as Go does.
+        let mut scale = unit_nanos;
+        for digit in frac_part.bytes().take(30) {
+            scale /= 10;
+            if scale == 0 {
+                break;
+            }
+            nanos += u128::from(digit - b'0') * scale;
+        }
+        total_nanos = total_nanos
+            .checked_add(nanos)
+            .ok_or_else(|| invalid("overflow"))?;
+    }
+    if negative && total_nanos > 0 {
+        return Err(invalid("negative durations are not allowed"));
+    }
+    // Go's Duration is an int64 of nanoseconds.
+    if total_nanos > i64::MAX as u128 {
+        return Err(invalid("overflow"));
+    }
+    let secs = (total_nanos / 1_000_000_000) as u64;
+    let sub = (total_nanos % 1_000_000_000) as u32;
+    Ok(Duration::new(secs, sub))
+}
+
+/// Parses a boolean the way Go's `strconv.ParseBool` does: `1 t T TRUE true True` and
+/// `0 f F FALSE false False`.
+pub fn parse_go_bool(s: &str) -> Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(format!(
+            "invalid boolean {s:?}: expected true or false (or 1, t, T, TRUE, True, 0, f, F, FALSE, False)"
+        )),
+    }
+}
+
+/// Accepts any string, including the empty one Go manifests pass for "unset".
+fn any_string(s: &str) -> Result<String, String> {
+    Ok(s.to_owned())
+}
+
+/// Accepts any path, including the empty one (meaning "unset", as in Go).
+fn any_path(s: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(s))
+}
+
+/// The flags every Go CSI sidecar takes, with the same names and defaults.
+///
+/// Embed with `#[command(flatten)]` and parse `normalize_go_args(std::env::args_os())`.
+/// Empty values (`--kubeconfig=""`, `--http-endpoint=""`) mean "unset", as in Go: use the
+/// accessor methods, which fold them into `None`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonFlags {
+    /// Address of the CSI driver socket: a plain path or a unix:// URL.
+    #[arg(long, default_value = "/run/csi/socket", value_name = "ADDRESS")]
+    pub csi_address: String,
+
+    /// Absolute path to a kubeconfig file. Empty: the in-cluster configuration (then
+    /// $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "PATH", value_parser = any_path)]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Queries per second to the API server (client-go semantics: 0 means 5, a negative value
+    /// means unlimited).
+    #[arg(
+        long,
+        default_value_t = 5.0,
+        allow_negative_numbers = true,
+        value_name = "QPS"
+    )]
+    pub kube_api_qps: f32,
+
+    /// Burst of queries to the API server above --kube-api-qps.
+    #[arg(long, default_value_t = 10, value_name = "N")]
+    pub kube_api_burst: u32,
+
+    /// Elect a leader on a Lease; only the leader works. `--leader-election` alone means true.
+    #[arg(
+        long,
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool,
+        value_name = "BOOL"
+    )]
+    pub leader_election: bool,
+
+    /// Namespace of the leader election Lease. Empty: the pod's own namespace.
+    #[arg(long, value_name = "NAMESPACE", value_parser = any_string)]
+    pub leader_election_namespace: Option<String>,
+
+    /// How long non-leaders wait after the last renewal before they may take the lease.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_election_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives up leadership.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_election_renew_deadline: Duration,
+
+    /// How often the leader renews and candidates retry.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_election_retry_period: Duration,
+
+    /// host:port (":8080" listens on all interfaces) for metrics and health checks. Empty:
+    /// no HTTP server.
+    #[arg(long, value_name = "ADDRESS", value_parser = any_string)]
+    pub http_endpoint: Option<String>,
+
+    /// Path the Prometheus metrics are served at on --http-endpoint.
+    #[arg(long, default_value = "/metrics", value_name = "PATH")]
+    pub metrics_path: String,
+
+    /// How long to wait for the CSI driver's socket to accept a connection.
+    #[arg(long, default_value = "1m", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub connection_timeout: Duration,
+
+    /// Log verbosity (klog levels): 0-3 info, 4 debug, 5 and above trace. RUST_LOG overrides.
+    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
+    pub v: u8,
+}
+
+impl CommonFlags {
+    /// `--kubeconfig`, with an empty value as unset.
+    pub fn kubeconfig_path(&self) -> Option<&Path> {
+        self.kubeconfig
+            .as_deref()
+            .filter(|p| !p.as_os_str().is_empty())
+    }
+
+    /// `--http-endpoint`, with an empty value as unset.
+    pub fn http_endpoint_addr(&self) -> Option<&str> {
+        self.http_endpoint.as_deref().filter(|s| !s.is_empty())
+    }
+
+    /// `--leader-election-namespace`, with an empty value as unset.
+    pub fn leader_election_namespace_name(&self) -> Option<&str> {
+        self.leader_election_namespace
+            .as_deref()
+            .filter(|s| !s.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    #[command(name = "test-sidecar")]
+    struct Cli {
+        #[command(flatten)]
+        common: CommonFlags,
+        /// A binary-specific bool flag, as the attacher's --dummy.
+        #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
+              default_value_t = false, value_parser = parse_go_bool)]
+        dummy: bool,
+        #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
+        timeout: Duration,
+    }
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        let mut all = vec!["test-sidecar"];
+        all.extend_from_slice(args);
+        Cli::try_parse_from(normalize_go_args(os(&all)))
+    }
+
+    #[test]
+    fn normalize_rewrites_single_dash_long_flags_only() {
+        let got = normalize_go_args(os(&[
+            "prog",
+            "-csi-address=/x",
+            "-csi-address",
+            "/y",
+            "--csi-address=/z",
+            "-v",
+            "5",
+            "-v=5",
+            "--v=5",
+            "-leader-election",
+            "--leader-election=false",
+            "-dummy",
+            "-h",
+            "-kube-api-qps",
+            "-1",
+            "-",
+            "--",
+            "-after-terminator",
+        ]));
+        assert_eq!(
+            got,
+            os(&[
+                "prog",
+                "--csi-address=/x",
+                "--csi-address",
+                "/y",
+                "--csi-address=/z",
+                "--v",
+                "5",
+                "--v=5",
+                "--v=5",
+                "--leader-election",
+                "--leader-election=false",
+                "--dummy",
+                "-h",
+                "--kube-api-qps",
+                "-1",
+                "-",
+                "--",
+                "-after-terminator",
+            ])
+        );
+    }
+
+    #[test]
+    fn normalize_leaves_the_program_name_alone() {
+        assert_eq!(
+            normalize_go_args(os(&["-weird-prog"])),
+            os(&["-weird-prog"])
+        );
+        assert!(normalize_go_args(Vec::<OsString>::new()).is_empty());
+    }
+
+    #[test]
+    fn defaults_are_the_go_sidecars_defaults() {
+        let cli = parse(&[]).unwrap();
+        let c = cli.common;
+        assert_eq!(c.csi_address, "/run/csi/socket");
+        assert_eq!(c.kubeconfig_path(), None);
+        assert_eq!(c.kube_api_qps, 5.0);
+        assert_eq!(c.kube_api_burst, 10);
+        assert!(!c.leader_election);
+        assert_eq!(c.leader_election_namespace_name(), None);
+        assert_eq!(c.leader_election_lease_duration, Duration::from_secs(15));
+        assert_eq!(c.leader_election_renew_deadline, Duration::from_secs(10));
+        assert_eq!(c.leader_election_retry_period, Duration::from_secs(5));
+        assert_eq!(c.http_endpoint_addr(), None);
+        assert_eq!(c.metrics_path, "/metrics");
+        assert_eq!(c.connection_timeout, Duration::from_secs(60));
+        assert_eq!(c.v, 0);
+        assert!(!cli.dummy);
+        assert_eq!(cli.timeout, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn go_style_command_lines_parse() {
+        let cli = parse(&[
+            "-csi-address=unix:///csi/csi.sock",
+            "-kubeconfig",
+            "/etc/kube.conf",
+            "--kube-api-qps",
+            "-1",
+            "-kube-api-burst=100",
+            "-leader-election",
+            "--leader-election-namespace=kube-system",
+            "-leader-election-lease-duration=1m30s",
+            "--leader-election-renew-deadline",
+            "45s",
+            "-leader-election-retry-period=300ms",
+            "-http-endpoint=:8080",
+            "-metrics-path=/m",
+            "-connection-timeout=2m",
+            "-v=5",
+            "-dummy",
+            "-timeout",
+            "1.5s",
+        ])
+        .unwrap();
+        let c = cli.common;
+        assert_eq!(c.csi_address, "unix:///csi/csi.sock");
+        assert_eq!(c.kubeconfig_path(), Some(Path::new("/etc/kube.conf")));
+        assert_eq!(c.kube_api_qps, -1.0);
+        assert_eq!(c.kube_api_burst, 100);
+        assert!(c.leader_election);
+        assert_eq!(c.leader_election_namespace_name(), Some("kube-system"));
+        assert_eq!(c.leader_election_lease_duration, Duration::from_secs(90));
+        assert_eq!(c.leader_election_renew_deadline, Duration::from_secs(45));
+        assert_eq!(c.leader_election_retry_period, Duration::from_millis(300));
+        assert_eq!(c.http_endpoint_addr(), Some(":8080"));
+        assert_eq!(c.metrics_path, "/m");
+        assert_eq!(c.connection_timeout, Duration::from_secs(120));
+        assert_eq!(c.v, 5);
+        assert!(cli.dummy);
+        assert_eq!(cli.timeout, Duration::from_millis(1500));
+    }
+
+    #[test]
+    fn verbosity_spellings() {
+        for args in [&["-v", "5"][..], &["-v=5"], &["--v=5"], &["--v", "5"]] {
+            assert_eq!(parse(args).unwrap().common.v, 5, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn bool_flag_spellings() {
+        for (args, want) in [
+            (&["--leader-election"][..], true),
+            (&["-leader-election"], true),
+            (&["--leader-election=true"], true),
+            (&["-leader-election=T"], true),
+            (&["--leader-election=1"], true),
+            (&["--leader-election=false"], false),
+            (&["-leader-election=0"], false),
+            (&["--leader-election=False"], false),
+        ] {
+            assert_eq!(
+                parse(args).unwrap().common.leader_election,
+                want,
+                "{args:?}"
+            );
+        }
+        // Go does not take a separate value for a bool flag; clap then sees a stray argument.
+        assert!(parse(&["--leader-election", "false"]).is_err());
+        let err = parse(&["--leader-election=yes"]).unwrap_err().to_string();
+        assert!(err.contains("invalid boolean \"yes\""), "{err}");
+    }
+
+    #[test]
+    fn empty_values_mean_unset() {
+        let c = parse(&[
+            "--kubeconfig=",
+            "--http-endpoint=",
+            "--leader-election-namespace=",
+        ])
+        .unwrap()
+        .common;
+        assert_eq!(c.kubeconfig_path(), None);
+        assert_eq!(c.http_endpoint_addr(), None);
+        assert_eq!(c.leader_election_namespace_name(), None);
+    }
+
+    #[test]
+    fn bad_duration_names_the_flag_and_the_syntax() {
+        let err = parse(&["--connection-timeout=10"]).unwrap_err().to_string();
+        assert!(err.contains("--connection-timeout"), "{err}");
+        assert!(err.contains("missing unit"), "{err}");
+    }
+
+    #[test]
+    fn go_durations() {
+        let ok = [
+            ("0", Duration::ZERO),
+            ("-0", Duration::ZERO),
+            ("-0s", Duration::ZERO),
+            ("+5s", Duration::from_secs(5)),
+            ("15s", Duration::from_secs(15)),
+            ("1m", Duration::from_secs(60)),
+            ("1m30s", Duration::from_secs(90)),
+            ("1.5h", Duration::from_secs(5400)),
+            ("300ms", Duration::from_millis(300)),
+            ("100us", Duration::from_micros(100)),
+            ("100µs", Duration::from_micros(100)),
+            ("100μs", Duration::from_micros(100)),
+            ("7ns", Duration::from_nanos(7)),
+            ("1h2m3.5s", Duration::from_millis(3_723_500)),
+            (".5s", Duration::from_millis(500)),
+            ("1.s", Duration::from_secs(1)),
+            ("0s", Duration::ZERO),
+            ("1.0000000001s", Duration::from_secs(1)),
+            ("2h45m", Duration::from_secs(2 * 3600 + 45 * 60)),
+        ];
+        for (s, want) in ok {
+            assert_eq!(parse_go_duration(s), Ok(want), "{s}");
+        }
+        for bad in [
+            "",
+            "1",
+            "s",
+            "1x",
+            "1d",
+            ".s",
+            "-1s",
+            "1s2",
+            "1.2.3s",
+            "abc",
+            "9999999999h",
+        ] {
+            let err = parse_go_duration(bad).unwrap_err();
+            assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn go_bools() {
+        for t in ["1", "t", "T", "TRUE", "true", "True"] {
+            assert_eq!(parse_go_bool(t), Ok(true), "{t}");
+        }
+        for f in ["0", "f", "F", "FALSE", "false", "False"] {
+            assert_eq!(parse_go_bool(f), Ok(false), "{f}");
+        }
+        for bad in ["", "yes", "tRUE", "2", "on"] {
+            assert!(parse_go_bool(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! The plumbing every Go-style CSI sidecar shares (external-attacher first, later others).
+//!
+//! - [`flags`]: Go `flag` syntax on top of clap ([`normalize_go_args`]), Go durations and
+//!   booleans, and the [`CommonFlags`] every sidecar takes with the Go sidecars' defaults.
+//! - [`kube_client`]: a `kube::Client` whose every request waits on a client-go style token
+//!   bucket (`--kube-api-qps` / `--kube-api-burst`) and carries the sidecar's User-Agent.
+//! - [`csi_conn`]: dial the driver's unix socket with retries, Probe it, read its name and
+//!   controller capabilities.
+//! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease that is released on
+//!   shutdown and watched by candidates, so failover takes well under two seconds.
+//! - [`http`]: metrics and health endpoints on `--http-endpoint`.
+//! - [`metrics`]: `csi_sidecar_operations_seconds`, labelled as csi-lib-utils labels it.
+//! - [`telemetry`] and [`signals`]: klog-like verbosity to tracing, SIGTERM/SIGINT to a token.
+
+pub mod csi_conn;
+pub mod flags;
+pub mod kube_client;
+pub mod signals;
+pub mod telemetry;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use csi_conn::{DriverInfo, connect, driver_info, probe_until_ready};
+pub use flags::{CommonFlags, normalize_go_args, parse_go_bool, parse_go_duration};
+pub use kube_client::{build_client, rate_limited};
+pub use signals::shutdown_on_signals;
+pub use telemetry::init_logging;
+
+/// Errors of the sidecar plumbing. Each variant names what failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The CSI endpoint could not be parsed or dialled.
+    #[error("CSI driver at {address:?}: {source}")]
+    CsiEndpoint {
+        address: String,
+        #[source]
+        source: csi_spec::Error,
+    },
+    /// The driver's socket did not accept a connection within `--connection-timeout`.
+    #[error(
+        "CSI driver at {address:?}: no connection within {timeout:?} (--connection-timeout); last error: {last_error}"
+    )]
+    ConnectTimeout {
+        address: String,
+        timeout: Duration,
+        last_error: String,
+    },
+    /// The driver did not report ready within the allowed time.
+    #[error("CSI driver did not become ready within {timeout:?}: {last_error}")]
+    ProbeTimeout {
+        timeout: Duration,
+        last_error: String,
+    },
+    /// A CSI call failed.
+    #[error("CSI {method} failed: {status}")]
+    Csi {
+        method: &'static str,
+        status: Box<tonic::Status>,
+    },
+    /// The driver answered with something the spec does not allow.
+    #[error("CSI {method}: {reason}")]
+    CsiResponse {
+        method: &'static str,
+        reason: String,
+    },
+    /// No kubeconfig could be loaded (neither the given file, in-cluster, nor the defaults).
+    #[error("Kubernetes client configuration: {0}")]
+    KubeConfig(String),
+    /// The kubeconfig file could not be read or used.
+    #[error("kubeconfig {}: {reason}", path.display())]
+    Kubeconfig { path: PathBuf, reason: String },
+    /// `--kube-api-qps` / `--kube-api-burst` / user agent were not usable.
+    #[error("Kubernetes client: {0}")]
+    ClientSettings(String),
+    /// Building the kube client failed.
+    #[error("building the Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    /// A Kubernetes API call failed.
+    #[error("{what}: {source}")]
+    Kube {
+        what: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The leader election settings are inconsistent.
+    #[error("leader election: {0}")]
+    LeaderConfig(String),
+    /// This process held the lease and lost it (renew deadline passed or someone else took it).
+    #[error("leader election: lost the lease {namespace}/{name} (identity {identity}): {reason}")]
+    LostLeadership {
+        namespace: String,
+        name: String,
+        identity: String,
+        reason: String,
+    },
+    /// The work run under the lease failed.
+    #[error("the work run as leader failed: {0}")]
+    Work(String),
+    /// The HTTP endpoint is malformed or cannot be bound.
+    #[error("--http-endpoint {addr:?}: {reason}")]
+    HttpBind { addr: String, reason: String },
+}
