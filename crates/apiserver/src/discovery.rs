@@ -213,6 +213,24 @@ mod tests {
         assert_eq!(pvc["namespaced"], true);
         let storage = resource_list("storage.k8s.io", "v1").unwrap();
         assert_eq!(storage["groupVersion"], "storage.k8s.io/v1");
-        assert!(resource_list("apps", "v1").is_none());
+        let apps = resource_list("apps", "v1").unwrap();
+        let names: Vec<&str> = apps["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                "deployments",
+                "deployments/status",
+                "daemonsets",
+                "daemonsets/status"
+            ]
+        );
+        assert_eq!(apps["resources"][0]["shortNames"], json!(["deploy"]));
+        assert_eq!(apps["resources"][0]["categories"], json!(["all"]));
+        assert!(resource_list("batch", "v1").is_none());
     }
 }

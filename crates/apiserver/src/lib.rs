@@ -1,11 +1,13 @@
 //! An embedded Kubernetes API server on loopback HTTP: the ground the controllers run on.
 //!
 //! It serves the REST API for the core, storage, coordination and events types the CSI stack
-//! uses, with the real server's semantics where clients can tell (resourceVersions, watch resume
+//! uses, and the apps and RBAC types its deployment manifests create, with the real server's semantics where clients can tell (resourceVersions, watch resume
 //! and 410 Gone, optimistic concurrency, finalizers, status subresources, validation errors as
-//! `Status` objects). kube-rs, kubectl and the Python client use it unchanged.
+//! `Status` objects). kube-rs, kubectl and the Python client use it unchanged. Every request is
+//! recorded for [`RunningApiServer::audit`] (who called what, as the real audit log names it).
 //! `docs/apiserver.md` lists exactly what is served and how it differs from kube-apiserver.
 
+mod audit;
 mod discovery;
 mod handlers;
 mod http_util;
@@ -22,6 +24,7 @@ mod watch;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+pub use audit::AuditRecord;
 pub use server::{ApiServer, Config, RunningApiServer};
 
 /// Installs rustls' `ring` provider as the process-wide default, once; later calls do nothing.

@@ -7,8 +7,10 @@ use std::time::Duration;
 use clap::Parser;
 
 /// A small Kubernetes API server on loopback HTTP for tests and local runs: core/v1 namespaces,
-/// nodes, pods, PVs, PVCs, secrets, events; storage.k8s.io/v1 volumeattachments, csidrivers,
-/// csinodes, storageclasses; coordination.k8s.io/v1 leases; events.k8s.io/v1 events.
+/// nodes, pods, PVs, PVCs, secrets, events, serviceaccounts, configmaps; apps/v1 deployments,
+/// daemonsets; rbac.authorization.k8s.io/v1 roles, rolebindings, clusterroles,
+/// clusterrolebindings; storage.k8s.io/v1 volumeattachments, csidrivers, csinodes,
+/// storageclasses; coordination.k8s.io/v1 leases; events.k8s.io/v1 events.
 #[derive(Debug, Parser)]
 #[command(name = "apiserver-lite", version)]
 struct Args {
@@ -52,6 +54,9 @@ async fn main() -> anyhow::Result<()> {
         watcher_buffer: args.watcher_buffer,
         bookmark_interval: Duration::from_secs(args.bookmark_seconds.max(1)),
         graceful_pod_deletion: !args.no_graceful_pod_deletion,
+        // The audit trail is read in-process (RunningApiServer::audit); a standalone server
+        // has no reader, so it does not keep one.
+        audit: false,
     };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;

@@ -73,6 +73,8 @@ const fn def(
 }
 
 const CORE: &str = "";
+const APPS: &str = "apps";
+const RBAC: &str = "rbac.authorization.k8s.io";
 const STORAGE: &str = "storage.k8s.io";
 const COORDINATION: &str = "coordination.k8s.io";
 const EVENTS: &str = "events.k8s.io";
@@ -169,6 +171,83 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
             "source",
             "type",
         ],
+    ),
+    def(
+        CORE,
+        "serviceaccounts",
+        "serviceaccount",
+        "ServiceAccount",
+        true,
+        &["sa"],
+        false,
+        &[],
+    ),
+    def(
+        CORE,
+        "configmaps",
+        "configmap",
+        "ConfigMap",
+        true,
+        &["cm"],
+        false,
+        &[],
+    ),
+    ResourceDef {
+        categories: &["all"],
+        ..def(
+            APPS,
+            "deployments",
+            "deployment",
+            "Deployment",
+            true,
+            &["deploy"],
+            true,
+            &[],
+        )
+    },
+    ResourceDef {
+        categories: &["all"],
+        ..def(
+            APPS,
+            "daemonsets",
+            "daemonset",
+            "DaemonSet",
+            true,
+            &["ds"],
+            true,
+            &[],
+        )
+    },
+    def(
+        RBAC,
+        "clusterroles",
+        "clusterrole",
+        "ClusterRole",
+        false,
+        &[],
+        false,
+        &[],
+    ),
+    def(
+        RBAC,
+        "clusterrolebindings",
+        "clusterrolebinding",
+        "ClusterRoleBinding",
+        false,
+        &[],
+        false,
+        &[],
+    ),
+    def(RBAC, "roles", "role", "Role", true, &[], false, &[]),
+    def(
+        RBAC,
+        "rolebindings",
+        "rolebinding",
+        "RoleBinding",
+        true,
+        &[],
+        false,
+        &[],
     ),
     def(
         STORAGE,
@@ -269,6 +348,13 @@ mod tests {
         let pod = get(find("", "v1", "pods").unwrap());
         assert_eq!(pod.qualified_kind(), "Pod");
         assert!(find("", "v1", "deployments").is_none());
-        assert_eq!(groups(), vec![STORAGE, COORDINATION, EVENTS]);
+        let deploy = get(find(APPS, "v1", "deployments").unwrap());
+        assert_eq!(deploy.qualified_kind(), "Deployment.apps");
+        assert_eq!(deploy.short_names, &["deploy"]);
+        assert_eq!(
+            groups(),
+            vec![APPS, RBAC, STORAGE, COORDINATION, EVENTS],
+            "the order /apis lists them in"
+        );
     }
 }

@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::Error;
+use crate::audit::{AuditLog, AuditRecord};
 use crate::handlers;
 use crate::resources::{self, ResourceId};
 use crate::store::{Mutation, Store, StoreConfig};
@@ -35,6 +36,8 @@ pub struct Config {
     /// Delete pods bound to a node gracefully (deletionTimestamp, then removal by a delete with
     /// grace period 0 from the kubelet's stand-in), as the real server does.
     pub graceful_pod_deletion: bool,
+    /// Record every API request for [`RunningApiServer::audit`] (the last 1,000,000).
+    pub audit: bool,
 }
 
 impl Default for Config {
@@ -47,6 +50,7 @@ impl Default for Config {
             watcher_buffer: 10_000,
             bookmark_interval: Duration::from_secs(30),
             graceful_pod_deletion: true,
+            audit: true,
         }
     }
 }
@@ -59,6 +63,7 @@ pub(crate) struct App {
     pub namespaces: ResourceId,
     pub shutdown: watch::Receiver<bool>,
     pub metrics: crate::metrics::Metrics,
+    pub audit: AuditLog,
 }
 
 /// The namespaces every cluster starts with.
@@ -136,6 +141,7 @@ impl ApiServer {
             namespaces: ns_res,
             shutdown: shutdown_rx.clone(),
             metrics: crate::metrics::Metrics::new(),
+            audit: AuditLog::default(),
         });
         let router = Router::new()
             .fallback(handlers::dispatch)
@@ -221,6 +227,18 @@ impl RunningApiServer {
     /// Open watch streams (for tests of the slow-watcher rule).
     pub fn watcher_count(&self) -> usize {
         self.app.store.watcher_count()
+    }
+
+    /// Every API request so far (oldest first, at most the last 1,000,000): who called what and
+    /// the answer's code. Empty when `Config::audit` is off. Discovery, health and metrics
+    /// requests are not recorded.
+    pub fn audit(&self) -> Vec<AuditRecord> {
+        self.app.audit.snapshot()
+    }
+
+    /// Forgets the records so far (e.g. after a test's setup, before the part it measures).
+    pub fn audit_clear(&self) {
+        self.app.audit.clear();
     }
 
     /// Stops accepting, ends every watch, waits for the server task and flushes persistence.

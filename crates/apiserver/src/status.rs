@@ -22,6 +22,8 @@ pub(crate) enum FieldErrorKind {
     Forbidden,
     NotSupported(Value, &'static [&'static str]),
     TooLong(Value, usize),
+    NotFound(Value),
+    Duplicate(Value),
 }
 
 impl FieldError {
@@ -57,6 +59,21 @@ impl FieldError {
             detail: String::new(),
         }
     }
+    /// A reference to something the object does not define (a volume mount's volume).
+    pub fn not_found(field: impl Into<String>, value: Value) -> Self {
+        Self {
+            field: field.into(),
+            kind: FieldErrorKind::NotFound(value),
+            detail: String::new(),
+        }
+    }
+    pub fn duplicate(field: impl Into<String>, value: Value) -> Self {
+        Self {
+            field: field.into(),
+            kind: FieldErrorKind::Duplicate(value),
+            detail: String::new(),
+        }
+    }
     pub fn too_long(field: impl Into<String>, value: Value, max: usize) -> Self {
         Self {
             field: field.into(),
@@ -72,6 +89,8 @@ impl FieldError {
             FieldErrorKind::Forbidden => "FieldValueForbidden",
             FieldErrorKind::NotSupported(..) => "FieldValueNotSupported",
             FieldErrorKind::TooLong(..) => "FieldValueTooLong",
+            FieldErrorKind::NotFound(_) => "FieldValueNotFound",
+            FieldErrorKind::Duplicate(_) => "FieldValueDuplicate",
         }
     }
 
@@ -91,6 +110,8 @@ impl FieldError {
             FieldErrorKind::TooLong(_, max) => {
                 format!("Too long: may not be more than {max} bytes")
             }
+            FieldErrorKind::NotFound(v) => format!("Not found: {v}"),
+            FieldErrorKind::Duplicate(v) => format!("Duplicate value: {v}"),
         };
         if !self.detail.is_empty() {
             s.push_str(": ");

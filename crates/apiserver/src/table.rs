@@ -9,6 +9,8 @@ use crate::handlers::Req;
 use crate::http_util::path_str;
 use crate::resources::ResourceDef;
 
+mod workloads;
+
 type Cell = fn(&Value) -> Value;
 
 struct Column {
@@ -111,6 +113,9 @@ fn access_modes(v: Option<&Value>) -> String {
 }
 
 fn columns(def: &ResourceDef) -> Vec<Column> {
+    if let Some(cols) = workloads::columns(def) {
+        return cols;
+    }
     let name = col("Name", |o| json!(path_str(o, "metadata.name")));
     let age_col = col("Age", age);
     let mut cols = vec![name];

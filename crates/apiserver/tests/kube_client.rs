@@ -150,7 +150,7 @@ async fn errors_have_the_real_status_shape() {
     let (code, body) = raw(
         &server,
         "GET",
-        "/apis/apps/v1/namespaces/default/deployments",
+        "/apis/apps/v1/namespaces/default/replicasets",
         None,
         None,
     )

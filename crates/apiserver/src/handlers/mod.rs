@@ -115,6 +115,11 @@ pub(crate) async fn dispatch(State(app): State<Arc<App>>, request: Request) -> R
             .into_response();
         }
     };
+    let audit = app
+        .config
+        .audit
+        .then(|| crate::audit::describe(&parts.method, &path, &query))
+        .flatten();
     let req = Req {
         method: parts.method.clone(),
         query,
@@ -122,6 +127,11 @@ pub(crate) async fn dispatch(State(app): State<Arc<App>>, request: Request) -> R
         content_type: header_str(header::CONTENT_TYPE),
         user_agent: header_str(header::USER_AGENT),
         body,
+    };
+    let user_agent = if audit.is_some() {
+        req.user_agent.clone()
+    } else {
+        String::new()
     };
     let span = tracing::debug_span!("request", method = %req.method, path = %path);
     let verb = if req.flag("watch") || path.contains("/watch/") {
@@ -136,8 +146,13 @@ pub(crate) async fn dispatch(State(app): State<Arc<App>>, request: Request) -> R
             e.into_response()
         }
     };
-    app.metrics
-        .request(&verb, resource_label(&path), resp.status().as_u16());
+    let code = resp.status().as_u16();
+    app.metrics.request(&verb, resource_label(&path), code);
+    if let Some(mut record) = audit {
+        record.user_agent = user_agent;
+        record.code = code;
+        app.audit.push(record);
+    }
     resp
 }
 

@@ -84,40 +84,167 @@ pub(crate) fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
             }
         }
         ("", "pods") => pod_defaults(obj),
+        ("apps", "deployments") => {
+            if let Some(spec) = obj_at(obj, "spec") {
+                default(spec, "replicas", json!(1));
+                default(spec, "revisionHistoryLimit", json!(10));
+                default(spec, "progressDeadlineSeconds", json!(600));
+                let strategy = spec.entry("strategy").or_insert_with(|| json!({}));
+                if let Some(st) = strategy.as_object_mut() {
+                    default(st, "type", json!("RollingUpdate"));
+                    if st.get("type") == Some(&json!("RollingUpdate")) {
+                        let ru = st.entry("rollingUpdate").or_insert_with(|| json!({}));
+                        if let Some(ru) = ru.as_object_mut() {
+                            default(ru, "maxUnavailable", json!("25%"));
+                            default(ru, "maxSurge", json!("25%"));
+                        }
+                    }
+                }
+            }
+            template_defaults(obj);
+        }
+        ("apps", "daemonsets") => {
+            if let Some(spec) = obj_at(obj, "spec") {
+                default(spec, "revisionHistoryLimit", json!(10));
+                let strategy = spec.entry("updateStrategy").or_insert_with(|| json!({}));
+                if let Some(st) = strategy.as_object_mut() {
+                    default(st, "type", json!("RollingUpdate"));
+                    if st.get("type") == Some(&json!("RollingUpdate")) {
+                        let ru = st.entry("rollingUpdate").or_insert_with(|| json!({}));
+                        if let Some(ru) = ru.as_object_mut() {
+                            default(ru, "maxUnavailable", json!(1));
+                            default(ru, "maxSurge", json!(0));
+                        }
+                    }
+                }
+            }
+            template_defaults(obj);
+        }
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            rbac_binding_defaults(obj)
+        }
         _ => {}
+    }
+}
+
+/// roleRef.apiGroup is the RBAC group unless said; a subject's apiGroup follows its kind.
+fn rbac_binding_defaults(obj: &mut Value) {
+    if let Some(role_ref) = obj_at(obj, "roleRef") {
+        let empty = role_ref
+            .get("apiGroup")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty);
+        if empty {
+            role_ref.insert("apiGroup".into(), json!("rbac.authorization.k8s.io"));
+        }
+    }
+    let Some(subjects) = obj.get_mut("subjects").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for s in subjects.iter_mut().filter_map(Value::as_object_mut) {
+        let group = match s.get("kind").and_then(Value::as_str) {
+            Some("User" | "Group") => "rbac.authorization.k8s.io",
+            _ => continue,
+        };
+        let slot = s.entry("apiGroup").or_insert(Value::Null);
+        if slot.as_str().is_none_or(str::is_empty) {
+            *slot = json!(group);
+        }
+    }
+}
+
+/// A workload's pod template gets the pod spec defaults (not the pod-only ones).
+fn template_defaults(obj: &mut Value) {
+    let Some(template) = obj
+        .get_mut("spec")
+        .and_then(|s| s.get_mut("template"))
+        .filter(|t| t.is_object())
+    else {
+        return;
+    };
+    if let Some(spec) = obj_at(template, "spec") {
+        pod_spec_defaults(spec);
     }
 }
 
 fn pod_defaults(obj: &mut Value) {
     if let Some(spec) = obj_at(obj, "spec") {
-        default(spec, "restartPolicy", json!("Always"));
-        default(spec, "dnsPolicy", json!("ClusterFirst"));
-        default(spec, "schedulerName", json!("default-scheduler"));
-        default(spec, "terminationGracePeriodSeconds", json!(30));
-        default(spec, "securityContext", json!({}));
+        pod_spec_defaults(spec);
         default(spec, "enableServiceLinks", json!(true));
-        for list in ["containers", "initContainers"] {
-            let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) else {
-                continue;
-            };
-            for c in cs.iter_mut().filter_map(Value::as_object_mut) {
-                default(c, "terminationMessagePath", json!("/dev/termination-log"));
-                default(c, "terminationMessagePolicy", json!("File"));
-                let image = c.get("image").and_then(Value::as_str).unwrap_or("");
-                let last = image.rsplit('/').next().unwrap_or("");
-                let latest = !last.contains(':') || last.ends_with(":latest");
-                let policy = if latest && !image.contains('@') {
-                    "Always"
-                } else {
-                    "IfNotPresent"
-                };
-                default(c, "imagePullPolicy", json!(policy));
-                default(c, "resources", json!({}));
-            }
-        }
     }
     if let Some(status) = obj_at(obj, "status") {
         default(status, "phase", json!("Pending"));
+    }
+}
+
+fn pod_spec_defaults(spec: &mut Map<String, Value>) {
+    default(spec, "restartPolicy", json!("Always"));
+    default(spec, "dnsPolicy", json!("ClusterFirst"));
+    default(spec, "schedulerName", json!("default-scheduler"));
+    default(spec, "terminationGracePeriodSeconds", json!(30));
+    default(spec, "securityContext", json!({}));
+    for list in ["containers", "initContainers"] {
+        let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for c in cs.iter_mut().filter_map(Value::as_object_mut) {
+            container_defaults(c);
+        }
+    }
+    let Some(volumes) = spec.get_mut("volumes").and_then(Value::as_array_mut) else {
+        return;
+    };
+    for v in volumes.iter_mut().filter_map(Value::as_object_mut) {
+        for source in ["configMap", "secret", "downwardAPI", "projected"] {
+            if let Some(src) = v.get_mut(source).and_then(Value::as_object_mut) {
+                default(src, "defaultMode", json!(420));
+            }
+        }
+        if let Some(hp) = v.get_mut("hostPath").and_then(Value::as_object_mut) {
+            default(hp, "type", json!(""));
+        }
+    }
+}
+
+fn container_defaults(c: &mut Map<String, Value>) {
+    default(c, "terminationMessagePath", json!("/dev/termination-log"));
+    default(c, "terminationMessagePolicy", json!("File"));
+    let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+    let last = image.rsplit('/').next().unwrap_or("");
+    let latest = !last.contains(':') || last.ends_with(":latest");
+    let policy = if latest && !image.contains('@') {
+        "Always"
+    } else {
+        "IfNotPresent"
+    };
+    default(c, "imagePullPolicy", json!(policy));
+    default(c, "resources", json!({}));
+    if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports.iter_mut().filter_map(Value::as_object_mut) {
+            default(p, "protocol", json!("TCP"));
+        }
+    }
+    if let Some(env) = c.get_mut("env").and_then(Value::as_array_mut) {
+        for e in env.iter_mut() {
+            if let Some(fr) = e
+                .pointer_mut("/valueFrom/fieldRef")
+                .and_then(Value::as_object_mut)
+            {
+                default(fr, "apiVersion", json!("v1"));
+            }
+        }
+    }
+    for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+        let Some(p) = c.get_mut(probe).and_then(Value::as_object_mut) else {
+            continue;
+        };
+        default(p, "timeoutSeconds", json!(1));
+        default(p, "periodSeconds", json!(10));
+        default(p, "successThreshold", json!(1));
+        default(p, "failureThreshold", json!(3));
+        if let Some(get) = p.get_mut("httpGet").and_then(Value::as_object_mut) {
+            default(get, "scheme", json!("HTTP"));
+        }
     }
 }
 
@@ -155,5 +282,37 @@ mod tests {
         assert_eq!(secret["data"]["k"], "aGk=");
         assert_eq!(secret["type"], "Opaque");
         assert!(secret.get("stringData").is_none());
+    }
+
+    #[test]
+    fn workload_and_binding_defaults() {
+        let mut d = json!({"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x:1",
+            "ports": [{"containerPort": 8080}], "livenessProbe": {"httpGet": {"path": "/healthz", "port": 8080}},
+            "env": [{"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}]}],
+            "volumes": [{"name": "v", "emptyDir": {}}]}}}});
+        apply_defaults(def("apps", "deployments"), &mut d);
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], "25%");
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(pod["restartPolicy"], "Always");
+        assert!(pod.get("enableServiceLinks").is_none(), "pods only");
+        let c = &pod["containers"][0];
+        assert_eq!(c["ports"][0]["protocol"], "TCP");
+        assert_eq!(c["livenessProbe"]["periodSeconds"], 10);
+        assert_eq!(c["livenessProbe"]["httpGet"]["scheme"], "HTTP");
+        assert_eq!(c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"], "v1");
+
+        let mut ds = json!({"spec": {"updateStrategy": {"type": "OnDelete"}}});
+        apply_defaults(def("apps", "daemonsets"), &mut ds);
+        assert!(ds["spec"]["updateStrategy"].get("rollingUpdate").is_none());
+
+        let mut b = json!({"subjects": [{"kind": "User", "name": "u"}, {"kind": "ServiceAccount", "name": "s"}]});
+        apply_defaults(
+            def("rbac.authorization.k8s.io", "clusterrolebindings"),
+            &mut b,
+        );
+        assert_eq!(b["roleRef"]["apiGroup"], "rbac.authorization.k8s.io");
+        assert_eq!(b["subjects"][0]["apiGroup"], "rbac.authorization.k8s.io");
+        assert!(b["subjects"][1].get("apiGroup").is_none());
     }
 }

@@ -1,4 +1,5 @@
-//! Type-specific rules: VolumeAttachment, CSIDriver, CSINode, StorageClass, PV, PVC, Pod, Secret.
+//! Type-specific rules: VolumeAttachment, CSIDriver, CSINode, StorageClass, PV, PVC, Pod, Secret,
+//! ConfigMap; the apps and RBAC kinds are in their own modules and dispatched from here.
 
 use base64::Engine;
 use serde_json::{Value, json};
@@ -171,25 +172,17 @@ pub(super) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
                 &mut errs,
             );
         }
-        ("", "pods") => match s(obj, &["spec", "containers"]).and_then(Value::as_array) {
-            Some(list) if !list.is_empty() => {
-                for (i, c) in list.iter().enumerate() {
-                    if str_at(c, &["name"]).is_empty() {
-                        errs.push(FieldError::required(
-                            format!("spec.containers[{i}].name"),
-                            "",
-                        ));
-                    }
-                    if str_at(c, &["image"]).is_empty() {
-                        errs.push(FieldError::required(
-                            format!("spec.containers[{i}].image"),
-                            "",
-                        ));
-                    }
-                }
-            }
-            _ => errs.push(FieldError::required("spec.containers", "")),
-        },
+        ("", "pods") => {
+            let spec = s(obj, &["spec"]).cloned().unwrap_or(json!({}));
+            super::pod_spec::validate("spec", &spec, &mut errs);
+        }
+        ("", "configmaps") => config_map(obj, &mut errs),
+        ("apps", "deployments") => super::apps::deployment(obj, &mut errs),
+        ("apps", "daemonsets") => super::apps::daemonset(obj, &mut errs),
+        (super::rbac::GROUP, "roles") => super::rbac::rules(obj, true, &mut errs),
+        (super::rbac::GROUP, "clusterroles") => super::rbac::rules(obj, false, &mut errs),
+        (super::rbac::GROUP, "rolebindings") => super::rbac::binding(obj, true, &mut errs),
+        (super::rbac::GROUP, "clusterrolebindings") => super::rbac::binding(obj, false, &mut errs),
         ("", "secrets") => {
             if let Some(data) = s(obj, &["data"]).and_then(Value::as_object) {
                 for (k, v) in data {
@@ -219,6 +212,31 @@ pub(super) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         _ => {}
     }
     errs
+}
+
+/// ConfigMap keys (`data` and `binaryData` together) and the 1 MiB size limit.
+fn config_map(obj: &Value, errs: &mut Vec<FieldError>) {
+    let mut total = 0usize;
+    let data = s(obj, &["data"]).and_then(Value::as_object);
+    let binary = s(obj, &["binaryData"]).and_then(Value::as_object);
+    for (field, map) in [("data", data), ("binaryData", binary)] {
+        for (k, v) in map.into_iter().flatten() {
+            for p in names::config_key(k) {
+                errs.push(FieldError::invalid(format!("{field}[{k}]"), json!(k), p));
+            }
+            if field == "binaryData" && data.is_some_and(|d| d.contains_key(k)) {
+                errs.push(FieldError::invalid(
+                    format!("binaryData[{k}]"),
+                    json!(k),
+                    "duplicate of key present in data",
+                ));
+            }
+            total += k.len() + v.as_str().map_or(0, str::len);
+        }
+    }
+    if total > 1024 * 1024 {
+        errs.push(FieldError::too_long("", json!(""), 1024 * 1024));
+    }
 }
 
 fn volume_attachment(obj: &Value, errs: &mut Vec<FieldError>) {
@@ -425,6 +443,10 @@ pub(super) fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> Ve
                     "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
                 ));
             }
+        }
+        ("apps", "deployments" | "daemonsets") => super::apps::update(old, new, &mut errs),
+        (super::rbac::GROUP, "rolebindings" | "clusterrolebindings") => {
+            super::rbac::binding_update(old, new, &mut errs)
         }
         ("", "secrets") if s(old, &["type"]) != s(new, &["type"]) => {
             errs.push(FieldError::invalid(

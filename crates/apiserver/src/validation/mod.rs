@@ -1,9 +1,12 @@
 //! Validation with the real server's field paths and messages: metadata rules for every type and
 //! the type-specific rules our components and kubectl can observe.
 
+mod apps;
 mod defaults;
 mod kinds;
 pub(crate) mod names;
+mod pod_spec;
+mod rbac;
 
 use serde_json::{Value, json};
 
@@ -46,16 +49,10 @@ fn validate_meta(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
                 }
                 p
             }
-            // Event names are generated from object names and timestamps; the real server
-            // only requires a path segment name for them.
-            "events" => {
-                if name.contains('/') || name.contains('%') || name == "." || name == ".." {
-                    vec![format!(
-                        "may not contain '/' or '%' and may not be '.' or '..'"
-                    )]
-                } else {
-                    vec![]
-                }
+            // Event names are generated from object names and timestamps, and RBAC names carry
+            // colons (`system:...`): the real server only requires a path segment for them.
+            _ if def.plural == "events" || def.group == "rbac.authorization.k8s.io" => {
+                names::path_segment_name(name)
             }
             _ => names::dns1123_subdomain(name),
         };
@@ -69,34 +66,8 @@ fn validate_meta(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
             errs.push(FieldError::required("metadata.namespace", ""));
         }
     }
-    if let Some(labels) = meta.get("labels") {
-        match labels.as_object() {
-            Some(map) => {
-                for (k, v) in map {
-                    for p in names::qualified_name(k) {
-                        errs.push(FieldError::invalid("metadata.labels", json!(k), p));
-                    }
-                    match v.as_str() {
-                        Some(s) => {
-                            for p in names::label_value(s) {
-                                errs.push(FieldError::invalid("metadata.labels", json!(s), p));
-                            }
-                        }
-                        None => errs.push(FieldError::invalid(
-                            "metadata.labels",
-                            v.clone(),
-                            "label values must be strings",
-                        )),
-                    }
-                }
-            }
-            None if labels.is_null() => {}
-            None => errs.push(FieldError::invalid(
-                "metadata.labels",
-                labels.clone(),
-                "must be a map",
-            )),
-        }
+    if let Some(l) = meta.get("labels") {
+        labels("metadata.labels", l, &mut errs);
     }
     if let Some(ann) = meta.get("annotations") {
         match ann.as_object() {
@@ -156,6 +127,33 @@ fn validate_meta(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         }
     }
     errs
+}
+
+/// Label keys and values (object labels, pod template labels, selectors' matchLabels).
+pub(super) fn labels(field: &str, labels: &Value, errs: &mut Vec<FieldError>) {
+    match labels.as_object() {
+        Some(map) => {
+            for (k, v) in map {
+                for p in names::qualified_name(k) {
+                    errs.push(FieldError::invalid(field, json!(k), p));
+                }
+                match v.as_str() {
+                    Some(s) => {
+                        for p in names::label_value(s) {
+                            errs.push(FieldError::invalid(field, json!(s), p));
+                        }
+                    }
+                    None => errs.push(FieldError::invalid(
+                        field,
+                        v.clone(),
+                        "label values must be strings",
+                    )),
+                }
+            }
+        }
+        None if labels.is_null() => {}
+        None => errs.push(FieldError::invalid(field, labels.clone(), "must be a map")),
+    }
 }
 
 #[cfg(test)]

@@ -93,6 +93,37 @@ pub(crate) fn label_value(s: &str) -> Vec<String> {
     out
 }
 
+/// A name usable as one URL path segment (RBAC objects, events): problems, empty when valid.
+pub(crate) fn path_segment_name(s: &str) -> Vec<String> {
+    if s == "." || s == ".." {
+        return vec![format!("may not be '{s}'")];
+    }
+    ["/", "%"]
+        .iter()
+        .filter(|bad| s.contains(*bad))
+        .map(|bad| format!("may not contain '{bad}'"))
+        .collect()
+}
+
+/// A ConfigMap or Secret data key.
+pub(crate) fn config_key(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.len() > 253 {
+        out.push("must be no more than 253 characters".to_string());
+    }
+    if s.is_empty()
+        || !s
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(&c))
+    {
+        out.push("a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')".to_string());
+    }
+    if s == "." || s == ".." || s.starts_with("..") {
+        out.push("must not be '.' or '..' or start with '..'".to_string());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,5 +147,11 @@ mod tests {
         assert!(!label_value(&"a".repeat(64)).is_empty());
         // Multi-byte characters are rejected, never sliced through.
         assert_eq!(label_value(&"é".repeat(40)).len(), 2);
+        assert!(path_segment_name("system:csi-external-attacher").is_empty());
+        assert_eq!(path_segment_name(".."), vec!["may not be '..'"]);
+        assert_eq!(path_segment_name("a/b%c").len(), 2);
+        assert!(config_key("ca.crt").is_empty());
+        assert!(!config_key("a b").is_empty());
+        assert!(!config_key("..x").is_empty());
     }
 }

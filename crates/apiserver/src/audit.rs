@@ -1,0 +1,283 @@
+//! A per-request audit trail: who (User-Agent) called what (verb, resource, object) and the
+//! answer's code, so tests and benchmarks can count a component's API calls and check its RBAC
+//! needs. The request is described as kube-apiserver's RequestInfo describes it for its audit
+//! log: verbs `get list watch create update patch delete deletecollection`, the namespace and
+//! name from the path (a list or watch pinned with `fieldSelector=metadata.name=X` names X), and
+//! the subresource. Discovery and other non-resource paths are not recorded.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, PoisonError};
+
+use http::Method;
+
+/// One API request, as the real server's audit log would describe it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditRecord {
+    /// The `User-Agent` header ("" when absent).
+    pub user_agent: String,
+    /// get, list, watch, create, update, patch, delete or deletecollection.
+    pub verb: String,
+    /// API group ("" for core).
+    pub group: String,
+    pub version: String,
+    /// Plural resource name from the path (also for resources this server does not serve).
+    pub resource: String,
+    /// `status`, `binding`, ...
+    pub subresource: Option<String>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// HTTP status code of the answer (200 for a watch that started).
+    pub code: u16,
+}
+
+/// Records kept; older ones are dropped first.
+pub(crate) const AUDIT_LIMIT: usize = 1_000_000;
+
+/// The bounded trail. One short lock per request; readers copy it out.
+#[derive(Debug)]
+pub(crate) struct AuditLog {
+    records: Mutex<VecDeque<AuditRecord>>,
+    limit: usize,
+}
+
+impl Default for AuditLog {
+    fn default() -> Self {
+        Self::with_limit(AUDIT_LIMIT)
+    }
+}
+
+impl AuditLog {
+    pub fn with_limit(limit: usize) -> Self {
+        Self {
+            records: Mutex::new(VecDeque::new()),
+            limit: limit.max(1),
+        }
+    }
+
+    pub fn push(&self, record: AuditRecord) {
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        if records.len() >= self.limit {
+            records.pop_front();
+        }
+        records.push_back(record);
+    }
+
+    pub fn snapshot(&self) -> Vec<AuditRecord> {
+        let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        records.iter().cloned().collect()
+    }
+
+    pub fn clear(&self) {
+        self.records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+    }
+}
+
+/// Describes a request the way RequestInfo does; `None` for non-resource paths (discovery,
+/// health, metrics, OpenAPI).
+pub(crate) fn describe(
+    method: &Method,
+    path: &str,
+    query: &HashMap<String, String>,
+) -> Option<AuditRecord> {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let (group, version, mut parts) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return None,
+    };
+    let mut verb = match *method {
+        Method::GET | Method::HEAD => "get".to_string(),
+        Method::POST => "create".to_string(),
+        Method::PUT => "update".to_string(),
+        Method::PATCH => "patch".to_string(),
+        Method::DELETE => "delete".to_string(),
+        ref other => other.as_str().to_lowercase(),
+    };
+    if let ["watch", rest @ ..] = parts {
+        verb = "watch".to_string();
+        parts = rest;
+    }
+    let mut namespace = None;
+    if let ["namespaces", ns, rest @ ..] = parts {
+        namespace = Some((*ns).to_string());
+        // `namespaces/x/status` and `namespaces/x/finalize` are the namespace's own
+        // subresources; anything else after the namespace is a resource inside it.
+        if !rest.is_empty() && !matches!(rest[0], "status" | "finalize") {
+            parts = rest;
+        }
+    }
+    let (resource, mut name, subresource) = match parts {
+        [] => return None,
+        [r] => (*r, None, None),
+        [r, n] => (*r, Some((*n).to_string()), None),
+        [r, n, s, ..] => (*r, Some((*n).to_string()), Some((*s).to_string())),
+    };
+    if name.is_none() && verb == "get" {
+        verb = if is_true(query.get("watch")) {
+            "watch".to_string()
+        } else {
+            "list".to_string()
+        };
+    }
+    if name.is_none() && matches!(verb.as_str(), "list" | "watch") {
+        name = query
+            .get("fieldSelector")
+            .and_then(|f| pinned_name(f))
+            .map(str::to_string);
+    }
+    if name.is_none() && verb == "delete" {
+        verb = "deletecollection".to_string();
+    }
+    Some(AuditRecord {
+        user_agent: String::new(),
+        verb,
+        group: group.to_string(),
+        version: version.to_string(),
+        resource: resource.to_string(),
+        subresource,
+        namespace,
+        name,
+        code: 0,
+    })
+}
+
+fn is_true(v: Option<&String>) -> bool {
+    matches!(v.map(String::as_str), Some("true" | "1"))
+}
+
+/// `metadata.name=X` (or `==`) among a field selector's terms.
+fn pinned_name(selector: &str) -> Option<&str> {
+    selector.split(',').find_map(|term| {
+        let term = term.trim();
+        if term.contains("!=") {
+            return None;
+        }
+        let value = term
+            .strip_prefix("metadata.name==")
+            .or_else(|| term.strip_prefix("metadata.name="))?;
+        (!value.is_empty() && !value.contains('/') && !value.contains('%')).then_some(value)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(method: Method, path: &str, query: &[(&str, &str)]) -> Option<AuditRecord> {
+        let q = query
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        describe(&method, path, &q)
+    }
+
+    fn summary(r: &AuditRecord) -> String {
+        format!(
+            "{} {}/{}/{} sub={:?} ns={:?} name={:?}",
+            r.verb, r.group, r.version, r.resource, r.subresource, r.namespace, r.name
+        )
+    }
+
+    #[test]
+    fn request_info_like_the_real_server() {
+        let cases = [
+            (
+                Method::GET,
+                "/api/v1/namespaces/kube-system/pods",
+                vec![],
+                "list /v1/pods sub=None ns=Some(\"kube-system\") name=None",
+            ),
+            (
+                Method::GET,
+                "/api/v1/pods",
+                vec![("watch", "true")],
+                "watch /v1/pods sub=None ns=None name=None",
+            ),
+            (
+                Method::GET,
+                "/api/v1/watch/namespaces/d/pods",
+                vec![],
+                "watch /v1/pods sub=None ns=Some(\"d\") name=None",
+            ),
+            (
+                Method::GET,
+                "/apis/coordination.k8s.io/v1/namespaces/d/leases",
+                vec![("watch", "1"), ("fieldSelector", "metadata.name=lead")],
+                "watch coordination.k8s.io/v1/leases sub=None ns=Some(\"d\") name=Some(\"lead\")",
+            ),
+            (
+                Method::GET,
+                "/apis/storage.k8s.io/v1/volumeattachments/va-1",
+                vec![],
+                "get storage.k8s.io/v1/volumeattachments sub=None ns=None name=Some(\"va-1\")",
+            ),
+            (
+                Method::PATCH,
+                "/apis/storage.k8s.io/v1/volumeattachments/va-1/status",
+                vec![],
+                "patch storage.k8s.io/v1/volumeattachments sub=Some(\"status\") ns=None name=Some(\"va-1\")",
+            ),
+            (
+                Method::POST,
+                "/api/v1/namespaces/d/events",
+                vec![],
+                "create /v1/events sub=None ns=Some(\"d\") name=None",
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/namespaces/d/pods",
+                vec![],
+                "deletecollection /v1/pods sub=None ns=Some(\"d\") name=None",
+            ),
+            (
+                Method::DELETE,
+                "/api/v1/persistentvolumes/pv",
+                vec![],
+                "delete /v1/persistentvolumes sub=None ns=None name=Some(\"pv\")",
+            ),
+            (
+                Method::PUT,
+                "/api/v1/namespaces/d/status",
+                vec![],
+                "update /v1/namespaces sub=Some(\"status\") ns=Some(\"d\") name=Some(\"d\")",
+            ),
+            (
+                Method::GET,
+                "/apis/apps/v1/namespaces/d/replicasets",
+                vec![],
+                "list apps/v1/replicasets sub=None ns=Some(\"d\") name=None",
+            ),
+        ];
+        for (m, path, q, want) in cases {
+            let r = d(m, path, &q).unwrap_or_else(|| panic!("{path}"));
+            assert_eq!(summary(&r), want, "{path}");
+        }
+        for path in [
+            "/api",
+            "/api/v1",
+            "/apis/apps/v1",
+            "/version",
+            "/healthz",
+            "/openapi/v2",
+        ] {
+            assert!(d(Method::GET, path, &[]).is_none(), "{path}");
+        }
+    }
+
+    #[test]
+    fn the_log_is_bounded_and_clearable() {
+        let log = AuditLog::with_limit(2);
+        for name in ["a", "b", "c"] {
+            let mut r = d(Method::GET, "/api/v1/pods", &[]).unwrap();
+            r.user_agent = name.to_string();
+            log.push(r);
+        }
+        let kept: Vec<String> = log.snapshot().into_iter().map(|r| r.user_agent).collect();
+        assert_eq!(kept, vec!["b", "c"], "the oldest goes first");
+        log.clear();
+        assert!(log.snapshot().is_empty());
+    }
+}
