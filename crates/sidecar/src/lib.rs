@@ -14,7 +14,10 @@
 
 pub mod csi_conn;
 pub mod flags;
+pub mod http;
 pub mod kube_client;
+pub mod leader;
+pub mod metrics;
 pub mod signals;
 pub mod telemetry;
 
@@ -23,7 +26,13 @@ use std::time::Duration;
 
 pub use csi_conn::{DriverInfo, connect, driver_info, probe_until_ready};
 pub use flags::{CommonFlags, normalize_go_args, parse_go_bool, parse_go_duration};
+pub use http::{Health, HttpServer, serve_http};
 pub use kube_client::{build_client, rate_limited};
+pub use leader::{
+    LeaderElectionConfig, default_identity, default_namespace, lease_name, run_as_leader,
+    run_as_leader_with_health,
+};
+pub use metrics::OperationMetrics;
 pub use signals::shutdown_on_signals;
 pub use telemetry::init_logging;
 
