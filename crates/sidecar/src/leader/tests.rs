@@ -36,8 +36,8 @@ fn go_defaults(identity: &str) -> LeaderElectionConfig {
 fn fast(identity: &str) -> LeaderElectionConfig {
     config(
         identity,
-        Duration::from_secs(2),
-        Duration::from_millis(1200),
+        Duration::from_secs(4),
+        Duration::from_secs(3),
         Duration::from_millis(300),
     )
 }
