@@ -1,0 +1,182 @@
+//! `attacher-load`: N PVs + VolumeAttachments against any attacher binary and driver socket.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+/// Runs an embedded Kubernetes API server, creates --count PVs and VolumeAttachments for
+/// --nodes nodes, starts the attacher against it and a CSI driver, and measures the time until
+/// all are attached, detached and the PVs deleted, the attacher's API writes per attach and its
+/// peak RSS.
+///
+/// The attacher gets `--kubeconfig=FILE --csi-address=ADDR --v=2` and then every
+/// --attacher-arg, so ours (csi-attacher) and the Go external-attacher run the same way:
+///
+///   attacher-load --attacher-bin target/release/csi-attacher --attacher-arg=--kube-api-qps=5
+#[derive(Debug, Parser)]
+#[command(name = "attacher-load", version, verbatim_doc_comment)]
+struct Flags {
+    /// The attacher binary to load.
+    #[arg(long)]
+    attacher_bin: PathBuf,
+
+    /// An extra argument for the attacher (repeat for more), e.g. --attacher-arg=--worker-threads=50.
+    #[arg(long = "attacher-arg", allow_hyphen_values = true)]
+    attacher_args: Vec<String>,
+
+    /// The CSI driver socket (unix:///path or a path). Default: a built-in csi-mock driver.
+    #[arg(long)]
+    csi_address: Option<String>,
+
+    /// The driver name for spec.attacher and CSINode. Default: what GetPluginInfo answers
+    /// (the built-in mock answers "mock.csi.rs", or this name when given).
+    #[arg(long)]
+    driver_name: Option<String>,
+
+    /// PersistentVolumes and VolumeAttachments to create.
+    #[arg(long, default_value_t = 1000)]
+    count: usize,
+
+    /// Nodes (each with a CSINode); VolumeAttachments are spread round robin.
+    #[arg(long, default_value_t = 10)]
+    nodes: usize,
+
+    /// Limit for each phase, e.g. 30m, 90s.
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    timeout: Duration,
+
+    /// API creates and deletes in flight at once.
+    #[arg(long, default_value_t = 32)]
+    parallelism: usize,
+
+    /// Delay the built-in mock adds to every ControllerPublish/Unpublish, e.g. 10ms.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    mock_delay: Duration,
+
+    /// Keep the attacher's output in this file (default: a temp file removed afterwards).
+    #[arg(long)]
+    attacher_log: Option<PathBuf>,
+
+    /// How to print the report.
+    #[arg(long, value_enum, default_value = "table")]
+    output: Output,
+}
+
+/// A number and a unit (ns, us, ms, s, m, h), repeated: "30m", "1m30s", "0".
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    if s.is_empty() {
+        return Err("empty duration (expected e.g. 30m)".into());
+    }
+    let mut total = 0f64;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let num_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(|| format!("{s:?}: a unit is missing (ns, us, ms, s, m, h)"))?;
+        let value: f64 = rest[..num_end]
+            .parse()
+            .map_err(|_| format!("{s:?}: expected a number before the unit"))?;
+        rest = &rest[num_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "ns" => 1e-9,
+            "us" | "µs" => 1e-6,
+            "ms" => 1e-3,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            other => {
+                return Err(format!(
+                    "{s:?}: unknown unit {other:?} (ns, us, ms, s, m, h)"
+                ));
+            }
+        };
+        total += value * scale;
+        rest = &rest[unit_end..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|e| format!("{s:?}: {e}"))
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
+        )
+        .init();
+    let f = Flags::parse();
+    let config = attacher_load::LoadConfig {
+        attacher_bin: f.attacher_bin,
+        attacher_args: f.attacher_args,
+        csi_address: f.csi_address,
+        driver_name: f.driver_name,
+        count: f.count,
+        nodes: f.nodes,
+        timeout: f.timeout,
+        parallelism: f.parallelism,
+        mock_delay: f.mock_delay,
+        attacher_log: f.attacher_log,
+    };
+    // Ctrl-C drops the run: every guard (attacher process, API server, temp dir) cleans up.
+    let report = tokio::select! {
+        r = attacher_load::run(config) => r.context("attacher-load")?,
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
+    };
+    match f.output {
+        Output::Table => print!("{}", report.table()),
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report")?
+        ),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert!(parse_duration("30").is_err());
+        assert!(parse_duration("3d").unwrap_err().contains("\"d\""));
+    }
+
+    #[test]
+    fn attacher_args_may_start_with_dashes() {
+        let f = Flags::try_parse_from([
+            "attacher-load",
+            "--attacher-bin",
+            "/bin/true",
+            "--attacher-arg",
+            "--kube-api-qps=5",
+            "--attacher-arg=--worker-threads=50",
+            "--count=5",
+        ])
+        .unwrap();
+        assert_eq!(
+            f.attacher_args,
+            vec!["--kube-api-qps=5", "--worker-threads=50"]
+        );
+        assert_eq!(f.count, 5);
+        assert_eq!(f.timeout, Duration::from_secs(1800));
+    }
+}
