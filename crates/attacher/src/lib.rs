@@ -1,0 +1,158 @@
+//! csi-attacher: the external attacher of seed 002.
+//!
+//! Watches VolumeAttachments for one CSI driver and attaches/detaches their volumes with
+//! `ControllerPublishVolume` / `ControllerUnpublishVolume`, guarding both the VolumeAttachment and
+//! its PersistentVolume with the finalizer `external-attacher/<driver>`; removes that finalizer
+//! from PVs once they are being deleted and no VolumeAttachment uses them.
+//!
+//! - [`run`] is the whole binary: connect to the driver, pick the handler from its capabilities,
+//!   serve metrics, win the leader lease and run the [`Controller`] until shutdown.
+//! - [`Controller`] is the controller alone, on a given `kube::Client` and [`Driver`]; tests
+//!   build it in-process against the embedded API server and a CSI mock.
+//!
+//! `docs/attacher.md` describes flags, behaviour and metrics.
+
+mod capability;
+pub mod config;
+mod controller;
+mod csi;
+mod handler;
+pub mod metrics;
+mod migration;
+pub mod names;
+mod queue;
+mod reconciler;
+mod startup;
+
+pub use config::{Config, Options};
+pub use controller::{Capabilities, Controller, Driver};
+pub use startup::run;
+
+/// Everything that can go wrong: per-object problems (recorded on the VolumeAttachment as
+/// `attachError`/`detachError` and retried with backoff) and start-up failures.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The VolumeAttachment itself is malformed (sources).
+    #[error("VolumeAttachment {name}: {reason}")]
+    InvalidVolumeAttachment { name: String, reason: String },
+    /// `spec.source.persistentVolumeName` names a PV that does not exist.
+    #[error("PersistentVolume {name} not found")]
+    PersistentVolumeNotFound { name: String },
+    /// The PV is being deleted: it is never attached again (seed 002, "Concurrency").
+    #[error("PersistentVolume {name} is marked for deletion; refusing to attach it")]
+    PersistentVolumeDeleting { name: String },
+    /// The PV (or inline spec) cannot be attached by this driver.
+    #[error("{what}: {reason}")]
+    InvalidVolume { what: String, reason: String },
+    /// The PV's access modes have no CSI equivalent.
+    #[error("{what}: spec.accessModes {modes:?}: {reason}")]
+    AccessModes {
+        what: String,
+        modes: Vec<String>,
+        reason: String,
+    },
+    /// The node has no CSINode object.
+    #[error(
+        "CSINode {node} not found: the CSI node plugin of {driver} has not registered on node {node}"
+    )]
+    CsiNodeNotFound { node: String, driver: String },
+    /// The node's CSINode does not list the driver.
+    #[error("CSINode {node} has no entry for driver {driver} in spec.drivers")]
+    DriverNotOnNode { node: String, driver: String },
+    /// `controllerPublishSecretRef` is incomplete or the Secret cannot be read.
+    #[error("Secret {namespace}/{name} (spec.csi.controllerPublishSecretRef): {reason}")]
+    Secret {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+    /// An in-tree volume could not be translated to CSI.
+    #[error("translating in-tree {what} to CSI: {source}")]
+    Translation {
+        what: String,
+        #[source]
+        source: csi_translation::Error,
+    },
+    /// A CSI call failed (the message carries the gRPC code name, e.g. `DeadlineExceeded`).
+    #[error("{method} failed: code = {code:?}, message = {message}")]
+    Csi {
+        method: &'static str,
+        code: tonic::Code,
+        message: String,
+    },
+    /// A Kubernetes API call failed.
+    #[error("{action}: {source}")]
+    Kube {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Optimistic-concurrency conflicts kept coming back.
+    #[error("{action}: the object kept changing ({attempts} conflicts in a row); will retry")]
+    Conflict { action: String, attempts: u32 },
+    /// Building a JSON patch failed (never expected: the inputs are our own types).
+    #[error("{action}: {reason}")]
+    Encode { action: String, reason: String },
+    /// Start-up and plumbing errors from the shared sidecar crate.
+    #[error(transparent)]
+    Sidecar(#[from] sidecar::Error),
+    /// A watch could not be kept up or the caches never filled.
+    #[error("{0}")]
+    Watch(String),
+    /// Invalid flags or configuration.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    /// The gRPC code of a failed CSI call (`status.attachError.errorCode`).
+    pub fn grpc_code(&self) -> Option<tonic::Code> {
+        match self {
+            Error::Csi { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn kube(action: impl Into<String>, source: kube::Error) -> Self {
+        Error::Kube {
+            action: action.into(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csi_errors_name_the_method_and_the_grpc_code() {
+        let e = Error::Csi {
+            method: "ControllerPublishVolume",
+            code: tonic::Code::DeadlineExceeded,
+            message: "no answer within 15s".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "ControllerPublishVolume failed: code = DeadlineExceeded, message = no answer within 15s"
+        );
+        assert_eq!(e.grpc_code(), Some(tonic::Code::DeadlineExceeded));
+    }
+
+    #[test]
+    fn object_errors_name_the_object_and_field() {
+        let e = Error::DriverNotOnNode {
+            node: "node-1".into(),
+            driver: "ebs.csi.aws.com".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "CSINode node-1 has no entry for driver ebs.csi.aws.com in spec.drivers"
+        );
+        assert_eq!(e.grpc_code(), None);
+        let e = Error::PersistentVolumeDeleting {
+            name: "pv-1".into(),
+        };
+        assert!(e.to_string().contains("pv-1"), "{e}");
+    }
+}

@@ -1,0 +1,60 @@
+//! Names shared with the Go sidecar and Kubernetes: finalizers and annotations that other
+//! components (and an attacher of the other implementation) recognise.
+
+/// VolumeAttachment annotation with the CSI node ID the volume was published to, so a detach
+/// still works when the node (and its CSINode) is gone.
+pub const NODE_ID_ANNOTATION: &str = "csi.alpha.kubernetes.io/node-id";
+
+/// PV annotation set by the in-tree controllers when a PV of a migrated plugin is handled by a
+/// CSI driver (seed 003).
+pub const MIGRATED_TO_ANNOTATION: &str = "pv.kubernetes.io/migrated-to";
+
+/// The driver name used by `--dummy` mode.
+pub const DUMMY_DRIVER: &str = "csi/dummy";
+
+/// Go's `SanitizeDriverName`: every character outside `[a-zA-Z0-9-]` becomes `-`, and a
+/// trailing `-` gets an `X` appended (a qualified name must end alphanumeric).
+pub fn sanitize_driver_name(driver: &str) -> String {
+    let mut name: String = driver
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if name.is_empty() || name.ends_with('-') {
+        name.push('X');
+    }
+    name
+}
+
+/// The finalizer this attacher puts on VolumeAttachments and PVs:
+/// `external-attacher/<sanitized driver name>`, exactly as the Go sidecar names it, so the two
+/// implementations can replace each other on a live cluster.
+pub fn finalizer_name(driver: &str) -> String {
+    format!("external-attacher/{}", sanitize_driver_name(driver))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finalizer_names_match_the_go_sidecar() {
+        assert_eq!(
+            finalizer_name("ebs.csi.aws.com"),
+            "external-attacher/ebs-csi-aws-com"
+        );
+        assert_eq!(finalizer_name("csi/dummy"), "external-attacher/csi-dummy");
+        assert_eq!(
+            finalizer_name("mock.csi.rs"),
+            "external-attacher/mock-csi-rs"
+        );
+        assert_eq!(finalizer_name("Foo_Bar-9"), "external-attacher/Foo-Bar-9");
+        assert_eq!(finalizer_name("driver."), "external-attacher/driver-X");
+        assert_eq!(finalizer_name(""), "external-attacher/X");
+    }
+}

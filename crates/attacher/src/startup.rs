@@ -1,0 +1,154 @@
+//! The whole `csi-attacher` process: clients, driver connection, handler choice, metrics
+//! server, leader election, controller.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::config::Config;
+use crate::controller::{Capabilities, Controller, Driver};
+use crate::metrics::CsiCallObserver;
+
+/// The User-Agent of every API request.
+pub(crate) fn user_agent() -> String {
+    format!("csi-attacher/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Runs the attacher until `shutdown` is cancelled (SIGTERM in the binary).
+///
+/// Two kube clients: the controller's is rate-limited by `--kube-api-qps`/`--kube-api-burst`;
+/// leader election has its own, so a busy controller can never delay a lease renewal.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    let options = config.options()?;
+    let common = &config.common;
+    let ua = user_agent();
+    let client = sidecar::build_client(
+        common.kubeconfig_path(),
+        &ua,
+        common.kube_api_qps,
+        common.kube_api_burst,
+    )
+    .await?;
+    let election_client = sidecar::build_client(
+        common.kubeconfig_path(),
+        &format!("{ua} leader-election"),
+        -1.0,
+        0,
+    )
+    .await?;
+
+    let mut registry = Registry::default();
+    let driver = if config.dummy {
+        tracing::info!("dummy mode: VolumeAttachments of attacher csi/dummy are marked attached");
+        Driver::Dummy
+    } else {
+        connect_driver(&config, options.timeout, &shutdown).await?
+    };
+    let operations: Option<CsiCallObserver> = match &driver {
+        Driver::Csi { name, .. } => {
+            let ops = sidecar::OperationMetrics::register(&mut registry, name);
+            Some(Arc::new(
+                move |method: &str, code, took: Duration, migrated| {
+                    ops.observe(method, code, took, migrated);
+                },
+            ))
+        }
+        Driver::Dummy => None,
+    };
+    let driver_name = driver.name().to_string();
+    let controller = Controller::new(client, driver, options, &mut registry, operations);
+    tracing::info!(driver = %driver_name, handler = controller.handler_kind(), "handler chosen");
+
+    let health = sidecar::Health::default();
+    let lease = common
+        .leader_election
+        .then(|| sidecar::LeaderElectionConfig {
+            lease_name: sidecar::lease_name("external-attacher-leader", &driver_name),
+            namespace: common
+                .leader_election_namespace_name()
+                .map(str::to_string)
+                .unwrap_or_else(sidecar::default_namespace),
+            identity: sidecar::default_identity(),
+            lease_duration: common.leader_election_lease_duration,
+            renew_deadline: common.leader_election_renew_deadline,
+            retry_period: common.leader_election_retry_period,
+        });
+    if let Some(lease) = &lease {
+        health.register_leader_metric(&mut registry, &lease.lease_name);
+    }
+    let registry = Arc::new(registry);
+    let http = match common.http_endpoint_addr() {
+        Some(addr) => {
+            let server =
+                sidecar::serve_http(addr, &common.metrics_path, registry.clone(), health.clone())
+                    .await?;
+            tracing::info!(address = %server.local_addr(), "serving metrics and health");
+            Some(server)
+        }
+        None => None,
+    };
+    health.set_ready(true);
+
+    let result = match lease {
+        Some(lease) => {
+            tracing::info!(lease = %lease.lease_name, namespace = %lease.namespace, identity = %lease.identity, "leader election on");
+            sidecar::run_as_leader_with_health(
+                election_client,
+                lease,
+                health.clone(),
+                shutdown.clone(),
+                |token| controller.run(token),
+            )
+            .await
+            .map_err(Error::from)
+        }
+        None => {
+            drop(election_client);
+            controller.run(shutdown.clone()).await
+        }
+    };
+    if let Some(server) = http {
+        server.shutdown().await;
+    }
+    result
+}
+
+/// Dials the driver (retrying until `--connection-timeout`), waits for Probe, and reads its
+/// name and controller capabilities.
+async fn connect_driver(
+    config: &Config,
+    call_timeout: Duration,
+    shutdown: &CancellationToken,
+) -> Result<Driver, Error> {
+    let common = &config.common;
+    let connect = async {
+        let channel = sidecar::connect(&common.csi_address, common.connection_timeout).await?;
+        sidecar::probe_until_ready(&channel, call_timeout, common.connection_timeout).await?;
+        let info = sidecar::driver_info(&channel, call_timeout).await?;
+        Ok::<_, sidecar::Error>((channel, info))
+    };
+    let (channel, info) = tokio::select! {
+        () = shutdown.cancelled() => {
+            return Err(Error::Config("shut down before the CSI driver was reachable".into()));
+        }
+        r = connect => r?,
+    };
+    let capabilities = Capabilities::from_rpc_types(info.controller_capabilities.iter().copied());
+    tracing::info!(
+        driver = %info.name,
+        version = %info.vendor_version,
+        ?capabilities,
+        "connected to the CSI driver"
+    );
+    if !capabilities.publish_unpublish {
+        tracing::info!("the driver has no PUBLISH_UNPUBLISH_VOLUME: using the trivial handler");
+    }
+    Ok(Driver::Csi {
+        name: info.name,
+        channel,
+        capabilities,
+    })
+}
