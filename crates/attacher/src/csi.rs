@@ -73,13 +73,24 @@ impl CsiClient {
         F: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let started = Instant::now();
-        let result = match tokio::time::timeout(self.timeout, fut).await {
-            Ok(Ok(resp)) => Ok(resp.into_inner()),
-            Ok(Err(status)) => Err((status.code(), status.message().to_string())),
-            Err(_) => Err((
+        let deadline_passed = || {
+            (
                 tonic::Code::DeadlineExceeded,
                 format!("no answer within {:?} (--timeout)", self.timeout),
-            )),
+            )
+        };
+        let result = match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            // A server that enforces our grpc-timeout ends the call itself (tonic answers
+            // CANCELLED "Timeout expired"); for us that is the deadline passing, as for a Go
+            // client.
+            Ok(Err(status))
+                if status.code() == tonic::Code::Cancelled && started.elapsed() >= self.timeout =>
+            {
+                Err(deadline_passed())
+            }
+            Ok(Err(status)) => Err((status.code(), status.message().to_string())),
+            Err(_) => Err(deadline_passed()),
         };
         let code = match &result {
             Ok(_) => tonic::Code::Ok,
