@@ -47,7 +47,8 @@ pub struct Config {
     #[arg(long, default_value = "", value_name = "FSTYPE")]
     pub default_fstype: String,
 
-    /// Dummy mode: no CSI driver; mark VolumeAttachments of attacher "csi/dummy" attached.
+    /// Dummy mode: no CSI driver; mark VolumeAttachments of attacher "csi/dummy" (or
+    /// "csi-dummy", which today's API servers accept) attached.
     #[arg(
         long,
         default_value_t = false,

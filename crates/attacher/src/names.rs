@@ -9,8 +9,13 @@ pub const NODE_ID_ANNOTATION: &str = "csi.alpha.kubernetes.io/node-id";
 /// CSI driver (seed 003).
 pub const MIGRATED_TO_ANNOTATION: &str = "pv.kubernetes.io/migrated-to";
 
-/// The driver name used by `--dummy` mode.
+/// The attacher name `--dummy` mode handles (seed 002).
 pub const DUMMY_DRIVER: &str = "csi/dummy";
+
+/// The same in a spelling today's API servers accept: they validate `spec.attacher` as a CSI
+/// driver name (a DNS subdomain), so `csi/dummy` can no longer be created. Dummy mode handles
+/// both.
+pub const DUMMY_DRIVER_VALID: &str = "csi-dummy";
 
 /// Go's `SanitizeDriverName`: every character outside `[a-zA-Z0-9-]` becomes `-`, and a
 /// trailing `-` gets an `X` appended (a qualified name must end alphanumeric).

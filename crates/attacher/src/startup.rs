@@ -42,7 +42,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
 
     let mut registry = Registry::default();
     let driver = if config.dummy {
-        tracing::info!("dummy mode: VolumeAttachments of attacher csi/dummy are marked attached");
+        tracing::info!(
+            "dummy mode: VolumeAttachments of attacher csi/dummy or csi-dummy are marked attached"
+        );
         Driver::Dummy
     } else {
         connect_driver(&config, options.timeout, &shutdown).await?

@@ -23,7 +23,7 @@ use crate::config::Options;
 use crate::csi::CsiClient;
 use crate::handler::{CsiHandler, Handler, TrivialHandler};
 use crate::metrics::{CsiCallObserver, Metrics};
-use crate::names::{DUMMY_DRIVER, finalizer_name};
+use crate::names::{DUMMY_DRIVER, DUMMY_DRIVER_VALID, finalizer_name};
 use crate::queue::{Backoff, WorkQueue};
 use crate::{Error, reconciler};
 
@@ -70,7 +70,8 @@ pub enum Driver {
         channel: tonic::transport::Channel,
         capabilities: Capabilities,
     },
-    /// `--dummy`: VolumeAttachments of attacher `csi/dummy`, trivial handler, no driver.
+    /// `--dummy`: VolumeAttachments of attacher `csi/dummy` (or `csi-dummy`, the spelling
+    /// today's API servers accept), trivial handler, no driver.
     Dummy,
 }
 
@@ -158,6 +159,7 @@ impl Ctx {
     /// Is this VolumeAttachment ours?
     pub(crate) fn owns(&self, va: &VolumeAttachment) -> bool {
         va.spec.attacher == self.driver
+            || (self.driver == DUMMY_DRIVER && va.spec.attacher == DUMMY_DRIVER_VALID)
     }
 
     /// Queues a VolumeAttachment in the lane its state calls for.
