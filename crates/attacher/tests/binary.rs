@@ -213,7 +213,7 @@ async fn a_standby_takes_over_in_under_two_seconds_when_the_leader_gets_sigterm(
     };
 
     let mut a = spawn_attacher(env.dir.path(), "a", &args());
-    let first = eventually("the first attacher leads", || holder()).await;
+    let first = eventually("the first attacher leads", &holder).await;
     env.create_pair("before").await;
     env.wait_attached("va-before").await;
 

@@ -67,7 +67,12 @@ pub struct Running {
     pub registry: Arc<Registry>,
 }
 
+/// One CSI call as the controller's metrics observer saw it: (method path, code, migrated).
+pub type ObservedCall = (String, tonic::Code, bool);
+
 pub struct Env {
+    /// Every CSI call the in-process controller reported to its metrics observer.
+    pub observed: Arc<std::sync::Mutex<Vec<ObservedCall>>>,
     pub server: apiserver::RunningApiServer,
     /// The test's own client (a different User-Agent from the controller's).
     pub kube: Client,
@@ -88,6 +93,7 @@ impl Env {
         let driver_name = mock.name.clone();
         let mock = csi_mock::start(dir.path(), mock).await.expect("mock");
         let env = Self {
+            observed: Arc::default(),
             server,
             kube,
             mock: Some(mock),
@@ -106,6 +112,7 @@ impl Env {
             .expect("api server");
         let kube = server.client();
         Self {
+            observed: Arc::default(),
             server,
             kube,
             mock: None,
@@ -172,7 +179,15 @@ impl Env {
     pub fn start_on(&mut self, client: Client, driver: Driver, options: Options) {
         assert!(self.running.is_none(), "controller already running");
         let mut registry = Registry::default();
-        let controller = Controller::new(client, driver, options, &mut registry, None);
+        let observed = self.observed.clone();
+        let observer: attacher::metrics::CsiCallObserver =
+            Arc::new(move |method: &str, code, _took, migrated| {
+                observed
+                    .lock()
+                    .expect("observed")
+                    .push((method.to_string(), code, migrated));
+            });
+        let controller = Controller::new(client, driver, options, &mut registry, Some(observer));
         let stop = CancellationToken::new();
         let task = tokio::spawn(controller.run(stop.clone()));
         self.running = Some(Running {
