@@ -6,7 +6,7 @@
 //! - ControllerPublish p50/p99 with the sim's realistic timing, batching on vs off;
 //! - controller RSS (peak) under those 100 publishes.
 //!
-//! Node-mode RSS is the `node_rss` bench.
+//! Node-mode RSS is `scripts/bench-node-rss` (it measures the release binary a user runs).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::{Child, Command, Stdio};
