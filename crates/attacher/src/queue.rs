@@ -73,6 +73,8 @@ struct State {
     waiting_index: HashMap<String, (Instant, u64, Lane)>,
     /// Consecutive failures per key.
     failures: HashMap<String, u32>,
+    /// When a worker last gave each key back (for the reconciler's "changed since" test).
+    last_done: HashMap<String, Instant>,
     seq: u64,
     shut_down: bool,
 }
@@ -235,6 +237,7 @@ impl WorkQueue {
         {
             let mut st = self.lock();
             let started = st.processing.remove(&item.key).map(|(_, t)| t);
+            st.last_done.insert(item.key.clone(), Instant::now());
             if let (Some(m), Some(t)) = (&self.metrics, started) {
                 m.finished(&self.lanes[item.lane], t.elapsed());
             }
@@ -283,15 +286,18 @@ impl WorkQueue {
     pub(crate) fn forget(&self, key: &str) {
         let mut st = self.lock();
         st.failures.remove(key);
+        st.last_done.remove(key);
         remove_waiting(&mut st, key);
     }
 
-    /// Is `key` queued, held by a worker, or waiting out a backoff?
-    pub(crate) fn is_pending(&self, key: &str) -> bool {
+    /// Is `key` queued, held by a worker, waiting out a backoff, or was it given back after
+    /// `since`? (The reconciler's snapshot of the driver is then older than the key's state.)
+    pub(crate) fn busy_since(&self, key: &str, since: Instant) -> bool {
         let st = self.lock();
         st.queued.contains_key(key)
             || st.processing.contains_key(key)
             || st.waiting_index.contains_key(key)
+            || st.last_done.get(key).is_some_and(|t| *t >= since)
     }
 
     /// Consecutive failures of `key` so far.
@@ -484,6 +490,27 @@ mod tests {
         let snap = q.snapshot();
         assert_eq!(snap[1].depth, 100);
         assert_eq!(snap[0].processing, 1);
+    }
+
+    #[tokio::test]
+    async fn busy_since_covers_queued_held_waiting_and_recently_done_keys() {
+        let q = slow_queue(&["a"]);
+        let t0 = Instant::now();
+        assert!(!q.busy_since("x", t0));
+        q.add("x", 0);
+        assert!(q.busy_since("x", t0), "queued");
+        let item = next_now(&q, 0).await.expect("x");
+        assert!(q.busy_since("x", t0), "held");
+        q.done(&item, Outcome::Done);
+        assert!(q.busy_since("x", t0), "done after t0");
+        assert!(!q.busy_since("x", Instant::now() + Duration::from_secs(1)));
+        q.add("x", 0);
+        let item = next_now(&q, 0).await.expect("x");
+        q.done(&item, Outcome::Retry);
+        assert!(
+            q.busy_since("x", Instant::now() + Duration::from_secs(1)),
+            "in backoff"
+        );
     }
 
     #[tokio::test]

@@ -3,8 +3,10 @@
 //! driver reports the volume published on the node. A VolumeAttachment that disagrees is queued
 //! with "force sync", so its worker attaches (or detaches) again even though the status already
 //! says it is done — e.g. a volume detached behind Kubernetes' back is attached again.
-//! VolumeAttachments a worker is busy with (queued, in progress, or in backoff) are skipped:
-//! their worker settles them anyway, and a publish in flight is not drift.
+//! VolumeAttachments a worker is busy with (queued, in progress, in backoff, or finished after
+//! the listing started) are skipped: their worker settles them anyway, a publish in flight is
+//! not drift, and a listing older than the last attach must not undo it (the Go sidecar
+//! re-publishes in that case).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -122,13 +124,15 @@ fn identify(ctx: &Ctx, va: &VolumeAttachment) -> Option<(String, String)> {
 
 /// One pass; returns how many VolumeAttachments were queued.
 pub(crate) async fn reconcile_once(ctx: &Ctx, csi: &CsiClient) -> Result<usize, Error> {
+    // VolumeAttachments a worker touched after this instant may be newer than the listing.
+    let listed_at = std::time::Instant::now();
     let published = published(ctx, csi).await?;
     let mut requeued = 0;
     for va in ctx.vas.state().iter().filter(|va| ctx.owns(va)) {
         let Some(name) = va.metadata.name.as_deref() else {
             continue;
         };
-        if ctx.va_queue.is_pending(name) {
+        if ctx.va_queue.busy_since(name, listed_at) {
             continue;
         }
         let Some(va) = ctx.current_va(name) else {

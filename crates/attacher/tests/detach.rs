@@ -70,10 +70,8 @@ async fn a_failed_detach_is_recorded_and_retried() {
     env.mock().script(
         Method::ControllerUnpublishVolume,
         "vol-df",
-        vec![
-            Step::Fail(tonic::Code::Unavailable, "controller busy".into()),
-            Step::Fail(tonic::Code::Unavailable, "controller busy".into()),
-        ],
+        // Five failures keep detachError in the status for 50+100+200+400+800 ms at least.
+        vec![Step::Fail(tonic::Code::Unavailable, "controller busy".into()); 5],
     );
     env.delete_va("va-df").await;
     let vas = env.vas();
@@ -88,9 +86,13 @@ async fn a_failed_detach_is_recorded_and_retried() {
     env.wait_va_gone("va-df").await;
     assert_eq!(
         env.mock().calls_of(Method::ControllerUnpublishVolume).len(),
-        3,
-        "two failures, then success"
+        6,
+        "five failures, then success"
     );
+    let events = env.events_for("va-df").await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].reason.as_deref(), Some("FailedDetach"));
+    assert_eq!(events[0].count, Some(5));
     env.shutdown().await;
 }
 

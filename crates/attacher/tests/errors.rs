@@ -73,21 +73,51 @@ async fn a_csi_error_is_saved_retried_with_growing_delays_then_cleared() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_driver_is_cut_off_at_the_timeout_as_deadline_exceeded() {
     let mut env = Env::new(MockConfig::default()).await;
-    env.mock()
-        .script(Method::ControllerPublishVolume, "vol-h", vec![Step::Hang]);
+    env.mock().script(
+        Method::ControllerPublishVolume,
+        "vol-h",
+        vec![Step::Hang, Step::Hang],
+    );
     let mut options = fast_options();
     options.timeout = Duration::from_millis(300);
     env.start(options).await;
     env.create_pair("h").await;
+    // The status shows the error between the first timeout and the success; the Event stays.
     let va = env.wait_attach_error("va-h", "DeadlineExceeded").await;
     assert_eq!(
         va.status.unwrap().attach_error.unwrap().error_code,
         Some(tonic::Code::DeadlineExceeded as i32)
     );
     env.wait_attached("va-h").await;
+    env.stop().await;
     assert_eq!(
         env.mock().calls_of(Method::ControllerPublishVolume).len(),
-        2
+        3
+    );
+    let events = env.events_for("va-h").await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].count, Some(2));
+    assert!(
+        events[0]
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("DeadlineExceeded")
+    );
+    let codes: Vec<tonic::Code> = env
+        .observed
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, code, _)| *code)
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            tonic::Code::DeadlineExceeded,
+            tonic::Code::DeadlineExceeded,
+            tonic::Code::Ok
+        ]
     );
     env.shutdown().await;
 }
