@@ -13,7 +13,7 @@
 //!   other update, never defeat the backoff); moving to another lane (the object started being
 //!   deleted) is handled at once.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -68,6 +68,8 @@ struct State {
     processing: HashMap<String, (Lane, Instant)>,
     /// Keys added while a worker held them: the lane to queue them in afterwards.
     dirty: HashMap<String, Lane>,
+    /// Keys kicked while a worker held them: retried at once even if that worker fails.
+    kicked: HashSet<String>,
     /// Keys waiting out a backoff, ordered by due time.
     waiting: BTreeSet<(Instant, u64, String)>,
     waiting_index: HashMap<String, (Instant, u64, Lane)>,
@@ -166,6 +168,32 @@ impl WorkQueue {
         self.notify.notify_waiters();
     }
 
+    /// Like [`add`](Self::add), but a key waiting out its backoff is queued now: what it was
+    /// waiting for (a PV, a CSINode) has just appeared. Its failure count is kept.
+    pub(crate) fn kick(&self, key: &str, lane: Lane) {
+        {
+            let mut st = self.lock();
+            if st.processing.contains_key(key) {
+                // The worker may be failing for want of what just appeared: no backoff after it.
+                st.kicked.insert(key.to_string());
+            }
+            if st.shut_down || !st.waiting_index.contains_key(key) {
+                drop(st);
+                self.add(key, lane);
+                return;
+            }
+            remove_waiting(&mut st, key);
+            let lane = lane.min(self.lanes.len().saturating_sub(1));
+            self.push_ready(&mut st, key.to_string(), lane);
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Any key waiting out a backoff?
+    pub(crate) fn has_backoff(&self) -> bool {
+        !self.lock().waiting_index.is_empty()
+    }
+
     fn push_ready(&self, st: &mut State, key: String, lane: Lane) {
         st.queued.insert(key.clone(), (lane, Instant::now()));
         st.ready[lane].push_back(key);
@@ -242,6 +270,7 @@ impl WorkQueue {
                 m.finished(&self.lanes[item.lane], t.elapsed());
             }
             let dirty = st.dirty.remove(&item.key);
+            let kicked = st.kicked.remove(&item.key);
             if st.shut_down {
                 return;
             }
@@ -262,8 +291,9 @@ impl WorkQueue {
                         m.retried(&self.lanes[item.lane]);
                     }
                     match dirty {
-                        // The object moved to another lane meanwhile: handle that now.
-                        Some(lane) if lane != item.lane => {
+                        // The object moved to another lane meanwhile, or what it was missing
+                        // appeared while it failed: handle that now.
+                        Some(lane) if lane != item.lane || kicked => {
                             self.push_ready(&mut st, item.key.clone(), lane);
                         }
                         // Same lane: the retry re-reads the object anyway; keep the backoff.
@@ -511,6 +541,33 @@ mod tests {
             q.busy_since("x", Instant::now() + Duration::from_secs(1)),
             "in backoff"
         );
+    }
+
+    #[tokio::test]
+    async fn kick_ends_a_backoff_but_keeps_the_failures() {
+        let q = slow_queue(&["a"]);
+        q.add("x", 0);
+        let item = next_now(&q, 0).await.expect("x");
+        q.done(&item, Outcome::Retry);
+        assert!(q.has_backoff());
+        q.kick("x", 0);
+        assert!(!q.has_backoff());
+        let item = next_now(&q, 0).await.expect("kicked");
+        assert_eq!(q.failures("x"), 1);
+        q.done(&item, Outcome::Done);
+        q.kick("y", 0); // not waiting: a plain add
+        assert_eq!(next_now(&q, 0).await.expect("y").key, "y");
+    }
+
+    #[tokio::test]
+    async fn a_kick_while_the_worker_fails_skips_the_backoff() {
+        let q = slow_queue(&["a"]);
+        q.add("x", 0);
+        let item = next_now(&q, 0).await.expect("x");
+        q.kick("x", 0); // e.g. the PV appears while the worker records "not found"
+        q.done(&item, Outcome::Retry);
+        assert!(next_now(&q, 0).await.is_some(), "retried at once");
+        assert_eq!(q.failures("x"), 1);
     }
 
     #[tokio::test]

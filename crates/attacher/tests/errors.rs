@@ -401,3 +401,29 @@ async fn conflicting_finalizer_writes_are_retried_without_losing_the_other_chang
     );
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pv_or_csinode_that_appears_ends_the_wait_at_once() {
+    let mut env = Env::new(MockConfig::default()).await;
+    let mut options = fast_options();
+    // Far beyond PATIENCE: only the kick can attach these within the test.
+    options.retry_interval_start = Duration::from_secs(600);
+    options.retry_interval_max = Duration::from_secs(600);
+    env.start(options).await;
+
+    env.create_va(&va_for_pv("va-later", "pv-later", NODE))
+        .await;
+    env.wait_attach_error("va-later", "PersistentVolume pv-later not found")
+        .await;
+    env.create_pv(&csi_pv("pv-later", "vol-later")).await;
+    env.wait_attached("va-later").await;
+
+    env.create_pv(&csi_pv("pv-n9", "vol-n9")).await;
+    env.create_va(&va_for_pv("va-n9", "pv-n9", "node-9")).await;
+    env.wait_attach_error("va-n9", "CSINode node-9 not found")
+        .await;
+    env.create_csinode("node-9", &[(DRIVER, "mock-node-9")])
+        .await;
+    env.wait_attached("va-n9").await;
+    env.shutdown().await;
+}

@@ -59,12 +59,13 @@ pub(crate) fn spawn(
         stop.clone(),
         move |change| on_pv(&c, change),
     ));
+    let c = ctx.clone();
     set.spawn(watch_loop(
         ctx.csinode_api.clone(),
         writers.csinodes,
         ctx.csinodes.clone(),
         stop,
-        |_| {},
+        move |change| on_csinode(&c, change),
     ));
 }
 
@@ -200,10 +201,57 @@ pub(crate) fn pv_needs_sync(pv: &PersistentVolume, finalizer: &str, driver: &str
         && (pv.metadata.deletion_timestamp.is_some() || migration::rolled_back(pv, driver))
 }
 
+/// Retries now, rather than after their backoff, the VolumeAttachments waiting for something
+/// that just appeared. (The Go sidecar waits out the backoff, up to `--retry-interval-max`.)
+fn kick_waiting(ctx: &Ctx, waits_for: impl Fn(&VolumeAttachment) -> bool) {
+    if !ctx.va_queue.has_backoff() {
+        return;
+    }
+    for va in ctx.vas.state() {
+        let attachable = ctx.owns(&va)
+            && va.metadata.deletion_timestamp.is_none()
+            && !va.status.as_ref().is_some_and(|s| s.attached);
+        if attachable && waits_for(&va) {
+            if let Some(name) = va.metadata.name.as_deref() {
+                ctx.va_queue.kick(name, super::ATTACH);
+            }
+        }
+    }
+}
+
+fn node_id_of(csinode: &CSINode, driver: &str) -> Option<String> {
+    csinode
+        .spec
+        .drivers
+        .iter()
+        .find(|d| d.name == driver)
+        .map(|d| d.node_id.clone())
+}
+
+fn on_csinode(ctx: &Ctx, change: Change<CSINode>) {
+    let Change::Applied { old, new } = change else {
+        return;
+    };
+    let registered = node_id_of(&new, &ctx.driver);
+    if registered.is_none() || old.as_ref().and_then(|o| node_id_of(o, &ctx.driver)) == registered {
+        return;
+    }
+    // The driver just registered on this node.
+    let node = new.metadata.name.clone().unwrap_or_default();
+    kick_waiting(ctx, |va| va.spec.node_name == node);
+}
+
 fn on_pv(ctx: &Ctx, change: Change<PersistentVolume>) {
     match change {
-        Change::Applied { new, .. } => {
+        Change::Applied { old, new } => {
             ctx.fresh_pvs.observe(&new);
+            if old.is_none() {
+                // A new PV: VolumeAttachments created before it may be waiting for it.
+                let name = new.metadata.name.clone().unwrap_or_default();
+                kick_waiting(ctx, |va| {
+                    va.spec.source.persistent_volume_name.as_deref() == Some(name.as_str())
+                });
+            }
             if pv_needs_sync(&new, &ctx.finalizer, &ctx.driver) {
                 if let Some(name) = new.metadata.name.as_deref() {
                     ctx.pv_queue.add(name, 0);
