@@ -176,13 +176,22 @@ async fn zero_count_is_refused() {
     assert!(matches!(err, Error::Config(_)), "{err}");
 }
 
-/// The real thing, with the attacher named by CSI_ATTACHER_BIN (CI sets it once csi-attacher
-/// exists): a run against a csi-mock this test owns, so it can check what the driver saw.
+/// The real thing, with the attacher named by CSI_ATTACHER_BIN (scripts/test sets it) or the
+/// csi-attacher built beside this test: a run against a csi-mock this test owns, so it can check what the driver saw.
 #[tokio::test]
 async fn full_load_with_a_real_attacher() {
-    let Some(bin) = std::env::var_os("CSI_ATTACHER_BIN").map(PathBuf::from) else {
+    // Else the csi-attacher of this target dir (deps/../csi-attacher), when it has been built.
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.parent()?.join("csi-attacher")))
+        .filter(|p| p.exists());
+    let Some(bin) = std::env::var_os("CSI_ATTACHER_BIN")
+        .map(PathBuf::from)
+        .or(beside)
+    else {
         eprintln!(
-            "skipping: set CSI_ATTACHER_BIN to an attacher binary (csi-attacher) to run the load end to end"
+            "skipping: no csi-attacher built in this target dir and CSI_ATTACHER_BIN unset \
+             (`cargo build -p attacher` or set CSI_ATTACHER_BIN to any attacher binary)"
         );
         return;
     };
