@@ -190,8 +190,16 @@ impl WorkQueue {
     }
 
     /// Any key waiting out a backoff?
+    #[cfg(test)]
     pub(crate) fn has_backoff(&self) -> bool {
         !self.lock().waiting_index.is_empty()
+    }
+
+    /// Could a kick matter: is any key waiting out a backoff or held by a worker (which may be
+    /// about to fail)?
+    pub(crate) fn has_kick_candidates(&self) -> bool {
+        let st = self.lock();
+        !st.waiting_index.is_empty() || !st.processing.is_empty()
     }
 
     fn push_ready(&self, st: &mut State, key: String, lane: Lane) {

@@ -204,7 +204,7 @@ pub(crate) fn pv_needs_sync(pv: &PersistentVolume, finalizer: &str, driver: &str
 /// Retries now, rather than after their backoff, the VolumeAttachments waiting for something
 /// that just appeared. (The Go sidecar waits out the backoff, up to `--retry-interval-max`.)
 fn kick_waiting(ctx: &Ctx, waits_for: impl Fn(&VolumeAttachment) -> bool) {
-    if !ctx.va_queue.has_backoff() {
+    if !ctx.va_queue.has_kick_candidates() {
         return;
     }
     for va in ctx.vas.state() {
