@@ -1,0 +1,421 @@
+//! deploy/attacher/rbac.yaml is least privilege, checked against what the attacher really calls:
+//! the `csi-attacher` binary runs with leader election through a scenario that exercises every
+//! kind of call it makes (attach with a controllerPublishSecretRef, an attach error that becomes
+//! an Event twice, two replicas handing the Lease over on SIGTERM, detach, PV deletion), and the embedded API server's
+//! audit trail of its requests is compared with the manifest's rules:
+//! - every call it made is allowed by the rules (else the Deployment would fail in a cluster);
+//! - every rule is used by some call (else the rule grants more than it needs).
+//!
+//! The binary is found through CSI_ATTACHER_BIN (scripts/test sets it) or beside this test in the
+//! target dir; without either the test says why it skips.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use csi_mock::MockConfig;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{
+    CSIPersistentVolumeSource, Namespace, PersistentVolume, PersistentVolumeSpec, Secret,
+    SecretReference,
+};
+use k8s_openapi::api::storage::v1::{
+    CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment, VolumeAttachmentSource,
+    VolumeAttachmentSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use serde::Deserialize;
+
+const DRIVER: &str = "mock.csi.rs";
+const PATIENCE: Duration = Duration::from_secs(60);
+
+fn attacher_bin() -> Option<PathBuf> {
+    std::env::var_os("CSI_ATTACHER_BIN")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let exe = std::env::current_exe().ok()?;
+            Some(exe.parent()?.parent()?.join("csi-attacher")).filter(|p| p.exists())
+        })
+}
+
+/// Kills the attacher on drop, also when an assertion fails.
+struct Attacher(Child);
+
+impl Drop for Attacher {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct Manifest {
+    kind: String,
+    metadata: Meta,
+    #[serde(default)]
+    rules: Vec<Rule>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Meta {
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Rule {
+    api_groups: Vec<String>,
+    resources: Vec<String>,
+    verbs: Vec<String>,
+}
+
+/// One grant: (namespace or None for cluster-wide, group, resource[/subresource], verb).
+type Grant = (Option<String>, String, String, String);
+
+fn grants(path: &Path) -> BTreeSet<Grant> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = BTreeSet::new();
+    for doc in text.split("\n---") {
+        if doc
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+        {
+            continue;
+        }
+        let m: Manifest = serde_saphyr::from_str(doc).unwrap();
+        let ns = match m.kind.as_str() {
+            "ClusterRole" => None,
+            "Role" => Some(m.metadata.namespace.clone().unwrap()),
+            _ => continue,
+        };
+        for r in &m.rules {
+            for g in &r.api_groups {
+                for res in &r.resources {
+                    for v in &r.verbs {
+                        out.insert((ns.clone(), g.clone(), res.clone(), v.clone()));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn allowed(grants: &BTreeSet<Grant>, call: &Grant) -> Option<Grant> {
+    let (ns, g, r, v) = call;
+    let cluster = (None, g.clone(), r.clone(), v.clone());
+    if grants.contains(&cluster) {
+        return Some(cluster);
+    }
+    let local = (ns.clone(), g.clone(), r.clone(), v.clone());
+    (ns.is_some() && grants.contains(&local)).then_some(local)
+}
+
+/// SIGTERM, and wait for the process to end (it releases the Lease on the way out).
+async fn stop(mut attacher: Attacher) {
+    let pid = attacher.0.id();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + PATIENCE;
+    while attacher.0.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "csi-attacher ignored SIGTERM");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_until<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    while !check().await {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        ..Default::default()
+    }
+}
+
+fn pv(name: &str, secret_ref: Option<SecretReference>) -> PersistentVolume {
+    PersistentVolume {
+        metadata: meta(name),
+        spec: Some(PersistentVolumeSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            capacity: Some([("storage".to_string(), Quantity("1Gi".into()))].into()),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: DRIVER.into(),
+                volume_handle: format!("vol-{name}"),
+                controller_publish_secret_ref: secret_ref,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn va(name: &str, pv: &str) -> VolumeAttachment {
+    VolumeAttachment {
+        metadata: meta(name),
+        spec: VolumeAttachmentSpec {
+            attacher: DRIVER.into(),
+            node_name: "node-1".into(),
+            source: VolumeAttachmentSource {
+                persistent_volume_name: Some(pv.into()),
+                ..Default::default()
+            },
+        },
+        status: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_rbac_grants_exactly_what_the_attacher_calls() {
+    let Some(bin) = attacher_bin() else {
+        eprintln!(
+            "skipping: no csi-attacher built in this target dir and CSI_ATTACHER_BIN unset \
+             (`cargo build -p attacher`, or scripts/test)"
+        );
+        return;
+    };
+    apiserver::install_crypto_provider();
+    let dir = tempfile::tempdir().unwrap();
+    let server = apiserver::ApiServer::start(apiserver::Config::default())
+        .await
+        .unwrap();
+    let kube = server.client();
+    let mock = csi_mock::start(dir.path(), MockConfig::default())
+        .await
+        .unwrap();
+
+    // The world: a CSINode, a secret in its own namespace, two PVs (one with the secret).
+    let namespaces: Api<Namespace> = Api::all(kube.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &Namespace {
+                metadata: meta("storage-secrets"),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(kube.clone(), "storage-secrets");
+    secrets
+        .create(
+            &PostParams::default(),
+            &Secret {
+                metadata: meta("publish-creds"),
+                data: Some(BTreeMap::from([(
+                    "token".to_string(),
+                    ByteString(b"s3cr3t".to_vec()),
+                )])),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    Api::<CSINode>::all(kube.clone())
+        .create(
+            &PostParams::default(),
+            &CSINode {
+                metadata: meta("node-1"),
+                spec: CSINodeSpec {
+                    drivers: vec![CSINodeDriver {
+                        name: DRIVER.into(),
+                        node_id: "mock-node-1".into(),
+                        ..Default::default()
+                    }],
+                },
+            },
+        )
+        .await
+        .unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(kube.clone());
+    let vas: Api<VolumeAttachment> = Api::all(kube.clone());
+    let secret_ref = SecretReference {
+        name: Some("publish-creds".into()),
+        namespace: Some("storage-secrets".into()),
+    };
+    pvs.create(&PostParams::default(), &pv("pv-1", Some(secret_ref)))
+        .await
+        .unwrap();
+
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    let spawn = |name: &str| {
+        let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).unwrap();
+        Attacher(
+            Command::new(&bin)
+                .arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .arg(format!("--csi-address={}", mock.endpoint()))
+                .args([
+                    "--leader-election",
+                    "--leader-election-namespace=kube-system",
+                    "--retry-interval-start=50ms",
+                    "--retry-interval-max=200ms",
+                    "--timeout=5s",
+                    "--v=2",
+                ])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        )
+    };
+    // Two replicas: the first creates the Lease and leads, the second waits and watches it.
+    let leases: Api<Lease> = Api::namespaced(kube.clone(), "kube-system");
+    let lease = "external-attacher-leader-mock-csi-rs";
+    let first = spawn("first");
+    wait_until("the first replica holds the lease", || async {
+        leases
+            .get_opt(lease)
+            .await
+            .unwrap()
+            .and_then(|l| l.spec?.holder_identity)
+            .is_some_and(|h| !h.is_empty())
+    })
+    .await;
+    let second = spawn("second");
+
+    // Attach with secrets; then an attach that fails twice (unknown PV → error, Event, and the
+    // same Event again), then works once the PV appears.
+    vas.create(&PostParams::default(), &va("va-1", "pv-1"))
+        .await
+        .unwrap();
+    wait_until("va-1 attached", || async {
+        vas.get("va-1")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.attached)
+    })
+    .await;
+    let publishes = mock.calls_of(csi_mock::Method::ControllerPublishVolume);
+    assert_eq!(
+        publishes[0].secrets.get("token").map(String::as_str),
+        Some("s3cr3t"),
+        "the PV's controllerPublishSecretRef reached the driver"
+    );
+    // Hand over: SIGTERM to the first replica releases the Lease; the second one leads.
+    let holder = |l: Option<Lease>| l.and_then(|l| l.spec?.holder_identity).unwrap_or_default();
+    let first_holder = holder(leases.get_opt(lease).await.unwrap());
+    stop(first).await;
+    wait_until("the second replica holds the lease", || async {
+        let h = holder(leases.get_opt(lease).await.unwrap());
+        !h.is_empty() && h != first_holder
+    })
+    .await;
+    vas.create(&PostParams::default(), &va("va-2", "pv-2"))
+        .await
+        .unwrap();
+    wait_until("va-2's error recorded more than once", || async {
+        let events = server
+            .audit()
+            .into_iter()
+            .filter(|r| r.user_agent.starts_with("csi-attacher") && r.resource == "events")
+            .count();
+        events >= 2
+    })
+    .await;
+    pvs.create(&PostParams::default(), &pv("pv-2", None))
+        .await
+        .unwrap();
+    wait_until("va-2 attached", || async {
+        vas.get("va-2")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| s.attached)
+    })
+    .await;
+
+    // Detach, PV deletion, and SIGTERM (the lease is released).
+    for name in ["va-1", "va-2"] {
+        vas.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    for name in ["pv-1", "pv-2"] {
+        pvs.delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    wait_until("VAs and PVs gone", || async {
+        vas.list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+            && pvs
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+    })
+    .await;
+    stop(second).await;
+
+    // What it called, as (namespace, group, resource[/sub], verb).
+    let mut used: BTreeSet<Grant> = BTreeSet::new();
+    for r in server.audit() {
+        if !r.user_agent.starts_with("csi-attacher") {
+            continue;
+        }
+        let resource = match &r.subresource {
+            Some(s) => format!("{}/{s}", r.resource),
+            None => r.resource.clone(),
+        };
+        used.insert((
+            r.namespace.clone(),
+            r.group.clone(),
+            resource,
+            r.verb.clone(),
+        ));
+    }
+    assert!(
+        !used.is_empty(),
+        "no request carried the attacher's User-Agent"
+    );
+
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/attacher/rbac.yaml");
+    let granted = grants(&manifest);
+    let mut needed: BTreeSet<Grant> = BTreeSet::new();
+    let denied: Vec<&Grant> = used
+        .iter()
+        .filter(|call| match allowed(&granted, call) {
+            Some(g) => {
+                needed.insert(g);
+                false
+            }
+            None => true,
+        })
+        .collect();
+    assert!(
+        denied.is_empty(),
+        "deploy/attacher/rbac.yaml denies calls the attacher makes: {denied:#?}\n(all calls: {used:#?})"
+    );
+    let unused: Vec<&Grant> = granted.difference(&needed).collect();
+    assert!(
+        unused.is_empty(),
+        "deploy/attacher/rbac.yaml grants what the attacher never called: {unused:#?}\n(all calls: {used:#?})"
+    );
+    mock.shutdown().await;
+    server.shutdown().await.unwrap();
+}
