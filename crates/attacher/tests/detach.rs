@@ -182,3 +182,103 @@ async fn pvs_being_deleted_at_start_up_are_released_once_free() {
     env.wait_pv_gone("pv-orphan").await;
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_attachment_deleted_during_its_publish_is_detached_right_after() {
+    let mut env = Env::new(MockConfig::default()).await;
+    env.mock().script(
+        Method::ControllerPublishVolume,
+        "vol-mid",
+        vec![Step::Delay(std::time::Duration::from_millis(500))],
+    );
+    env.start(fast_options()).await;
+    env.create_pair("mid").await;
+    let mock = env.mock();
+    eventually("publish in flight", || async {
+        (!mock.calls_of(Method::ControllerPublishVolume).is_empty()).then_some(())
+    })
+    .await;
+    env.delete_va("va-mid").await;
+    env.wait_va_gone("va-mid").await;
+    let calls = env.mock().calls();
+    let order: Vec<Method> = calls
+        .iter()
+        .filter(|c| c.volume_id == "vol-mid")
+        .map(|c| c.method)
+        .collect();
+    assert_eq!(
+        order,
+        [
+            Method::ControllerPublishVolume,
+            Method::ControllerUnpublishVolume
+        ],
+        "the detach waits for the attach in progress (one worker per object)"
+    );
+    let unpublish = calls
+        .iter()
+        .find(|c| c.method == Method::ControllerUnpublishVolume)
+        .expect("unpublished");
+    let publish = &calls[0];
+    assert!(unpublish.at >= publish.at + std::time::Duration::from_millis(500));
+    assert!(
+        env.mock()
+            .published()
+            .get("vol-mid")
+            .is_none_or(|n| n.is_empty())
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_detaches_do_not_hold_up_a_new_attach() {
+    let mut env = Env::new(MockConfig::default()).await;
+    let mut options = fast_options();
+    options.workers = 2;
+    env.start(options).await;
+    for i in 0..6 {
+        env.create_pair(&format!("slow{i}")).await;
+    }
+    for i in 0..6 {
+        env.wait_attached(&format!("va-slow{i}")).await;
+        // Each detach takes a long while at the driver.
+        env.mock().script(
+            Method::ControllerUnpublishVolume,
+            &format!("vol-slow{i}"),
+            vec![Step::Delay(std::time::Duration::from_secs(2))],
+        );
+    }
+    for i in 0..6 {
+        env.delete_va(&format!("va-slow{i}")).await;
+    }
+    let mock = env.mock();
+    eventually("both detach workers busy", || async {
+        (mock.calls_of(Method::ControllerUnpublishVolume).len() >= 2).then_some(())
+    })
+    .await;
+    env.create_pair("urgent").await;
+    env.wait_attached("va-urgent").await;
+    // With one shared FIFO queue the attach would wait behind all six detaches (three rounds of
+    // 2 s on two workers) and find none left; here it does not wait for the detach lane.
+    let remaining = env
+        .vas()
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|va| {
+            va.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("va-slow"))
+        })
+        .count();
+    assert!(
+        remaining >= 4,
+        "{remaining} detaches left; the attach did not wait for them"
+    );
+    for i in 0..6 {
+        env.wait_va_gone(&format!("va-slow{i}")).await;
+    }
+    env.shutdown().await;
+}
