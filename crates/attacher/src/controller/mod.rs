@@ -107,15 +107,30 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    /// VolumeAttachments as the writers see them.
+    pub(crate) fn va_objects(&self) -> writes::Objects<'_, VolumeAttachment> {
+        writes::Objects {
+            api: &self.va_api,
+            store: &self.vas,
+            fresh: &self.fresh_vas,
+        }
+    }
+
+    pub(crate) fn pv_objects(&self) -> writes::Objects<'_, PersistentVolume> {
+        writes::Objects {
+            api: &self.pv_api,
+            store: &self.pvs,
+            fresh: &self.fresh_pvs,
+        }
+    }
+
     /// The newest copy of a VolumeAttachment we know: the cache, or our own last write.
     pub(crate) fn current_va(&self, name: &str) -> Option<Arc<VolumeAttachment>> {
-        let cached = self.vas.get(&ObjectRef::new(name));
-        self.fresh_vas.pick(name, cached)
+        self.va_objects().current(name)
     }
 
     pub(crate) fn current_pv(&self, name: &str) -> Option<Arc<PersistentVolume>> {
-        let cached = self.pvs.get(&ObjectRef::new(name));
-        self.fresh_pvs.pick(name, cached)
+        self.pv_objects().current(name)
     }
 
     /// A PV from the cache, or (not cached yet: its watch may lag the VolumeAttachment's) a GET.
@@ -129,17 +144,10 @@ impl Ctx {
         }
     }
 
-    /// A CSINode from the cache, or a GET when the cache has none.
-    pub(crate) async fn get_csinode(&self, name: &str) -> Result<Option<Arc<CSINode>>, Error> {
-        let cached = self.csinodes.get(&ObjectRef::new(name));
-        let has_driver = |n: &CSINode| n.spec.drivers.iter().any(|d| d.name == self.driver);
-        if let Some(n) = cached.as_ref().filter(|n| has_driver(n)) {
-            return Ok(Some(n.clone()));
-        }
-        match self.csinode_api.get_opt(name).await {
-            Ok(n) => Ok(n.map(Arc::new)),
-            Err(e) => Err(Error::kube(format!("reading CSINode {name}"), e)),
-        }
+    /// A CSINode from the cache. (No GET: one that registers later kicks the VolumeAttachments
+    /// waiting for it, and the attacher needs no `get` permission on CSINodes.)
+    pub(crate) fn get_csinode(&self, name: &str) -> Option<Arc<CSINode>> {
+        self.csinodes.get(&ObjectRef::new(name))
     }
 
     pub(crate) fn set_force_sync(&self, name: &str) {

@@ -107,8 +107,7 @@ async fn sync_pv(ctx: &Ctx, name: &str) -> Outcome {
         "unused"
     };
     match writes::remove_finalizer(
-        &ctx.pv_api,
-        &ctx.fresh_pvs,
+        &ctx.pv_objects(),
         &format!("PersistentVolume {name}"),
         pv,
         &ctx.finalizer,

@@ -3,16 +3,19 @@
 //!
 //! Finalizer lists are replaced whole by a merge patch, so those patches carry
 //! `metadata.resourceVersion`: the API server refuses a patch computed from a stale copy (409),
-//! and we re-read the object and recompute instead of dropping somebody else's finalizer.
+//! and we take the newer copy from the watch and recompute instead of dropping somebody else's
+//! finalizer.
 //! Status patches touch only our own fields and need no such guard.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -24,6 +27,8 @@ use crate::names::NODE_ID_ANNOTATION;
 
 /// Conflicts in a row before giving up (and retrying with backoff).
 const MAX_CONFLICTS: u32 = 5;
+/// How long to wait for the watch to deliver the copy that beat ours.
+const CONFLICT_WAIT: Duration = Duration::from_secs(2);
 /// `status.attachError.message` is limited to 1024 characters by the API.
 const MAX_MESSAGE: usize = 1024;
 
@@ -35,17 +40,62 @@ pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     is_status(e, 404)
 }
 
+/// An object kind as the writers see it: the API, the watch cache and our own last writes.
+pub(crate) struct Objects<'a, K: Resource<DynamicType = ()> + 'static> {
+    pub api: &'a Api<K>,
+    pub store: &'a Store<K>,
+    pub fresh: &'a Fresh<K>,
+}
+
+impl<K> Objects<'_, K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// The newest copy we know of: the cache, or our own last write if that is newer.
+    pub(crate) fn current(&self, name: &str) -> Option<Arc<K>> {
+        self.fresh.pick(name, self.store.get(&ObjectRef::new(name)))
+    }
+}
+
+fn rv_of<K: Resource>(obj: &K) -> Option<u64> {
+    obj.meta().resource_version.as_deref()?.parse().ok()
+}
+
+/// After a 409: waits (briefly) for the watch to bring a copy newer than `stale`. The watch
+/// already carries every change, so this costs no API read (and no `get` permission).
+async fn newer_than<K>(objs: &Objects<'_, K>, name: &str, stale: &K) -> Option<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let deadline = tokio::time::Instant::now() + CONFLICT_WAIT;
+    loop {
+        if let Some(obj) = objs.current(name) {
+            let newer = match (rv_of(obj.as_ref()), rv_of(stale)) {
+                (Some(new), Some(old)) => new > old,
+                _ => obj.meta().resource_version != stale.meta().resource_version,
+            };
+            if newer {
+                return Some(obj);
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// Patches `metadata` with what `compute` returns for the current object (None: nothing to
-/// do), guarded by the object's resourceVersion; on a conflict re-reads and recomputes.
+/// do), guarded by the object's resourceVersion; on a conflict takes the newer copy from the
+/// watch and recomputes.
 pub(crate) async fn patch_metadata<K, F>(
-    api: &Api<K>,
-    fresh: &Fresh<K>,
+    objs: &Objects<'_, K>,
     what: &str,
     start: Arc<K>,
     compute: F,
 ) -> Result<Arc<K>, Error>
 where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + 'static,
     F: Fn(&K) -> Result<Option<Map<String, Value>>, Error>,
 {
     let name = start.meta().name.clone().unwrap_or_default();
@@ -59,24 +109,25 @@ where
             json!(current.meta().resource_version),
         );
         let patch = json!({ "metadata": meta });
-        match api
+        match objs
+            .api
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             Ok(obj) => {
                 let obj = Arc::new(obj);
-                fresh.record(obj.clone());
+                objs.fresh.record(obj.clone());
                 return Ok(obj);
             }
             Err(e) if is_status(&e, 409) => {
-                tracing::debug!(object = what, "conflict; re-reading");
-                let obj = api
-                    .get(&name)
-                    .await
-                    .map_err(|e| Error::kube(format!("reading {what}"), e))?;
-                let obj = Arc::new(obj);
-                fresh.record(obj.clone());
-                current = obj;
+                tracing::debug!(object = what, "conflict; waiting for the newer copy");
+                match newer_than(objs, &name, &current).await {
+                    Some(obj) => current = obj,
+                    None if objs.current(&name).is_none() => {
+                        return Err(Error::kube(format!("patching {what}"), e));
+                    }
+                    None => break,
+                }
             }
             Err(e) => return Err(Error::kube(format!("patching {what}"), e)),
         }
@@ -100,14 +151,13 @@ pub(crate) fn has_finalizer<K: Resource>(obj: &K, finalizer: &str) -> bool {
 
 /// Adds our finalizer to the PV (no write if it is there). Refuses a PV being deleted.
 pub(crate) async fn add_pv_finalizer(
-    api: &Api<PersistentVolume>,
-    fresh: &Fresh<PersistentVolume>,
+    objs: &Objects<'_, PersistentVolume>,
     pv: Arc<PersistentVolume>,
     finalizer: &str,
 ) -> Result<Arc<PersistentVolume>, Error> {
     let name = pv.metadata.name.clone().unwrap_or_default();
     let what = format!("PersistentVolume {name}");
-    patch_metadata(api, fresh, &what, pv, |pv| {
+    patch_metadata(objs, &what, pv, |pv| {
         if pv.metadata.deletion_timestamp.is_some() {
             return Err(Error::PersistentVolumeDeleting { name: name.clone() });
         }
@@ -131,16 +181,15 @@ pub(crate) async fn add_pv_finalizer(
 
 /// Removes our finalizer from the PV (no write if it is not there).
 pub(crate) async fn remove_finalizer<K>(
-    api: &Api<K>,
-    fresh: &Fresh<K>,
+    objs: &Objects<'_, K>,
     what: &str,
     obj: Arc<K>,
     finalizer: &str,
 ) -> Result<Arc<K>, Error>
 where
-    K: Resource + Clone + DeserializeOwned + Serialize + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + 'static,
 {
-    patch_metadata(api, fresh, what, obj, |o| {
+    patch_metadata(objs, what, obj, |o| {
         if !has_finalizer(o, finalizer) {
             return Ok(None);
         }
@@ -158,8 +207,7 @@ where
 /// Adds our finalizer and the node-ID annotation to the VolumeAttachment in one patch (no
 /// write if both are there).
 pub(crate) async fn prepare_va(
-    api: &Api<VolumeAttachment>,
-    fresh: &Fresh<VolumeAttachment>,
+    objs: &Objects<'_, VolumeAttachment>,
     va: Arc<VolumeAttachment>,
     finalizer: &str,
     node_id: &str,
@@ -168,7 +216,7 @@ pub(crate) async fn prepare_va(
         "VolumeAttachment {}",
         va.metadata.name.as_deref().unwrap_or_default()
     );
-    patch_metadata(api, fresh, &what, va, |va| {
+    patch_metadata(objs, &what, va, |va| {
         if va.metadata.deletion_timestamp.is_some() {
             // Deleted while we were validating: no new finalizers on a dying object.
             return Err(Error::InvalidVolumeAttachment {
@@ -277,8 +325,7 @@ pub(crate) async fn mark_attached_trivially(
 /// finalizer the object goes away with that one patch; when others keep it alive, the status is
 /// first set to detached (attached=false, no metadata, no detachError) so it does not lie.
 pub(crate) async fn mark_detached(
-    api: &Api<VolumeAttachment>,
-    fresh: &Fresh<VolumeAttachment>,
+    objs: &Objects<'_, VolumeAttachment>,
     va: Arc<VolumeAttachment>,
     finalizer: &str,
 ) -> Result<(), Error> {
@@ -289,8 +336,8 @@ pub(crate) async fn mark_detached(
         .is_some_and(|s| s.attached || s.detach_error.is_some() || s.attachment_metadata.is_some());
     let va = if others && dirty_status {
         patch_status(
-            api,
-            fresh,
+            objs.api,
+            objs.fresh,
             &name,
             json!({"attached": false, "attachmentMetadata": null, "detachError": null}),
         )
@@ -298,15 +345,7 @@ pub(crate) async fn mark_detached(
     } else {
         va
     };
-    match remove_finalizer(
-        api,
-        fresh,
-        &format!("VolumeAttachment {name}"),
-        va,
-        finalizer,
-    )
-    .await
-    {
+    match remove_finalizer(objs, &format!("VolumeAttachment {name}"), va, finalizer).await {
         Ok(_) => Ok(()),
         Err(Error::Kube { source, .. }) if is_not_found(&source) => Ok(()),
         Err(e) => Err(e),

@@ -129,7 +129,7 @@ impl CsiHandler {
     /// annotation stands in when the node (or its driver registration) is gone.
     async fn node_id(&self, va: &VolumeAttachment, detaching: bool) -> Result<String, Error> {
         let node = &va.spec.node_name;
-        let from_csinode = match self.ctx.get_csinode(node).await? {
+        let from_csinode = match self.ctx.get_csinode(node) {
             Some(csinode) => csinode
                 .spec
                 .drivers
@@ -188,10 +188,9 @@ impl Handler for CsiHandler {
         let node_id = self.node_id(&va, false).await?;
 
         if let Some(pv) = pv {
-            writes::add_pv_finalizer(&ctx.pv_api, &ctx.fresh_pvs, pv, &ctx.finalizer).await?;
+            writes::add_pv_finalizer(&ctx.pv_objects(), pv, &ctx.finalizer).await?;
         }
-        let va =
-            writes::prepare_va(&ctx.va_api, &ctx.fresh_vas, va, &ctx.finalizer, &node_id).await?;
+        let va = writes::prepare_va(&ctx.va_objects(), va, &ctx.finalizer, &node_id).await?;
 
         tracing::debug!(volume = %volume.csi.volume_handle, node = %node_id, "ControllerPublishVolume");
         let metadata = self
@@ -227,7 +226,7 @@ impl Handler for CsiHandler {
                 volume.migrated,
             )
             .await?;
-        writes::mark_detached(&ctx.va_api, &ctx.fresh_vas, va, &ctx.finalizer).await
+        writes::mark_detached(&ctx.va_objects(), va, &ctx.finalizer).await
     }
 
     fn kind(&self) -> &'static str {

@@ -33,8 +33,7 @@ impl Handler for TrivialHandler {
         }
         let name = va.metadata.name.clone().unwrap_or_default();
         writes::remove_finalizer(
-            &self.ctx.va_api,
-            &self.ctx.fresh_vas,
+            &self.ctx.va_objects(),
             &format!("VolumeAttachment {name}"),
             va,
             &self.ctx.finalizer,
