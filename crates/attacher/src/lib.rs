@@ -90,9 +90,6 @@ pub enum Error {
     /// Optimistic-concurrency conflicts kept coming back.
     #[error("{action}: the object kept changing ({attempts} conflicts in a row); will retry")]
     Conflict { action: String, attempts: u32 },
-    /// Building a JSON patch failed (never expected: the inputs are our own types).
-    #[error("{action}: {reason}")]
-    Encode { action: String, reason: String },
     /// Start-up and plumbing errors from the shared sidecar crate.
     #[error(transparent)]
     Sidecar(#[from] sidecar::Error),

@@ -92,13 +92,43 @@ async fn the_binary_attaches_and_detaches_with_go_style_flags_and_serves_metrics
         "clean exit on SIGTERM: {exit:?}\n{}",
         attacher_log(env.dir.path(), "main")
     );
-    // The controller's requests carry the binary's User-Agent.
-    let ua_seen = env
+    // The controller's requests carry the binary's User-Agent, and are only the calls
+    // docs/attacher.md lists (and deploy/attacher/rbac.yaml grants).
+    let calls: std::collections::BTreeSet<String> = env
         .server
         .audit()
         .iter()
-        .any(|r| r.user_agent.starts_with("csi-attacher/"));
-    assert!(ua_seen);
+        .filter(|r| r.user_agent.starts_with("csi-attacher/"))
+        .map(|r| {
+            let sub = r
+                .subresource
+                .as_deref()
+                .map(|s| format!("/{s}"))
+                .unwrap_or_default();
+            format!("{} {}{sub}", r.verb, r.resource)
+        })
+        .collect();
+    assert!(!calls.is_empty());
+    let allowed = [
+        "list volumeattachments",
+        "watch volumeattachments",
+        "patch volumeattachments",
+        "patch volumeattachments/status",
+        "list persistentvolumes",
+        "watch persistentvolumes",
+        "get persistentvolumes",
+        "patch persistentvolumes",
+        "list csinodes",
+        "watch csinodes",
+        "get secrets",
+        "create events",
+        "patch events",
+    ];
+    let unexpected: Vec<&String> = calls
+        .iter()
+        .filter(|c| !allowed.contains(&c.as_str()))
+        .collect();
+    assert!(unexpected.is_empty(), "{unexpected:?} (all: {calls:?})");
     env.shutdown().await;
 }
 
