@@ -50,7 +50,7 @@ struct Flags {
     nodes: usize,
 
     /// Limit for each phase, e.g. 30m, 90s.
-    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    #[arg(long, default_value = "30m", value_parser = sidecar::parse_go_duration)]
     timeout: Duration,
 
     /// API creates and deletes in flight at once.
@@ -58,7 +58,7 @@ struct Flags {
     parallelism: usize,
 
     /// Delay the built-in mock adds to every ControllerPublish/Unpublish, e.g. 10ms.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    #[arg(long, default_value = "0s", value_parser = sidecar::parse_go_duration)]
     mock_delay: Duration,
 
     /// Keep the attacher's output in this file (default: a temp file removed afterwards).
@@ -68,46 +68,6 @@ struct Flags {
     /// How to print the report.
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
-}
-
-/// A number and a unit (ns, us, ms, s, m, h), repeated: "30m", "1m30s", "0".
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    if s.is_empty() {
-        return Err("empty duration (expected e.g. 30m)".into());
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("{s:?}: a unit is missing (ns, us, ms, s, m, h)"))?;
-        let value: f64 = rest[..num_end]
-            .parse()
-            .map_err(|_| format!("{s:?}: expected a number before the unit"))?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            other => {
-                return Err(format!(
-                    "{s:?}: unknown unit {other:?} (ns, us, ms, s, m, h)"
-                ));
-            }
-        };
-        total += value * scale;
-        rest = &rest[unit_end..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|e| format!("{s:?}: {e}"))
 }
 
 #[tokio::main]
@@ -150,15 +110,6 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
-        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert!(parse_duration("30").is_err());
-        assert!(parse_duration("3d").unwrap_err().contains("\"d\""));
-    }
 
     #[test]
     fn attacher_args_may_start_with_dashes() {

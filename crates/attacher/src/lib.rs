@@ -103,6 +103,17 @@ pub enum Error {
 
 impl Error {
     /// The gRPC code of a failed CSI call (`status.attachError.errorCode`).
+    /// A failure that ends when another object appears (the PV, the node's CSINode or its
+    /// driver entry): the watch of that object retries the attach at once.
+    pub(crate) fn waits_for_another_object(&self) -> bool {
+        matches!(
+            self,
+            Error::PersistentVolumeNotFound { .. }
+                | Error::CsiNodeNotFound { .. }
+                | Error::DriverNotOnNode { .. }
+        )
+    }
+
     pub fn grpc_code(&self) -> Option<tonic::Code> {
         match self {
             Error::Csi { code, .. } => Some(*code),

@@ -17,24 +17,7 @@ pub const DUMMY_DRIVER: &str = "csi/dummy";
 /// both.
 pub const DUMMY_DRIVER_VALID: &str = "csi-dummy";
 
-/// Go's `SanitizeDriverName`: every character outside `[a-zA-Z0-9-]` becomes `-`, and a
-/// trailing `-` gets an `X` appended (a qualified name must end alphanumeric).
-pub fn sanitize_driver_name(driver: &str) -> String {
-    let mut name: String = driver
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    if name.is_empty() || name.ends_with('-') {
-        name.push('X');
-    }
-    name
-}
+pub use sidecar::sanitize_driver_name;
 
 /// The finalizer this attacher puts on VolumeAttachments and PVs:
 /// `external-attacher/<sanitized driver name>`, exactly as the Go sidecar names it, so the two

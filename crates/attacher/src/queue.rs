@@ -31,6 +31,9 @@ pub(crate) enum Outcome {
     Done,
     /// Failed: hand the key out again after its backoff.
     Retry,
+    /// Failed for want of another object (a PV, a CSINode): like `Retry`, but if that object
+    /// appeared while the key was being processed ([`WorkQueue::kick`]), retry at once.
+    RetryWhenAvailable,
 }
 
 /// Per-key exponential backoff: `start`, `2*start`, `4*start`, ... capped at `max`.
@@ -68,8 +71,11 @@ struct State {
     processing: HashMap<String, (Lane, Instant)>,
     /// Keys added while a worker held them: the lane to queue them in afterwards.
     dirty: HashMap<String, Lane>,
-    /// Keys kicked while a worker held them: retried at once even if that worker fails.
+    /// Keys kicked while a worker held them: retried at once if that worker fails for want of
+    /// another object.
     kicked: HashSet<String>,
+    /// Keys whose backoff is for want of another object (a kick ends it; nothing else does).
+    awaiting_object: HashSet<String>,
     /// Keys waiting out a backoff, ordered by due time.
     waiting: BTreeSet<(Instant, u64, String)>,
     waiting_index: HashMap<String, (Instant, u64, Lane)>,
@@ -177,7 +183,11 @@ impl WorkQueue {
                 // The worker may be failing for want of what just appeared: no backoff after it.
                 st.kicked.insert(key.to_string());
             }
-            if st.shut_down || !st.waiting_index.contains_key(key) {
+            if st.shut_down
+                || !st.waiting_index.contains_key(key)
+                || !st.awaiting_object.contains(key)
+            {
+                // Not waiting, or waiting out a failure a new object does not fix: a plain add.
                 drop(st);
                 self.add(key, lane);
                 return;
@@ -279,6 +289,7 @@ impl WorkQueue {
             }
             let dirty = st.dirty.remove(&item.key);
             let kicked = st.kicked.remove(&item.key);
+            st.awaiting_object.remove(&item.key);
             if st.shut_down {
                 return;
             }
@@ -289,7 +300,10 @@ impl WorkQueue {
                         self.push_ready(&mut st, item.key.clone(), lane);
                     }
                 }
-                Outcome::Retry => {
+                Outcome::Retry | Outcome::RetryWhenAvailable => {
+                    // A kick only shortens the wait of a failure that was about a missing object;
+                    // any other failure (a CSI error, say) keeps its backoff.
+                    let kicked = kicked && outcome == Outcome::RetryWhenAvailable;
                     let failures = {
                         let f = st.failures.entry(item.key.clone()).or_insert(0);
                         *f = f.saturating_add(1);
@@ -306,6 +320,9 @@ impl WorkQueue {
                         }
                         // Same lane: the retry re-reads the object anyway; keep the backoff.
                         _ => {
+                            if outcome == Outcome::RetryWhenAvailable {
+                                st.awaiting_object.insert(item.key.clone());
+                            }
                             let due = Instant::now() + self.backoff.delay(failures);
                             st.seq += 1;
                             let seq = st.seq;
@@ -325,6 +342,7 @@ impl WorkQueue {
         let mut st = self.lock();
         st.failures.remove(key);
         st.last_done.remove(key);
+        st.awaiting_object.remove(key);
         remove_waiting(&mut st, key);
     }
 
@@ -552,11 +570,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn kick_ends_a_backoff_but_keeps_the_failures() {
+    async fn kick_ends_a_backoff_for_a_missing_object_but_keeps_the_failures() {
         let q = slow_queue(&["a"]);
         q.add("x", 0);
         let item = next_now(&q, 0).await.expect("x");
         q.done(&item, Outcome::Retry);
+        q.kick("x", 0);
+        assert!(
+            q.has_backoff(),
+            "a CSI error's backoff is not cut short by a kick"
+        );
+        q.forget("x");
+        q.add("x", 0);
+        let item = next_now(&q, 0).await.expect("x");
+        q.done(&item, Outcome::RetryWhenAvailable);
         assert!(q.has_backoff());
         q.kick("x", 0);
         assert!(!q.has_backoff());
@@ -573,9 +600,22 @@ mod tests {
         q.add("x", 0);
         let item = next_now(&q, 0).await.expect("x");
         q.kick("x", 0); // e.g. the PV appears while the worker records "not found"
-        q.done(&item, Outcome::Retry);
+        q.done(&item, Outcome::RetryWhenAvailable);
         assert!(next_now(&q, 0).await.is_some(), "retried at once");
         assert_eq!(q.failures("x"), 1);
+    }
+
+    #[tokio::test]
+    async fn a_kick_while_the_worker_fails_otherwise_keeps_the_backoff() {
+        // The PV showed up in the watch while the worker, which had read it afresh, failed in
+        // ControllerPublish: that failure waits out its backoff.
+        let q = slow_queue(&["a"]);
+        q.add("x", 0);
+        let item = next_now(&q, 0).await.expect("x");
+        q.kick("x", 0);
+        q.done(&item, Outcome::Retry);
+        assert!(q.has_backoff());
+        assert_eq!(q.snapshot()[0].depth, 0);
     }
 
     #[tokio::test]

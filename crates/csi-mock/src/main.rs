@@ -36,48 +36,8 @@ struct Flags {
     no_controller_service: bool,
 
     /// Added to every Publish and Unpublish, e.g. 10ms, 1.5s, 1m.
-    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    #[arg(long, default_value = "0s", value_parser = sidecar::parse_go_duration)]
     delay: Duration,
-}
-
-/// A number and a unit (ns, us, µs, ms, s, m, h), repeated: "10ms", "1m30s", "0".
-fn parse_duration(s: &str) -> Result<Duration, String> {
-    if s == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut total = 0f64;
-    let mut rest = s;
-    if rest.is_empty() {
-        return Err("empty duration (expected e.g. 10ms)".into());
-    }
-    while !rest.is_empty() {
-        let num_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("{s:?}: a unit is missing (ns, us, ms, s, m, h)"))?;
-        let value: f64 = rest[..num_end]
-            .parse()
-            .map_err(|_| format!("{s:?}: expected a number before the unit"))?;
-        rest = &rest[num_end..];
-        let unit_end = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_end] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            other => {
-                return Err(format!(
-                    "{s:?}: unknown unit {other:?} (ns, us, ms, s, m, h)"
-                ));
-            }
-        };
-        total += value * scale;
-        rest = &rest[unit_end..];
-    }
-    Duration::try_from_secs_f64(total).map_err(|e| format!("{s:?}: {e}"))
 }
 
 #[tokio::main]
@@ -117,20 +77,4 @@ async fn shutdown_signal() -> anyhow::Result<()> {
         _ = int.recv() => {}
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("10ms").unwrap(), Duration::from_millis(10));
-        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
-        assert!(parse_duration("10").unwrap_err().contains("unit"));
-        assert!(parse_duration("10parsecs").unwrap_err().contains("parsecs"));
-        assert!(parse_duration("").is_err());
-    }
 }

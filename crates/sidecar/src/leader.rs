@@ -94,11 +94,11 @@ impl LeaderElectionConfig {
     }
 }
 
-/// The Lease name the Go sidecars use: `prefix-driver` with every character outside
-/// `[a-zA-Z0-9-]` replaced by `-`, and an `X` appended if it would end in `-`.
-/// `("external-attacher-leader", "ebs.csi.aws.com")` → `external-attacher-leader-ebs-csi-aws-com`.
-pub fn lease_name(prefix: &str, driver_name: &str) -> String {
-    let mut name: String = format!("{prefix}-{driver_name}")
+/// Go's `SanitizeDriverName`: every character outside `[a-zA-Z0-9-]` becomes `-`, and a
+/// trailing `-` (or an empty name) gets an `X` appended, since a qualified name must end
+/// alphanumeric. Lease names and the attacher's finalizer are built from it.
+pub fn sanitize_driver_name(driver: &str) -> String {
+    let mut name: String = driver
         .chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '-' {
@@ -108,10 +108,16 @@ pub fn lease_name(prefix: &str, driver_name: &str) -> String {
             }
         })
         .collect();
-    if name.ends_with('-') {
+    if name.is_empty() || name.ends_with('-') {
         name.push('X');
     }
     name
+}
+
+/// The Lease name the Go sidecars use: `prefix-<sanitized driver>`.
+/// `("external-attacher-leader", "ebs.csi.aws.com")` → `external-attacher-leader-ebs-csi-aws-com`.
+pub fn lease_name(prefix: &str, driver_name: &str) -> String {
+    sanitize_driver_name(&format!("{prefix}-{driver_name}"))
 }
 
 /// `hostname_suffix`: the host (the pod name in Kubernetes) plus a short random suffix, so two

@@ -30,7 +30,7 @@ pub use http::{Health, HttpServer, serve_http};
 pub use kube_client::{build_client, rate_limited};
 pub use leader::{
     LeaderElectionConfig, default_identity, default_namespace, lease_name, run_as_leader,
-    run_as_leader_with_health,
+    run_as_leader_with_health, sanitize_driver_name,
 };
 pub use metrics::OperationMetrics;
 pub use signals::shutdown_on_signals;

@@ -60,7 +60,11 @@ async fn sync_va(ctx: &Ctx, handler: &dyn Handler, name: &str) -> Outcome {
             };
             let message = format!("{op} failed: {e}");
             ctx.events.warn(&va, reason, &message).await;
-            Outcome::Retry
+            if e.waits_for_another_object() {
+                Outcome::RetryWhenAvailable
+            } else {
+                Outcome::Retry
+            }
         }
     }
 }
