@@ -26,17 +26,7 @@ use crate::names::NODE_ID_ANNOTATION;
 const MAX_PAGES: usize = 100_000;
 
 pub(crate) async fn run(ctx: Arc<Ctx>, csi: CsiClient, stop: CancellationToken) {
-    if ctx.opts.reconcile_sync.is_zero() {
-        return;
-    }
-    let mut tick = tokio::time::interval(ctx.opts.reconcile_sync);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    crate::controller::every(ctx.opts.reconcile_sync, &stop, || async {
         match reconcile_once(&ctx, &csi).await {
             Ok(0) => tracing::debug!("reconciler: every VolumeAttachment agrees with the driver"),
             Ok(n) => tracing::info!(
@@ -45,7 +35,8 @@ pub(crate) async fn run(ctx: Arc<Ctx>, csi: CsiClient, stop: CancellationToken) 
             ),
             Err(e) => tracing::warn!(error = %e, "reconciler: ListVolumes failed"),
         }
-    }
+    })
+    .await;
 }
 
 /// The driver's view: volume ID → node IDs it is published on.

@@ -5,6 +5,7 @@ mod events;
 pub(crate) mod fresh;
 mod watch;
 mod workers;
+pub(crate) use workers::every;
 pub(crate) mod writes;
 
 use std::collections::HashSet;

@@ -136,17 +136,7 @@ async fn sync_pv(ctx: &Ctx, name: &str) -> Outcome {
 /// Every `--resync`, queue every VolumeAttachment of ours and every PV that needs a look, as the
 /// Go informers' resync does (a key waiting out its backoff keeps waiting).
 pub(crate) async fn resync(ctx: Arc<Ctx>, stop: CancellationToken) {
-    if ctx.opts.resync.is_zero() {
-        return;
-    }
-    let mut tick = tokio::time::interval(ctx.opts.resync);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
+    every(ctx.opts.resync, &stop, || async {
         let vas = ctx.vas.state();
         for va in vas.iter().filter(|va| ctx.owns(va)) {
             ctx.enqueue_va(va);
@@ -159,5 +149,31 @@ pub(crate) async fn resync(ctx: Arc<Ctx>, stop: CancellationToken) {
             }
         }
         tracing::debug!(volumeattachments = vas.len(), "resync");
+    })
+    .await;
+}
+
+/// Runs `tick` every `period` (not at once: the caches were just filled) until `stop`; a zero
+/// period turns it off. A tick that overruns delays the next one rather than bunching them.
+pub(crate) async fn every<F, Fut>(
+    period: std::time::Duration,
+    stop: &CancellationToken,
+    mut tick: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    if period.is_zero() {
+        return;
+    }
+    let mut interval = tokio::time::interval(period);
+    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    interval.tick().await;
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            _ = interval.tick() => {}
+        }
+        tick().await;
     }
 }
