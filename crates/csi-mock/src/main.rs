@@ -42,13 +42,8 @@ struct Flags {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    // Info to stderr, RUST_LOG overrides: what every sidecar does.
+    sidecar::init_logging(0);
     let f = Flags::parse();
     let config = MockConfig {
         name: f.name,
