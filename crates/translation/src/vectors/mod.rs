@@ -14,11 +14,13 @@ use serde_json::Value;
 
 mod cases;
 mod compare;
+mod public;
 
 /// One row of a vector file.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Row {
     /// `aws-ebs`, ..., `common`, or `translator`.
+    #[serde(default)]
     pub plugin: String,
     /// The upstream function.
     pub function: String,
