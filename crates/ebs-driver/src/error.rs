@@ -8,23 +8,23 @@ use crate::Error;
 /// The CSI code for a domain error.
 pub(crate) fn code(e: &Error) -> Code {
     match e {
-        Error::InvalidArgument { .. } | Error::UnsupportedFsType(_) => Code::InvalidArgument,
+        Error::InvalidArgument { .. } => Code::InvalidArgument,
         // Another call for the volume is running: the CO retries (CSI: ABORTED).
         Error::OperationInFlight(_) => Code::Aborted,
         // The volume (its device, the published path) is not there.
-        Error::DeviceNotFound { .. } | Error::PathNotFound { .. } | Error::NotMounted(_) => {
-            Code::NotFound
-        }
+        Error::DeviceNotFound { .. }
+        | Error::PathNotFound { .. }
+        | Error::NotMounted(_)
+        | Error::NoSuchVolumeId(_) => Code::NotFound,
         // CSI: "published but incompatible" with this request.
         Error::PublishedIncompatible { .. } => Code::AlreadyExists,
         // The world is not in the state the call needs; retrying as is will not help until it
         // changes (stage first, repair the filesystem, finish the resize...).
         Error::NotStaged(_)
         | Error::StagedWithOtherDevice { .. }
-        | Error::FsckFailed { .. }
         | Error::FsTypeMismatch { .. }
-        | Error::UnsupportedContent { .. }
         | Error::DeviceTooSmall { .. } => Code::FailedPrecondition,
+        Error::Mount(m) => mount_code(m),
         // A stale link or an unidentifiable device: the node's view is inconsistent.
         Error::WrongVolume { .. } | Error::BadDevice { .. } => Code::Internal,
         Error::AlreadyExists { .. } => Code::AlreadyExists,
@@ -41,12 +41,25 @@ pub(crate) fn code(e: &Error) -> Code {
         Error::StuckAttaching { .. } => Code::Internal,
         Error::Cloud(c) => cloud_code(c),
         Error::Rpc { .. } => Code::Unknown,
-        Error::Command { .. }
-        | Error::Spawn { .. }
-        | Error::Io { .. }
-        | Error::MountInfo(_)
-        | Error::Endpoint(_)
-        | Error::Internal(_) => Code::Internal,
+        Error::Io { .. } | Error::Endpoint(_) | Error::Internal(_) => Code::Internal,
+    }
+}
+
+/// The CSI code for a node-side tool error.
+fn mount_code(e: &mount_utils::Error) -> Code {
+    use mount_utils::Error as M;
+    match e {
+        // The request names a filesystem the driver does not support.
+        M::UnsupportedFsType(_) => Code::InvalidArgument,
+        // The volume's content must be repaired (or wiped) by a human first: retrying as is
+        // cannot help.
+        M::FsckFailed { .. } | M::UnsupportedContent { .. } => Code::FailedPrecondition,
+        M::Command { .. }
+        | M::Spawn { .. }
+        | M::Io { .. }
+        | M::MountInfo(_)
+        | M::Sysfs { .. }
+        | M::StillMounted { .. } => Code::Internal,
     }
 }
 

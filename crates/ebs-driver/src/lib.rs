@@ -32,12 +32,12 @@ pub use driver::{DriverConfig, Mode, run, serve};
 pub use ebs_cloud::BatchConfig;
 pub use ebs_cloud_aws::AwsConfig;
 pub use identity::{CsiIdentitySvc, IdentityConfig};
+pub use mount_utils::{Usage, VolumeStats};
 pub use node::requests::{
     AccessType, ExpandRequest, NodeConfig, PublishRequest, StageRequest, UnpublishRequest,
     UnstageRequest,
 };
 pub use node::service::NodeService;
-pub use node::stats::{Usage, VolumeStats};
 pub use node::{CsiNodeSvc, NodeInfo};
 
 /// Everything that can go wrong in the driver's domain code. The gRPC adapter maps each variant
@@ -119,17 +119,6 @@ pub enum Error {
     #[error("{what} {path} does not exist")]
     PathNotFound { what: &'static str, path: PathBuf },
 
-    /// fsck found errors it could not correct: the filesystem must not be mounted.
-    #[error(
-        "filesystem check of {device} found errors it could not fix ({program} exit code {code}); refusing to mount. Output: {output}"
-    )]
-    FsckFailed {
-        device: PathBuf,
-        program: &'static str,
-        code: i32,
-        output: String,
-    },
-
     /// The device holds a filesystem other than the one the request asks for.
     #[error("device {device} already contains a {found} filesystem, but {requested} was requested")]
     FsTypeMismatch {
@@ -138,31 +127,17 @@ pub enum Error {
         requested: String,
     },
 
-    /// The device is not blank, but holds nothing we can mount (a partition table, RAID member...).
+    /// blkid, mkfs, fsck, mount, mountinfo, stats or resize failed, or found what it must not
+    /// touch (see [`mount_utils::Error`]).
+    #[error(transparent)]
+    Mount(#[from] mount_utils::Error),
+
+    /// The volume ID cannot name an EBS volume at all, so the volume does not exist (CSI:
+    /// NOT_FOUND, like any other missing volume; the request itself is well-formed).
     #[error(
-        "device {device} is not blank and holds no mountable filesystem ({details}); refusing to format it"
+        "volume_id {0:?} is not an EBS volume ID (vol- and 8 or 17 hex digits): no such volume"
     )]
-    UnsupportedContent { device: PathBuf, details: String },
-
-    /// A filesystem type the driver does not support.
-    #[error("unsupported filesystem type {0:?} (supported: ext2, ext3, ext4, xfs)")]
-    UnsupportedFsType(String),
-
-    /// An external tool ran and failed.
-    #[error("{command} failed with {status}: {output}")]
-    Command {
-        command: String,
-        status: String,
-        output: String,
-    },
-
-    /// An external tool could not be started at all.
-    #[error("could not run {program}: {source}")]
-    Spawn {
-        program: String,
-        #[source]
-        source: std::io::Error,
-    },
+    NoSuchVolumeId(String),
 
     /// A filesystem operation failed.
     #[error("{op} {path}: {source}")]
@@ -172,10 +147,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-
-    /// /proc/self/mountinfo could not be read or understood.
-    #[error("mountinfo: {0}")]
-    MountInfo(String),
 
     /// The CSI endpoint could not be bound or served.
     #[error(transparent)]

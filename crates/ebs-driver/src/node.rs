@@ -1,23 +1,16 @@
 //! The node service: everything that happens on the machine the volume is attached to.
 //!
-//! The submodules are domain code only (no gRPC types): each wraps one real tool or kernel
-//! interface, and `service` strings them together into idempotent stage/publish/unpublish/unstage
-//! steps. This file is the thin csi.v1.Node adapter on top: it validates requests, calls the
-//! domain service and leaves the error-to-status mapping to `crate::error`.
+//! The submodules are domain code only (no gRPC types): `device` finds and verifies an EBS
+//! volume's block device, and `service` strings it together with the generic tools of
+//! `mount-utils` (blkid, mkfs, fsck, mount, stats, resize) into idempotent
+//! stage/publish/unpublish/unstage steps. This file is the thin csi.v1.Node adapter on top: it
+//! validates requests, calls the domain service and leaves the error-to-status mapping to
+//! `crate::error`.
 
-pub(crate) mod blkid;
-pub(crate) mod cmd;
 pub(crate) mod device;
-pub(crate) mod findmnt;
-pub(crate) mod format;
-pub(crate) mod fsck;
-pub(crate) mod fstype;
 pub(crate) mod locks;
-pub(crate) mod mount;
 pub(crate) mod requests;
-pub(crate) mod resize;
 pub(crate) mod service;
-pub(crate) mod stats;
 
 use std::path::PathBuf;
 
@@ -37,11 +30,11 @@ use csi_spec::v1::{
 use tonic::{Request, Response, Status};
 
 use crate::{Error, Result};
+use mount_utils::{Usage, VolumeStats};
 use requests::{
     AccessType, ExpandRequest, PublishRequest, StageRequest, UnpublishRequest, UnstageRequest,
 };
 use service::NodeService;
-use stats::{Usage, VolumeStats};
 
 /// The publish-context key under which the controller passes the device name.
 pub const DEVICE_PATH_KEY: &str = "devicePath";

@@ -139,7 +139,7 @@ async fn corrupted_ext4_is_refused_by_fsck_and_not_mounted() {
         .await
         .unwrap_err();
     match &err {
-        Error::FsckFailed { code, output, .. } => {
+        Error::Mount(mount_utils::Error::FsckFailed { code, output, .. }) => {
             assert_eq!(*code, 4, "{err}");
             assert!(output.contains("RUN fsck MANUALLY"), "{output}");
         }
@@ -189,7 +189,13 @@ async fn a_damaged_xfs_that_blkid_no_longer_recognises_is_not_reformatted() {
         ))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::UnsupportedContent { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Mount(mount_utils::Error::UnsupportedContent { .. })
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("damaged"), "{err}");
     assert!(fx.mounted(&staging).is_none());
     let mut magic = [0u8; 4];
@@ -227,7 +233,13 @@ async fn partition_table_is_neither_formatted_nor_mounted() {
         ))
         .await
         .unwrap_err();
-    assert!(matches!(err, Error::UnsupportedContent { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            Error::Mount(mount_utils::Error::UnsupportedContent { .. })
+        ),
+        "{err}"
+    );
     assert!(err.to_string().contains("partition table dos"), "{err}");
     assert_eq!(blkid_type(&dev), None, "still no filesystem on it");
     assert!(fx.mounted(&staging).is_none());

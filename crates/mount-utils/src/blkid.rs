@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::cmd;
 use crate::Result;
+use crate::cmd;
 
 /// The result of probing a device.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Probe {
+pub enum Probe {
     /// blkid found no signature at all (exit code 2): safe to format.
     Blank,
     /// A filesystem (or another `TYPE`, e.g. `crypto_LUKS`): never format over it.
@@ -19,7 +19,7 @@ pub(crate) enum Probe {
 }
 
 /// Probes `device`. Exit code 2 means "nothing found"; 8 means ambivalent signatures.
-pub(crate) async fn probe(device: &Path) -> Result<Probe> {
+pub async fn probe(device: &Path) -> Result<Probe> {
     let args = [
         "-p".as_ref(),
         "-o".as_ref(),
@@ -39,7 +39,7 @@ pub(crate) async fn probe(device: &Path) -> Result<Probe> {
 
 /// Parses `KEY=value` lines; values may carry backslash escapes (blkid escapes spaces and
 /// quotes in labels), which are dropped since only the keys' plain values matter here.
-pub(crate) fn parse_export(text: &str) -> BTreeMap<String, String> {
+pub fn parse_export(text: &str) -> BTreeMap<String, String> {
     text.lines()
         .filter_map(|line| line.split_once('='))
         .map(|(k, v)| (k.trim().to_string(), v.replace('\\', "")))

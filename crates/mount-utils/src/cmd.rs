@@ -8,15 +8,15 @@ use crate::{Error, Result};
 /// What a finished tool left behind: its exit code (None when killed by a signal) and its
 /// stdout and stderr, lossily decoded (the tools print ASCII).
 #[derive(Debug)]
-pub(crate) struct Output {
-    pub(crate) code: Option<i32>,
-    pub(crate) stdout: String,
-    pub(crate) stderr: String,
+pub struct Output {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 impl Output {
     /// stdout and stderr together, trimmed: what an operator needs to see in an error.
-    pub(crate) fn combined(&self) -> String {
+    pub fn combined(&self) -> String {
         let mut s = self.stdout.trim().to_string();
         let err = self.stderr.trim();
         if !err.is_empty() {
@@ -28,7 +28,7 @@ impl Output {
         s
     }
 
-    pub(crate) fn status(&self) -> String {
+    pub fn status(&self) -> String {
         match self.code {
             Some(c) => format!("exit code {c}"),
             None => "a signal".to_string(),
@@ -38,7 +38,7 @@ impl Output {
 
 /// Runs `program args...` to completion with stdin closed (so no tool can sit on a prompt) and
 /// returns its output whatever the exit code; callers decide what the codes mean.
-pub(crate) async fn run<I, S>(program: &str, args: I) -> Result<Output>
+pub async fn run<I, S>(program: &str, args: I) -> Result<Output>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
@@ -69,7 +69,7 @@ where
 }
 
 /// Like [`run`], but any exit code other than 0 is an [`Error::Command`].
-pub(crate) async fn run_ok<I, S>(program: &str, args: I) -> Result<Output>
+pub async fn run_ok<I, S>(program: &str, args: I) -> Result<Output>
 where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
@@ -86,7 +86,7 @@ where
     }
 }
 
-pub(crate) fn command_error<S: AsRef<OsStr>>(program: &str, args: &[S], out: &Output) -> Error {
+pub fn command_error<S: AsRef<OsStr>>(program: &str, args: &[S], out: &Output) -> Error {
     Error::Command {
         command: describe(program, args),
         status: out.status(),

@@ -11,33 +11,33 @@ const MOUNTINFO: &str = "/proc/self/mountinfo";
 
 /// One line of mountinfo.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct MountEntry {
+pub struct MountEntry {
     /// The device number of the mounted filesystem (for a block filesystem: its device).
-    pub(crate) major: u32,
-    pub(crate) minor: u32,
+    pub major: u32,
+    pub minor: u32,
     /// The path inside the filesystem that is mounted (`/` unless it is a bind of a subtree
     /// or of a single file).
-    pub(crate) root: PathBuf,
-    pub(crate) mount_point: PathBuf,
+    pub root: PathBuf,
+    pub mount_point: PathBuf,
     /// Per-mount options (`rw`/`ro`, `nosuid`, ...).
-    pub(crate) options: Vec<String>,
-    pub(crate) fs_type: String,
+    pub options: Vec<String>,
+    pub fs_type: String,
     /// The mount source, e.g. `/dev/loop3`.
-    pub(crate) source: String,
+    pub source: String,
 }
 
 impl MountEntry {
-    pub(crate) fn read_only(&self) -> bool {
+    pub fn read_only(&self) -> bool {
         self.options.iter().any(|o| o == "ro")
     }
 
-    pub(crate) fn dev(&self) -> (u32, u32) {
+    pub fn dev(&self) -> (u32, u32) {
         (self.major, self.minor)
     }
 }
 
 /// Reads the current mount table.
-pub(crate) async fn read() -> Result<Vec<MountEntry>> {
+pub async fn read() -> Result<Vec<MountEntry>> {
     let bytes = tokio::fs::read(MOUNTINFO)
         .await
         .map_err(|e| Error::io("read", MOUNTINFO, e))?;
@@ -46,24 +46,24 @@ pub(crate) async fn read() -> Result<Vec<MountEntry>> {
 
 /// The topmost mount at `path` (mountinfo lists mounts in the order they were made, so a later
 /// entry at the same point covers an earlier one).
-pub(crate) fn mount_at<'a>(entries: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {
+pub fn mount_at<'a>(entries: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {
     let path = canonical(path);
     entries.iter().rev().find(|e| e.mount_point == path)
 }
 
 /// How many mounts are stacked at `path`.
-pub(crate) fn count_at(entries: &[MountEntry], path: &Path) -> usize {
+pub fn count_at(entries: &[MountEntry], path: &Path) -> usize {
     let path = canonical(path);
     entries.iter().filter(|e| e.mount_point == path).count()
 }
 
 /// The kernel reports canonical paths; compare like with like (a kubelet path may go through a
 /// symlink). A path that does not exist is compared as given.
-pub(crate) fn canonical(path: &Path) -> PathBuf {
+pub fn canonical(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
-pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<MountEntry>> {
+pub fn parse(bytes: &[u8]) -> Result<Vec<MountEntry>> {
     bytes
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())

@@ -4,16 +4,16 @@ use std::path::Path;
 
 use tokio::io::AsyncReadExt;
 
-use super::blkid::{self, Probe};
-use super::cmd;
-use super::fstype::FsType;
+use crate::blkid::{self, Probe};
+use crate::cmd;
+use crate::fstype::FsType;
 use crate::{Error, Result};
 
 /// The mkfs command line for `fs`. No force flags: if a signature appeared after all, mkfs
 /// itself refuses (mke2fs asks on a closed stdin and gives up, mkfs.xfs refuses without -f),
 /// a second guard behind the blkid re-check. No discard: a new EBS volume is already zeroed,
 /// and discarding a large one only costs time.
-pub(crate) fn mkfs_command(fs: FsType, device: &Path) -> (String, Vec<String>) {
+pub fn mkfs_command(fs: FsType, device: &Path) -> (String, Vec<String>) {
     let dev = device.to_string_lossy().into_owned();
     match fs {
         FsType::Ext2 | FsType::Ext3 | FsType::Ext4 => (
@@ -35,7 +35,7 @@ pub(crate) fn mkfs_command(fs: FsType, device: &Path) -> (String, Vec<String>) {
 /// How much of the device must read as zeros before it counts as blank. It covers the
 /// superblocks, labels and partition tables of everything in common use (xfs at 0, ext* at
 /// 1 KiB, GPT at 512, LVM and LUKS headers, btrfs at 64 KiB).
-pub(crate) const BLANK_CHECK_BYTES: usize = 1024 * 1024;
+pub const BLANK_CHECK_BYTES: usize = 1024 * 1024;
 
 /// Formats `device` with `fs` after checking once more, right before mkfs, that it is blank:
 /// the only thing worse than a failed stage is a formatted-over volume.
@@ -44,7 +44,7 @@ pub(crate) const BLANK_CHECK_BYTES: usize = 1024 * 1024;
 /// all zeros (a new EBS volume reads as zeros). blkid alone is not enough: it does not recognise
 /// a filesystem whose superblock is damaged (an xfs with a bad field is "nothing" to it), and
 /// formatting that would destroy data that xfs_repair or e2fsck could still have saved.
-pub(crate) async fn format_blank(device: &Path, fs: FsType) -> Result<()> {
+pub async fn format_blank(device: &Path, fs: FsType) -> Result<()> {
     match blkid::probe(device).await? {
         Probe::Blank => {
             if let Some(offset) = first_nonzero(device, BLANK_CHECK_BYTES).await? {
@@ -77,7 +77,7 @@ pub(crate) async fn format_blank(device: &Path, fs: FsType) -> Result<()> {
 
 /// The offset of the first non-zero byte within the first `limit` bytes of `path` (or of the
 /// whole device, if it is smaller), or `None` if they are all zero.
-pub(crate) async fn first_nonzero(path: &Path, limit: usize) -> Result<Option<u64>> {
+pub async fn first_nonzero(path: &Path, limit: usize) -> Result<Option<u64>> {
     let mut file = tokio::fs::File::open(path)
         .await
         .map_err(|e| Error::io("open", path, e))?;

@@ -14,12 +14,12 @@
 
 use std::path::Path;
 
-use super::cmd;
-use super::fstype::FsType;
+use crate::cmd;
+use crate::fstype::FsType;
 use crate::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FsckOutcome {
+pub enum FsckOutcome {
     Clean,
     Corrected,
     /// Errors corrected, and e2fsck advises a reboot (harmless for an unmounted data volume).
@@ -29,7 +29,7 @@ pub(crate) enum FsckOutcome {
 }
 
 /// What an e2fsck exit code means; `None` means "refuse to mount".
-pub(crate) fn classify_e2fsck(code: i32) -> Option<FsckOutcome> {
+pub fn classify_e2fsck(code: i32) -> Option<FsckOutcome> {
     match code {
         0 => Some(FsckOutcome::Clean),
         1 => Some(FsckOutcome::Corrected),
@@ -38,7 +38,7 @@ pub(crate) fn classify_e2fsck(code: i32) -> Option<FsckOutcome> {
     }
 }
 
-pub(crate) async fn check(device: &Path, fs: FsType) -> Result<FsckOutcome> {
+pub async fn check(device: &Path, fs: FsType) -> Result<FsckOutcome> {
     if !fs.is_ext() {
         return Ok(FsckOutcome::Skipped);
     }

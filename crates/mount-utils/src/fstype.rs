@@ -1,4 +1,5 @@
-//! The filesystem types the driver formats, checks and mounts.
+//! The filesystem types this crate formats, checks and mounts. One list, so that what a driver
+//! advertises, what it accepts in a request and what it can actually format never disagree.
 
 use std::fmt;
 use std::str::FromStr;
@@ -6,7 +7,7 @@ use std::str::FromStr;
 use crate::Error;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FsType {
+pub enum FsType {
     Ext2,
     Ext3,
     Ext4,
@@ -14,7 +15,10 @@ pub(crate) enum FsType {
 }
 
 impl FsType {
-    pub(crate) fn as_str(self) -> &'static str {
+    /// Every supported type, in the order error messages list them.
+    pub const ALL: [FsType; 4] = [FsType::Ext2, FsType::Ext3, FsType::Ext4, FsType::Xfs];
+
+    pub fn as_str(self) -> &'static str {
         match self {
             FsType::Ext2 => "ext2",
             FsType::Ext3 => "ext3",
@@ -23,7 +27,7 @@ impl FsType {
         }
     }
 
-    pub(crate) fn is_ext(self) -> bool {
+    pub fn is_ext(self) -> bool {
         matches!(self, FsType::Ext2 | FsType::Ext3 | FsType::Ext4)
     }
 }

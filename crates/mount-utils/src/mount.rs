@@ -3,18 +3,13 @@
 
 use std::path::Path;
 
-use super::cmd;
-use super::findmnt;
-use super::fstype::FsType;
+use crate::cmd;
+use crate::findmnt;
+use crate::fstype::FsType;
 use crate::{Error, Result};
 
 /// `mount -t FS [-o OPTS] SOURCE TARGET`.
-pub(crate) async fn mount(
-    source: &Path,
-    target: &Path,
-    fs: FsType,
-    options: &[String],
-) -> Result<()> {
+pub async fn mount(source: &Path, target: &Path, fs: FsType, options: &[String]) -> Result<()> {
     let mut args: Vec<&std::ffi::OsStr> = vec!["-t".as_ref(), fs.as_str().as_ref()];
     let joined = options.join(",");
     if !joined.is_empty() {
@@ -30,7 +25,7 @@ pub(crate) async fn mount(
 /// `mount --bind SOURCE TARGET`, then, if `read_only`, `mount -o remount,bind,ro TARGET`: a bind
 /// mount ignores `ro` on its first call, so read-only takes two steps. If the second step fails
 /// the writable bind is taken down again rather than left behind.
-pub(crate) async fn bind(source: &Path, target: &Path, read_only: bool) -> Result<()> {
+pub async fn bind(source: &Path, target: &Path, read_only: bool) -> Result<()> {
     cmd::run_ok(
         "mount",
         ["--bind".as_ref(), source.as_os_str(), target.as_os_str()],
@@ -58,7 +53,7 @@ pub(crate) async fn bind(source: &Path, target: &Path, read_only: bool) -> Resul
 
 /// Unmounts everything stacked at `target`. Returns how many mounts were removed; a target
 /// that is not mounted (or does not exist) is not an error: that is the retried-call case.
-pub(crate) async fn unmount(target: &Path) -> Result<usize> {
+pub async fn unmount(target: &Path) -> Result<usize> {
     let mut removed = 0;
     // Bounded: a mount that keeps coming back (or a umount that lies) must not spin forever.
     for _ in 0..32 {
@@ -79,8 +74,8 @@ pub(crate) async fn unmount(target: &Path) -> Result<usize> {
         }
         return Err(cmd::command_error("umount", &[target.as_os_str()], &out));
     }
-    Err(Error::Internal(format!(
-        "{} is still mounted after {removed} successful umount calls",
-        target.display()
-    )))
+    Err(Error::StillMounted {
+        target: target.to_path_buf(),
+        removed,
+    })
 }

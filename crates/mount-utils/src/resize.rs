@@ -2,13 +2,13 @@
 
 use std::path::Path;
 
-use super::cmd;
-use super::fstype::FsType;
 use crate::Result;
+use crate::cmd;
+use crate::fstype::FsType;
 
 /// ext*: `resize2fs DEVICE` (online when mounted); xfs: `xfs_growfs MOUNTPOINT` (xfs grows only
 /// while mounted, and is addressed by its mount point).
-pub(crate) async fn grow(device: &Path, mount_point: &Path, fs: FsType) -> Result<()> {
+pub async fn grow(device: &Path, mount_point: &Path, fs: FsType) -> Result<()> {
     tracing::info!(device = %device.display(), %fs, "growing filesystem");
     if fs.is_ext() {
         cmd::run_ok("resize2fs", [device.as_os_str()]).await?;

@@ -25,7 +25,7 @@ pub enum VolumeStats {
     },
 }
 
-pub(crate) fn filesystem(path: &Path) -> Result<VolumeStats> {
+pub fn filesystem(path: &Path) -> Result<VolumeStats> {
     let st = rustix::fs::statvfs(path).map_err(|e| Error::io("statvfs", path, e.into()))?;
     let frsize = if st.f_frsize > 0 {
         st.f_frsize
@@ -50,14 +50,13 @@ pub(crate) fn filesystem(path: &Path) -> Result<VolumeStats> {
 
 /// The size of block device `dev` in bytes: `/sys/dev/block/MAJ:MIN/size` counts 512-byte
 /// sectors whatever the device's own sector size.
-pub(crate) fn block_device_size(sys_root: &Path, dev: (u32, u32)) -> Result<u64> {
+pub fn block_device_size(sys_root: &Path, dev: (u32, u32)) -> Result<u64> {
     let file = sys_root.join(format!("dev/block/{}:{}/size", dev.0, dev.1));
     let text = std::fs::read_to_string(&file).map_err(|e| Error::io("read", &file, e))?;
-    let sectors: u64 = text.trim().parse().map_err(|e| {
-        Error::Internal(format!(
-            "{}: {text:?} is not a sector count: {e}",
-            file.display()
-        ))
+    let sectors: u64 = text.trim().parse().map_err(|_| Error::Sysfs {
+        file: file.clone(),
+        text: text.clone(),
+        expected: "a sector count",
     })?;
     Ok(sectors.saturating_mul(512))
 }

@@ -13,20 +13,17 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use super::blkid::{self, Probe};
+use mount_utils::blkid::{self, Probe};
+use mount_utils::findmnt::{self, MountEntry};
+use mount_utils::stats::{self, VolumeStats};
+use mount_utils::{FsType, format, fsck, mount, resize};
+
 use super::device::{self, DeviceFinder, FoundDevice};
-use super::findmnt::{self, MountEntry};
-use super::format;
-use super::fsck;
-use super::fstype::FsType;
 use super::locks::VolumeLocks;
-use super::mount;
 use super::requests::{
     AccessType, ExpandRequest, NodeConfig, PublishRequest, StageRequest, UnpublishRequest,
     UnstageRequest,
 };
-use super::resize;
-use super::stats::{self, VolumeStats};
 use crate::{Error, Result};
 
 /// The node service. Cheap to clone; clones share the volume locks.
@@ -148,9 +145,10 @@ impl NodeService {
             return Ok(VolumeStats::Block { size_bytes: size });
         }
         let path = volume_path.to_path_buf();
-        tokio::task::spawn_blocking(move || stats::filesystem(&path))
+        let stats = tokio::task::spawn_blocking(move || stats::filesystem(&path))
             .await
-            .map_err(|e| Error::Internal(format!("statvfs task: {e}")))?
+            .map_err(|e| Error::Internal(format!("statvfs task: {e}")))??;
+        Ok(stats)
     }
 
     /// Grows the filesystem mounted at `volume_path` to its device's size (the controller has
@@ -219,10 +217,15 @@ impl Inner {
                 fs
             }
             Probe::Filesystem { fs_type } => {
-                let found: FsType = fs_type.parse().map_err(|_| Error::UnsupportedContent {
-                    device: device.path.clone(),
-                    details: format!("it holds {fs_type:?}, which this driver does not mount"),
-                })?;
+                let found: FsType =
+                    fs_type
+                        .parse()
+                        .map_err(|_| mount_utils::Error::UnsupportedContent {
+                            device: device.path.clone(),
+                            details: format!(
+                                "it holds {fs_type:?}, which this driver does not mount"
+                            ),
+                        })?;
                 if let Some(r) = requested.filter(|r| *r != found) {
                     return Err(Error::FsTypeMismatch {
                         device: device.path.clone(),
@@ -240,10 +243,11 @@ impl Inner {
                 found
             }
             Probe::Other { details } => {
-                return Err(Error::UnsupportedContent {
+                return Err(mount_utils::Error::UnsupportedContent {
                     device: device.path.clone(),
                     details,
-                });
+                }
+                .into());
             }
         };
         let mut options = mount_flags.clone();
@@ -489,7 +493,7 @@ mod tests {
         };
         assert!(matches!(
             NodeService::new(cfg),
-            Err(Error::UnsupportedFsType(_))
+            Err(Error::Mount(mount_utils::Error::UnsupportedFsType(_)))
         ));
     }
 
@@ -526,7 +530,10 @@ mod tests {
             })
             .await
             .unwrap_err();
-        assert!(matches!(err, Error::UnsupportedFsType(_)), "{err}");
+        assert!(
+            matches!(err, Error::Mount(mount_utils::Error::UnsupportedFsType(_))),
+            "{err}"
+        );
     }
 
     #[tokio::test]
