@@ -72,13 +72,8 @@ struct Flags {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn")),
-        )
-        .init();
+    // Info to stderr, RUST_LOG overrides: the same set-up as the sidecars.
+    sidecar::init_logging(0);
     let f = Flags::parse();
     let config = attacher_load::LoadConfig {
         attacher_bin: f.attacher_bin,
@@ -92,10 +87,12 @@ async fn main() -> anyhow::Result<()> {
         mock_delay: f.mock_delay,
         attacher_log: f.attacher_log,
     };
-    // Ctrl-C drops the run: every guard (attacher process, API server, temp dir) cleans up.
+    // SIGINT/SIGTERM drops the run: every guard (attacher process, API server, temp dir)
+    // cleans up.
+    let shutdown = sidecar::shutdown_on_signals();
     let report = tokio::select! {
         r = attacher_load::run(config) => r.context("attacher-load")?,
-        _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted"),
+        _ = shutdown.cancelled() => anyhow::bail!("interrupted"),
     };
     match f.output {
         Output::Table => print!("{}", report.table()),

@@ -247,12 +247,30 @@ async fn a_standby_takes_over_in_under_two_seconds_when_the_leader_gets_sigterm(
     env.create_pair("before").await;
     env.wait_attached("va-before").await;
 
+    // The standby is known to wait once its watch on the held Lease is in the audit trail (the
+    // leader never watches it); the log line alone comes before its first look at the Lease.
+    let lease_watches = || {
+        env.server
+            .audit()
+            .iter()
+            .filter(|r| {
+                r.user_agent.starts_with("csi-attacher/")
+                    && r.resource == "leases"
+                    && r.verb == "watch"
+            })
+            .count()
+    };
+    let watches_before = lease_watches();
     let mut b = spawn_attacher(env.dir.path(), "b", &args());
     let dir = env.dir.path().to_path_buf();
     eventually("the second attacher waits for the lease", || async {
         attacher_log(&dir, "b")
             .contains("waiting to acquire the leader lease")
             .then_some(())
+    })
+    .await;
+    eventually("the second attacher watches the held lease", || async {
+        (lease_watches() > watches_before).then_some(())
     })
     .await;
     assert_eq!(

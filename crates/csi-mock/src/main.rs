@@ -53,23 +53,12 @@ async fn main() -> anyhow::Result<()> {
         controller_service: !f.no_controller_service,
         delay: f.delay,
     };
+    // Handlers first, so a SIGTERM right after start-up is not lost.
+    let shutdown = sidecar::shutdown_on_signals();
     let driver = csi_mock::start_at(&f.endpoint, config)
         .await
         .with_context(|| format!("csi-mock-driver: starting on {}", f.endpoint))?;
-    shutdown_signal().await?;
-    tracing::info!("shutting down");
+    shutdown.cancelled().await;
     driver.shutdown().await;
-    Ok(())
-}
-
-/// SIGTERM or SIGINT.
-async fn shutdown_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("watching SIGTERM")?;
-    let mut int = signal(SignalKind::interrupt()).context("watching SIGINT")?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
     Ok(())
 }

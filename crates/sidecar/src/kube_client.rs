@@ -24,6 +24,16 @@ use tower::{Layer, Service};
 
 use crate::Error;
 
+/// Installs rustls' `ring` provider as the process default, once; later calls do nothing.
+///
+/// The workspace build enables both of rustls' providers (kube asks for `ring`, aws-sdk-ec2
+/// for `aws-lc-rs`), and rustls then refuses to pick one, so anything that builds a
+/// `kube::Client` calls this first. [`build_client`] and [`rate_limited`] do.
+pub fn install_crypto_provider() {
+    // Err only means a provider is already installed, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// client-go's default QPS when the flag is 0.
 const DEFAULT_QPS: f32 = 5.0;
 
@@ -36,7 +46,7 @@ pub async fn build_client(
     qps: f32,
     burst: u32,
 ) -> Result<kube::Client, Error> {
-    apiserver::install_crypto_provider();
+    install_crypto_provider();
     let config = match kubeconfig.filter(|p| !p.as_os_str().is_empty()) {
         Some(path) => {
             let kubeconfig = Kubeconfig::read_from(path).map_err(|e| Error::Kubeconfig {
@@ -80,7 +90,7 @@ pub fn rate_limited_with_limiter(
     qps: f32,
     burst: u32,
 ) -> Result<(kube::Client, RateLimiter), Error> {
-    apiserver::install_crypto_provider();
+    install_crypto_provider();
     let limiter = RateLimiter::new(qps, burst)?;
     let value = http::HeaderValue::from_str(user_agent).map_err(|_| {
         Error::ClientSettings(format!(

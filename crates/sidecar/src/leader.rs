@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::http::Health;
+use telemetry::Health;
 
 /// Where and as whom to elect.
 #[derive(Debug, Clone)]

@@ -10,31 +10,43 @@
 //!   shutdown and watched by candidates, so failover takes well under two seconds.
 //! - [`http`]: metrics and health endpoints on `--http-endpoint`.
 //! - [`metrics`]: `csi_sidecar_operations_seconds`, labelled as csi-lib-utils labels it.
-//! - [`telemetry`] and [`signals`]: klog-like verbosity to tracing, SIGTERM/SIGINT to a token.
+//! - [`init_logging`] and [`shutdown_on_signals`]: klog-like verbosity (our crates only) to
+//!   tracing, SIGTERM/SIGINT to a token.
+//!
+//! [`http`], logging and signals live in the kube-free `telemetry` crate (the EBS driver uses
+//! them without a Kubernetes client) and are re-exported here.
 
 pub mod csi_conn;
 pub mod flags;
-pub mod http;
 pub mod kube_client;
 pub mod leader;
 pub mod metrics;
-pub mod signals;
-pub mod telemetry;
+
+pub use telemetry::http;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 pub use csi_conn::{DriverInfo, connect, driver_info, probe_until_ready};
 pub use flags::{CommonFlags, normalize_go_args, parse_go_bool, parse_go_duration};
-pub use http::{Health, HttpServer, serve_http};
-pub use kube_client::{build_client, rate_limited};
+pub use kube_client::{build_client, install_crypto_provider, rate_limited};
 pub use leader::{
     LeaderElectionConfig, default_identity, default_namespace, lease_name, run_as_leader,
     run_as_leader_with_health, sanitize_driver_name,
 };
 pub use metrics::OperationMetrics;
-pub use signals::shutdown_on_signals;
-pub use telemetry::init_logging;
+pub use telemetry::{Health, HttpServer, init_logging, shutdown_on_signals};
+
+/// Binds `addr` (`host:port`, or Go's `:port`) and serves `registry` at `metrics_path` plus
+/// the health endpoints; see [`telemetry::serve_http`].
+pub async fn serve_http(
+    addr: &str,
+    metrics_path: &str,
+    registry: std::sync::Arc<prometheus_client::registry::Registry>,
+    health: Health,
+) -> Result<HttpServer, Error> {
+    Ok(telemetry::serve_http(addr, metrics_path, registry, health).await?)
+}
 
 /// Errors of the sidecar plumbing. Each variant names what failed.
 #[derive(Debug, thiserror::Error)]
@@ -106,7 +118,7 @@ pub enum Error {
     /// The work run under the lease failed.
     #[error("the work run as leader failed: {0}")]
     Work(String),
-    /// The HTTP endpoint is malformed or cannot be bound.
-    #[error("--http-endpoint {addr:?}: {reason}")]
-    HttpBind { addr: String, reason: String },
+    /// The metrics/health HTTP endpoint is malformed or cannot be bound.
+    #[error(transparent)]
+    Http(#[from] telemetry::Error),
 }

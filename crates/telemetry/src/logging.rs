@@ -1,6 +1,50 @@
 //! Logging: klog's `-v` levels mapped onto tracing, to stderr like the Go sidecars.
+//!
+//! `-v` raises the level of this project's crates only. A Go sidecar's `-v=4` makes the
+//! sidecar chatty, not client-go's HTTP/2 transport or Go's TLS stack; the same here: kube,
+//! hyper, h2, rustls, tonic, tower and the AWS SDK stay at info whatever `-v` says (before,
+//! `csi-attacher -v=4` printed ~100 lines of h2 frames and TLS handshakes in 7 idle seconds).
+//! `RUST_LOG` (any `EnvFilter` directives) replaces the whole filter, for library debugging.
 
 use tracing_subscriber::EnvFilter;
+
+/// The tracing targets (crate names as module paths, binaries included) that `-v` raises.
+/// A target matches its module and everything below it (`attacher` covers
+/// `attacher::controller::watch`).
+pub const OUR_TARGETS: &[&str] = &[
+    // libraries
+    "apiserver",
+    "attach_detach",
+    "attacher",
+    "attacher_load",
+    "cluster",
+    "csi_mock",
+    "csi_spec",
+    "csi_translation",
+    "ebs_cloud",
+    "ebs_cloud_aws",
+    "ebs_driver",
+    "ec2_conformance",
+    "ec2_sim",
+    "hostpath_driver",
+    "mount_utils",
+    "node_agent",
+    "provisioner",
+    "pv_controller",
+    "registrar",
+    "sidecar",
+    "telemetry",
+    "volume_plugins",
+    // binaries whose name differs from their crate's
+    "csi_attacher",
+    "csi_cluster",
+    "csi_mock_driver",
+    "csictl",
+    "ebs_csi_driver",
+];
+
+/// What libraries log at, whatever `-v` says.
+const LIBRARY_LEVEL: tracing::Level = tracing::Level::INFO;
 
 /// The tracing level a klog verbosity maps to: 0-3 info, 4 debug, 5 and above trace.
 /// (klog's V(4) is where the Go sidecars log per-object detail, V(5) per-request detail.)
@@ -12,9 +56,10 @@ pub fn level_for_verbosity(verbosity: u8) -> tracing::Level {
     }
 }
 
-/// Installs a tracing subscriber writing to stderr at the level [`level_for_verbosity`] gives.
-/// `RUST_LOG`, when set and valid, overrides it. Calling it again (tests, a library user who
-/// installed its own subscriber) does nothing.
+/// Installs a tracing subscriber writing to stderr: our crates ([`OUR_TARGETS`]) at the level
+/// [`level_for_verbosity`] gives, libraries at info. `RUST_LOG`, when set and valid, replaces
+/// that filter. Calling it again (tests, a library user who installed its own subscriber) does
+/// nothing.
 pub fn init_logging(verbosity: u8) {
     let filter = filter_for(verbosity, std::env::var("RUST_LOG").ok().as_deref());
     let _ = tracing_subscriber::fmt()
@@ -23,17 +68,35 @@ pub fn init_logging(verbosity: u8) {
         .try_init();
 }
 
-/// The filter: `rust_log` when set and valid, else the level for `verbosity`.
+/// The filter directives for `verbosity` without `RUST_LOG`.
+fn directives_for(verbosity: u8) -> String {
+    let ours = level_for_verbosity(verbosity);
+    let mut directives = LIBRARY_LEVEL.as_str().to_ascii_lowercase();
+    if ours != LIBRARY_LEVEL {
+        let ours = ours.as_str().to_ascii_lowercase();
+        for target in OUR_TARGETS {
+            directives.push(',');
+            directives.push_str(target);
+            directives.push('=');
+            directives.push_str(&ours);
+        }
+    }
+    directives
+}
+
+/// The filter: `rust_log` when set and valid, else [`directives_for`] `verbosity`.
 fn filter_for(verbosity: u8, rust_log: Option<&str>) -> EnvFilter {
     rust_log
         .filter(|v| !v.is_empty())
         .and_then(|v| EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| EnvFilter::new(level_for_verbosity(verbosity).as_str()))
+        .unwrap_or_else(|| EnvFilter::new(directives_for(verbosity)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::fmt::MakeWriter;
 
     #[test]
     fn klog_levels() {
@@ -46,13 +109,85 @@ mod tests {
 
     #[test]
     fn rust_log_overrides_verbosity() {
-        assert_eq!(filter_for(4, None).to_string(), "debug");
+        assert_eq!(filter_for(0, None).to_string(), "info");
         assert_eq!(filter_for(0, Some("")).to_string(), "info");
         assert_eq!(
             filter_for(0, Some("sidecar=trace")).to_string(),
             "sidecar=trace"
         );
         // An unusable RUST_LOG falls back to -v rather than silencing the sidecar.
-        assert_eq!(filter_for(5, Some("=[bad")).to_string(), "trace");
+        assert!(
+            filter_for(5, Some("=[bad"))
+                .to_string()
+                .contains("attacher=trace")
+        );
+    }
+
+    /// Collects what a subscriber writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Captured {
+        type Writer = Captured;
+        fn make_writer(&'a self) -> Self::Writer {
+            self.clone()
+        }
+    }
+
+    /// What a subscriber with the filter for `verbosity` prints for debug and trace events of
+    /// our crates and of libraries.
+    fn printed(verbosity: u8) -> String {
+        let out = Captured::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(filter_for(verbosity, None))
+            .with_writer(out.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::debug!(target: "attacher::controller", "ours-debug");
+            tracing::trace!(target: "sidecar::leader", "ours-trace");
+            tracing::debug!(target: "h2::codec", "h2-debug");
+            tracing::debug!(target: "rustls::client", "rustls-debug");
+            tracing::debug!(target: "kube_client::client", "kube-debug");
+            tracing::info!(target: "kube_runtime::watcher", "kube-info");
+            tracing::warn!(target: "hyper_util::client", "hyper-warn");
+        });
+        let text = out.0.lock().unwrap().clone();
+        String::from_utf8(text).unwrap()
+    }
+
+    #[test]
+    fn verbosity_raises_our_crates_only() {
+        let v0 = printed(0);
+        assert!(!v0.contains("ours-debug"), "{v0}");
+        assert!(
+            v0.contains("kube-info") && v0.contains("hyper-warn"),
+            "{v0}"
+        );
+
+        let v4 = printed(4);
+        assert!(v4.contains("ours-debug"), "{v4}");
+        assert!(!v4.contains("ours-trace"), "{v4}");
+        for library in ["h2-debug", "rustls-debug", "kube-debug"] {
+            assert!(!v4.contains(library), "-v=4 let {library} through: {v4}");
+        }
+        assert!(v4.contains("kube-info"), "{v4}");
+
+        let v5 = printed(5);
+        assert!(
+            v5.contains("ours-debug") && v5.contains("ours-trace"),
+            "{v5}"
+        );
+        assert!(!v5.contains("h2-debug"), "{v5}");
     }
 }

@@ -1,0 +1,16 @@
+//! Link flags for the `csi-attacher` binary (not the library, so nothing else is rebuilt).
+//!
+//! `-z pack-relative-relocs` stores the binary's relative relocations as RELR (a bitmap)
+//! instead of 24-byte RELA entries. The dynamic loader applies every relocation at start-up,
+//! so a RELA table (vtables and static tables of kube, hyper, rustls, tonic) costs its size in
+//! resident file pages in every attacher replica; as RELR it is a few KiB (docs/benchmarks.md,
+//! the same as crates/ebs-driver/build.rs). It needs GNU ld ≥ 2.38 or lld and glibc ≥ 2.36 at
+//! run time (Debian 12, Ubuntu 22.04); `CSI_RS_NO_RELR=1` turns it off for older systems.
+fn main() {
+    println!("cargo:rerun-if-env-changed=CSI_RS_NO_RELR");
+    let linux_gnu = std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux")
+        && std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu");
+    if linux_gnu && std::env::var_os("CSI_RS_NO_RELR").is_none() {
+        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
+}
