@@ -313,3 +313,16 @@ fn vectors_command_reports_and_sets_the_exit_status() {
     );
     assert!(text.ends_with("1 passed, 1 failed, 0 skipped\n"), "{text}");
 }
+
+#[test]
+fn vectors_command_runs_rows_of_the_public_functions_in_upstream_shapes() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/extra.jsonl");
+    let out = bin().arg("vectors").arg(&path).output().unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("PASS translator GetInTreePluginNameFromSpec pv and vol: the pv wins"),
+        "{text}"
+    );
+    assert!(text.ends_with("53 passed, 0 failed, 0 skipped\n"), "{text}");
+}

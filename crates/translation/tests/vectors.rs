@@ -81,3 +81,97 @@ fn a_wrong_expectation_fails_and_the_closing_line_counts_it() {
         "{text}"
     );
 }
+
+fn extra_file() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/extra.jsonl")
+}
+
+/// Every public function of upstream's `CSITranslator`, each in the shapes upstream's
+/// signatures suggest (`tests/vectors/extra.jsonl`): bare objects and objects under the Go
+/// parameter names, nil arguments, errors, chained and multi-function rows, per-plugin rows.
+#[test]
+fn extra_rows_of_every_public_function_pass() {
+    let report = vectors::run_file(&extra_file()).expect("read extra.jsonl");
+    let rendered = report.render();
+    println!("{rendered}");
+    assert_eq!(report.rows.len(), 53, "{rendered}");
+    assert_eq!(report.passed(), 53, "{rendered}");
+    let text = std::fs::read_to_string(extra_file()).unwrap();
+    for f in [
+        "TranslateInTreePVToCSI",
+        "TranslateCSIPVToInTree",
+        "TranslateInTreeStorageClassToCSI",
+        "TranslateInTreeInlineVolumeToCSI",
+        "IsPVMigratable",
+        "IsInlineMigratable",
+        "IsMigratableIntreePluginByName",
+        "IsMigratedCSIDriverByName",
+        "GetInTreePluginNameFromSpec",
+        "GetCSINameFromInTreeName",
+        "GetInTreeNameFromCSIName",
+        "RepairVolumeHandle",
+    ] {
+        let rows: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .filter(|r: &serde_json::Value| r["plugin"] == "translator" && r["function"] == f)
+            .collect();
+        assert!(rows.len() >= 2, "{f}: a success and an error/negative row");
+        assert!(
+            rows.iter().any(|r| r["expect_error"] == true
+                || r["expected"] == false
+                || r["expected"]
+                    .as_object()
+                    .is_some_and(|m| m.values().any(|v| v == false))),
+            "{f}: a failing or negative case"
+        );
+    }
+}
+
+/// The same rows with each expectation changed (or an error no longer expected) must all fail:
+/// the runner really compares every shape.
+#[test]
+fn every_extra_row_fails_when_its_expectation_is_wrong() {
+    let text = std::fs::read_to_string(extra_file()).unwrap();
+    let mut mutated = Vec::new();
+    for line in text.lines() {
+        let mut r: serde_json::Value = serde_json::from_str(line).unwrap();
+        if r["expect_error"] == true {
+            r["expect_error"] = false.into();
+        } else {
+            let e = &mut r["expected"];
+            match e {
+                serde_json::Value::Bool(b) => *b = !*b,
+                serde_json::Value::String(s) => s.push('x'),
+                serde_json::Value::Object(m) => {
+                    let (_, v) = m.iter_mut().next().unwrap();
+                    *v = match v.take() {
+                        serde_json::Value::Bool(b) => (!b).into(),
+                        serde_json::Value::String(s) => format!("{s}x").into(),
+                        _ => serde_json::json!({"unexpected": "1"}),
+                    };
+                }
+                other => panic!("unexpected expected value {other}"),
+            }
+        }
+        mutated.push(r.to_string());
+    }
+    let report = vectors::run_str(&mutated.join("\n"));
+    let rendered = report.render();
+    assert_eq!(report.failed(), 53, "{rendered}");
+}
+
+#[test]
+fn multi_function_rows_check_each_function_and_reject_unknown_ones() {
+    let keyed = r#"{"plugin":"translator","function":"GetCSINameFromInTreeName","name":"k","input":{"pluginName":"kubernetes.io/cinder"},"expected":{"GetCSINameFromInTreeName":"cinder.csi.openstack.org","IsMigratableIntreePluginByName":false},"expect_error":false,"compare":"full"}"#;
+    let unknown = r#"{"plugin":"translator","function":"IsPVMigratable+NoSuchFunction","name":"u","input":{"pv":null},"expected":false,"expect_error":false,"compare":"full"}"#;
+    let report = vectors::run_str(&[keyed, unknown].join("\n"));
+    let text = report.render();
+    assert!(
+        text.contains("IsMigratableIntreePluginByName:\n")
+            && text.contains("expected false, got true"),
+        "the wrong one of two named results is reported: {text}"
+    );
+    assert!(text.contains("NoSuchFunction in this runner"), "{text}");
+    assert_eq!(report.failed(), 2, "{text}");
+}

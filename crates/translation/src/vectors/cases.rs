@@ -169,60 +169,63 @@ fn call(row: &Row) -> Result<Outcome, Verdict> {
             return Ok(o);
         }
     }
-    Ok(match (plugin.map_or(row.plugin.as_str(), |p| p.short_name()), f) {
-        ("aws-ebs", "KubernetesVolumeIDToEBSVolumeID") => {
-            let r = aws_ebs::kubernetes_volume_id_to_ebs_volume_id(str_arg(row, "kubernetesID"));
-            let id = r.as_ref().map(String::clone).unwrap_or_default();
-            Outcome::record(json!({ "ebsVolumeID": id }), r.err())
-        }
-        ("aws-ebs", "getAwsRegionFromZones") => {
-            let r = aws_ebs::region_from_zones(&strings_arg(row, "zones"));
-            let region = r.as_ref().map(String::clone).unwrap_or_default();
-            Outcome::record(json!({ "region": region }), r.err())
-        }
-        ("gce-pd", "RepairVolumeHandle") => {
-            let r = translator::repair_volume_handle(
-                gce_pd::DRIVER_NAME,
-                str_arg(row, "volumeHandle"),
-                str_arg(row, "nodeID"),
-            );
-            let handle = r.as_ref().map(String::clone).unwrap_or_default();
-            Outcome::record(json!({ "volumeHandle": handle }), r.err())
-        }
-        ("gce-pd", "backwardCompatibleAccessModes") => {
-            let modes = strings_arg(row, "accessModes");
-            let out = gce_pd::backward_compatible_access_modes(Some(&modes));
-            Outcome::ok(json!({ "accessModes": out }))
-        }
-        ("azure-disk", "isManagedDisk") => {
-            Outcome::ok(json!({ "managed": azure_disk::is_managed_disk(str_arg(row, "diskURI")) }))
-        }
-        ("azure-disk", "getDiskName") => {
-            let r = azure_disk::disk_name(str_arg(row, "diskURI"));
-            let name = r.as_ref().map(String::clone).unwrap_or_default();
-            Outcome::record(json!({ "diskName": name }), r.err())
-        }
-        ("azure-file", "getFileShareInfo") => {
-            let r = azure_file::file_share_info(str_arg(row, "volumeID"));
-            let i = r.as_ref().cloned().unwrap_or_default();
-            Outcome::record(
-                json!({
-                    "resourceGroup": i.resource_group,
-                    "accountName": i.account_name,
-                    "fileShareName": i.file_share_name,
-                    "diskName": i.disk_name,
-                }),
-                r.err(),
-            )
-        }
-        ("azure-file", "getStorageAccountName") => {
-            let r = azure_file::storage_account_name(str_arg(row, "secretName"));
-            let name = r.as_ref().map(String::clone).unwrap_or_default();
-            Outcome::record(json!({ "accountName": name }), r.err())
-        }
-        ("common", _) => common_call(row)?,
-        _ => return Err(unknown(row)),
-    })
+    Ok(
+        match (plugin.map_or(row.plugin.as_str(), |p| p.short_name()), f) {
+            ("aws-ebs", "KubernetesVolumeIDToEBSVolumeID") => {
+                let r =
+                    aws_ebs::kubernetes_volume_id_to_ebs_volume_id(str_arg(row, "kubernetesID"));
+                let id = r.as_ref().map(String::clone).unwrap_or_default();
+                Outcome::record(json!({ "ebsVolumeID": id }), r.err())
+            }
+            ("aws-ebs", "getAwsRegionFromZones") => {
+                let r = aws_ebs::region_from_zones(&strings_arg(row, "zones"));
+                let region = r.as_ref().map(String::clone).unwrap_or_default();
+                Outcome::record(json!({ "region": region }), r.err())
+            }
+            ("gce-pd", "RepairVolumeHandle") => {
+                let r = translator::repair_volume_handle(
+                    gce_pd::DRIVER_NAME,
+                    str_arg(row, "volumeHandle"),
+                    str_arg(row, "nodeID"),
+                );
+                let handle = r.as_ref().map(String::clone).unwrap_or_default();
+                Outcome::record(json!({ "volumeHandle": handle }), r.err())
+            }
+            ("gce-pd", "backwardCompatibleAccessModes") => {
+                let modes = strings_arg(row, "accessModes");
+                let out = gce_pd::backward_compatible_access_modes(Some(&modes));
+                Outcome::ok(json!({ "accessModes": out }))
+            }
+            ("azure-disk", "isManagedDisk") => Outcome::ok(
+                json!({ "managed": azure_disk::is_managed_disk(str_arg(row, "diskURI")) }),
+            ),
+            ("azure-disk", "getDiskName") => {
+                let r = azure_disk::disk_name(str_arg(row, "diskURI"));
+                let name = r.as_ref().map(String::clone).unwrap_or_default();
+                Outcome::record(json!({ "diskName": name }), r.err())
+            }
+            ("azure-file", "getFileShareInfo") => {
+                let r = azure_file::file_share_info(str_arg(row, "volumeID"));
+                let i = r.as_ref().cloned().unwrap_or_default();
+                Outcome::record(
+                    json!({
+                        "resourceGroup": i.resource_group,
+                        "accountName": i.account_name,
+                        "fileShareName": i.file_share_name,
+                        "diskName": i.disk_name,
+                    }),
+                    r.err(),
+                )
+            }
+            ("azure-file", "getStorageAccountName") => {
+                let r = azure_file::storage_account_name(str_arg(row, "secretName"));
+                let name = r.as_ref().map(String::clone).unwrap_or_default();
+                Outcome::record(json!({ "accountName": name }), r.err())
+            }
+            ("common", _) => common_call(row)?,
+            _ => return Err(unknown(row)),
+        },
+    )
 }
 
 fn unknown(row: &Row) -> Verdict {
@@ -303,36 +306,36 @@ fn translator_special(row: &Row) -> Option<Result<Outcome, Verdict>> {
 
 fn round_trip(row: &Row) -> Result<Outcome, Verdict> {
     let f = row.function.as_str();
-        let pv_value = if f.contains("(topology)") {
-            row.input.get("pv").unwrap_or(&Value::Null)
-        } else {
-            &row.input
-        };
-        let pv: PersistentVolume = typed(pv_value, "PersistentVolume").map_err(Verdict::Fail)?;
-        let csi = translator::translate_in_tree_pv_to_csi(&pv)
-            .map_err(|e| Verdict::Fail(format!("to CSI: {e}")))?;
-        let back = translator::translate_csi_pv_to_in_tree(&csi)
-            .map_err(|e| Verdict::Fail(format!("back to in-tree: {e}")))?;
-        if f.contains("(topology)") {
-            let key = str_arg(row, "key");
-            if !key.is_empty() {
-                if topology::topology_key_exists(&back, key) {
-                    return Err(Verdict::Fail(format!(
-                        "round trip still has the CSI key {key}"
-                    )));
-                }
-                if !topology::topology_key_exists(&back, LABEL_TOPOLOGY_ZONE)
-                    && !topology::topology_key_exists(&back, LABEL_FAILURE_DOMAIN_BETA_ZONE)
-                {
-                    return Err(Verdict::Fail(
-                        "round trip has neither the GA nor the beta zone key".into(),
-                    ));
-                }
+    let pv_value = if f.contains("(topology)") {
+        row.input.get("pv").unwrap_or(&Value::Null)
+    } else {
+        &row.input
+    };
+    let pv: PersistentVolume = typed(pv_value, "PersistentVolume").map_err(Verdict::Fail)?;
+    let csi = translator::translate_in_tree_pv_to_csi(&pv)
+        .map_err(|e| Verdict::Fail(format!("to CSI: {e}")))?;
+    let back = translator::translate_csi_pv_to_in_tree(&csi)
+        .map_err(|e| Verdict::Fail(format!("back to in-tree: {e}")))?;
+    if f.contains("(topology)") {
+        let key = str_arg(row, "key");
+        if !key.is_empty() {
+            if topology::topology_key_exists(&back, key) {
+                return Err(Verdict::Fail(format!(
+                    "round trip still has the CSI key {key}"
+                )));
+            }
+            if !topology::topology_key_exists(&back, LABEL_TOPOLOGY_ZONE)
+                && !topology::topology_key_exists(&back, LABEL_FAILURE_DOMAIN_BETA_ZONE)
+            {
+                return Err(Verdict::Fail(
+                    "round trip has neither the GA nor the beta zone key".into(),
+                ));
             }
         }
-        Ok(Outcome::ok(
-            json!({ "csi": to_json(&csi), "roundTrip": to_json(&back) }),
-        ))
+    }
+    Ok(Outcome::ok(
+        json!({ "csi": to_json(&csi), "roundTrip": to_json(&back) }),
+    ))
 }
 
 /// Upstream's randomised test: two different inline volumes of one driver never share a PV name

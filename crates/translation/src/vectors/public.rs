@@ -395,26 +395,34 @@ impl<'a> Ctx<'a> {
                 .volume()
                 .map(|v| Value::Bool(v.as_ref().is_some_and(t::is_inline_migratable))),
             "CanSupport" => self.pv().map(|pv| {
-                Value::Bool(pv.as_ref().is_some_and(|pv| {
-                    plugin.is_some_and(|p| p.can_support(pv))
-                }))
+                Value::Bool(
+                    pv.as_ref()
+                        .is_some_and(|pv| plugin.is_some_and(|p| p.can_support(pv))),
+                )
             }),
             "CanSupportInline" => self.volume().map(|v| {
-                Value::Bool(v.as_ref().is_some_and(|v| {
-                    plugin.is_some_and(|p| p.can_support_inline(v))
-                }))
+                Value::Bool(
+                    v.as_ref()
+                        .is_some_and(|v| plugin.is_some_and(|p| p.can_support_inline(v))),
+                )
             }),
-            "IsMigratableIntreePluginByName" => {
-                Ok(Value::Bool(t::is_migratable_in_tree_plugin_by_name(&in_tree)))
-            }
+            "IsMigratableIntreePluginByName" => Ok(Value::Bool(
+                t::is_migratable_in_tree_plugin_by_name(&in_tree),
+            )),
             "IsMigratedCSIDriverByName" => Ok(Value::Bool(t::is_migrated_csi_driver_by_name(&csi))),
             "GetCSINameFromInTreeName" => json_of(t::csi_name_from_in_tree_name(&in_tree)),
             "GetInTreeNameFromCSIName" => json_of(t::in_tree_name_from_csi_name(&csi)),
             "GetInTreePluginName" => Ok(Value::String(
-                plugin.map(|p| p.in_tree_plugin_name()).unwrap_or_default().into(),
+                plugin
+                    .map(|p| p.in_tree_plugin_name())
+                    .unwrap_or_default()
+                    .into(),
             )),
             "GetCSIPluginName" => Ok(Value::String(
-                plugin.map(|p| p.csi_plugin_name()).unwrap_or_default().into(),
+                plugin
+                    .map(|p| p.csi_plugin_name())
+                    .unwrap_or_default()
+                    .into(),
             )),
             "GetInTreePluginNameFromSpec" => {
                 let pv = first_of(self.input, &PV_KEYS).or_else(|| {
