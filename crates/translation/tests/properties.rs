@@ -169,8 +169,10 @@ fn azure_disk_pv() -> impl Strategy<Value = PersistentVolume> {
                     // Translating back always says Managed: only managed disks migrate.
                     kind: Some("Managed".to_string()),
                     caching_mode: caching,
-                    fs_type: fs,
-                    read_only: ro,
+                    // Go pointers that translating back always sets (as upstream does):
+                    // absent comes back as `""` / `false`.
+                    fs_type: Some(fs.unwrap_or_default()),
+                    read_only: Some(ro.unwrap_or(false)),
                 })
             })
         },
@@ -264,7 +266,8 @@ fn portworx_pv() -> impl Strategy<Value = PersistentVolume> {
                 s.portworx_volume = Some(PortworxVolumeSource {
                     volume_id: id,
                     fs_type: fs,
-                    read_only: ro,
+                    // A plain Go bool: `false` and absent are the same and come back absent.
+                    read_only: ro.filter(|r| *r),
                 })
             })
         })

@@ -89,7 +89,8 @@ fn csi_source_for(src: &AzureDiskVolumeSource) -> CSIPersistentVolumeSource {
     CSIPersistentVolumeSource {
         driver: DRIVER_NAME.to_string(),
         volume_handle: src.disk_uri.clone(),
-        read_only: src.read_only,
+        // `csi.readOnly` is a plain Go bool: `false` is not written.
+        read_only: src.read_only.filter(|r| *r),
         fs_type: src.fs_type.clone(),
         volume_attributes: Some(attrs),
         ..Default::default()
@@ -190,7 +191,10 @@ impl InTreePlugin for AzureDisk {
             disk_name: disk_name(&csi.volume_handle)?,
             disk_uri: csi.volume_handle.clone(),
             kind: Some(MANAGED.to_string()),
-            read_only: csi.read_only,
+            // As upstream: both pointers are always set from the CSI source (`""`/`false` when
+            // it has none), so a CSI fsType without the fstype attribute is kept.
+            read_only: Some(csi.read_only.unwrap_or(false)),
+            fs_type: Some(csi.fs_type.clone().unwrap_or_default()),
             ..Default::default()
         };
         for (k, v) in csi.volume_attributes.iter().flatten() {

@@ -61,7 +61,8 @@ impl InTreePlugin for Portworx {
     fn translate_in_tree_storage_class_to_csi(&self, sc: &StorageClass) -> Result<StorageClass> {
         let mut params = BTreeMap::new();
         for (k, v) in parameters(sc) {
-            let suffix = match k.as_str() {
+            // Matched in any case, as upstream does (`OpenStorage.io/auth-secret-name` works).
+            let suffix = match k.to_lowercase().as_str() {
                 AUTH_SECRET_NAME_KEY => "name",
                 AUTH_SECRET_NAMESPACE_KEY => "namespace",
                 _ => {
@@ -95,18 +96,24 @@ impl InTreePlugin for Portworx {
                 field: "portworxVolume",
                 plugin: IN_TREE_PLUGIN_NAME,
             })?;
+        // As upstream: read-only is the access mode, not `csi.readOnly`. The PV becomes the
+        // VolumeAttachment's inlineVolumeSpec, which must be what kube-controller-manager writes.
         let csi = CSIPersistentVolumeSource {
             driver: DRIVER_NAME.to_string(),
             volume_handle: src.volume_id.clone(),
             fs_type: src.fs_type.clone(),
-            read_only: src.read_only,
             volume_attributes: Some(BTreeMap::new()),
             ..Default::default()
+        };
+        let mode = if src.read_only == Some(true) {
+            "ReadOnlyMany"
+        } else {
+            "ReadWriteOnce"
         };
         Ok(named_pv(
             format!("{DRIVER_NAME}-{}", src.volume_id),
             csi,
-            "ReadWriteOnce",
+            mode,
         ))
     }
 
@@ -130,7 +137,9 @@ impl InTreePlugin for Portworx {
             driver: DRIVER_NAME.to_string(),
             volume_handle: src.volume_id.clone(),
             fs_type: src.fs_type.clone(),
-            read_only: src.read_only,
+            // Upstream drops readOnly here, publishing a read-only volume read-write; it is
+            // kept (only `true`: Go's encoder has no `false`).
+            read_only: src.read_only.filter(|r| *r),
             volume_attributes: Some(BTreeMap::new()),
             controller_publish_secret_ref: secret.clone(),
             node_stage_secret_ref: secret.clone(),
@@ -153,11 +162,66 @@ impl InTreePlugin for Portworx {
         let px = PortworxVolumeSource {
             volume_id: csi.volume_handle.clone(),
             fs_type: csi.fs_type.clone(),
-            read_only: csi.read_only,
+            read_only: csi.read_only.filter(|r| *r),
         };
         Ok(edit_spec(pv, |s| {
             s.csi = None;
             s.portworx_volume = Some(px);
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn auth_secret_parameters_match_in_any_case() {
+        let sc: StorageClass = serde_json::from_value(json!({
+            "provisioner": IN_TREE_PLUGIN_NAME,
+            "parameters": {
+                "OpenStorage.io/Auth-Secret-Name": "px-user",
+                "OPENSTORAGE.IO/AUTH-SECRET-NAMESPACE": "portworx",
+                "repl": "2"
+            }
+        }))
+        .unwrap();
+        let out = Portworx
+            .translate_in_tree_storage_class_to_csi(&sc)
+            .unwrap();
+        let params = out.parameters.unwrap();
+        assert_eq!(params.len(), 13, "{params:?}");
+        for op in CSI_SECRET_OPERATIONS {
+            assert_eq!(
+                params[&format!("csi.storage.k8s.io/{op}-secret-name")],
+                "px-user"
+            );
+            assert_eq!(
+                params[&format!("csi.storage.k8s.io/{op}-secret-namespace")],
+                "portworx"
+            );
+        }
+        assert_eq!(params["repl"], "2");
+        assert!(
+            !params
+                .keys()
+                .any(|k| k.to_lowercase().starts_with("openstorage.io/"))
+        );
+        assert_eq!(out.provisioner, DRIVER_NAME);
+    }
+
+    #[test]
+    fn read_only_inline_volume_is_read_only_many_like_upstream() {
+        let v: Volume = serde_json::from_value(json!({
+            "name": "px", "portworxVolume": {"volumeID": "123", "readOnly": true}
+        }))
+        .unwrap();
+        let pv = Portworx
+            .translate_in_tree_inline_volume_to_csi(&v, "ns")
+            .unwrap();
+        let spec = pv.spec.unwrap();
+        assert_eq!(spec.access_modes, Some(vec!["ReadOnlyMany".to_string()]));
+        assert_eq!(spec.csi.unwrap().read_only, None);
     }
 }
