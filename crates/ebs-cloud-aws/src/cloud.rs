@@ -6,9 +6,9 @@ use std::time::{Duration, Instant};
 use aws_sdk_ec2::types::{self, ResourceType};
 use ebs_cloud::batcher::ExecFuture;
 use ebs_cloud::{
-    AttachmentState, Batcher, Cloud, CloudError, CloudMetrics, DeviceAllocator, Disk, DiskOptions,
-    Instance, SNAPSHOT_NAME_TAG, Snapshot, SnapshotPage, VOLUME_NAME_TAG, VolumeAttachment,
-    client_token,
+    AttachmentState, Batcher, Cloud, CloudError, CloudMetrics, DeviceAllocator, Disk,
+    DiskModification, DiskOptions, Instance, SNAPSHOT_NAME_TAG, Snapshot, SnapshotPage,
+    VOLUME_NAME_TAG, VolumeAttachment, client_token,
 };
 
 use crate::ec2::{Ec2, Failure, build_client};
@@ -132,6 +132,78 @@ impl AwsCloud {
         }
     }
 
+    /// The volume's latest modification, if EC2 remembers one.
+    async fn latest_modification(
+        &self,
+        volume_id: &str,
+    ) -> Result<Option<types::VolumeModification>> {
+        let out = self
+            .ec2
+            .call("DescribeVolumesModifications", || {
+                self.ec2
+                    .client
+                    .describe_volumes_modifications()
+                    .volume_ids(volume_id)
+                    .send()
+            })
+            .await;
+        match out {
+            Ok(o) => Ok(o
+                .volumes_modifications()
+                .iter()
+                .filter(|m| m.volume_id() == Some(volume_id))
+                .max_by_key(|m| m.start_time().map(|t| (t.secs(), t.subsec_nanos())))
+                .cloned()),
+            Err(f) if f.is("InvalidVolumeModification.NotFound") => Ok(None),
+            Err(f) => Err(f.into_cloud(volume_id)),
+        }
+    }
+
+    /// Polls until the latest modification has `change`'s target and is `optimizing` or
+    /// `completed` (the new type and performance are in effect then).
+    async fn wait_modified(
+        &self,
+        volume_id: &str,
+        change: &DiskModification,
+        timeout: Duration,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let mut delay = self.config.poll_initial;
+        loop {
+            let latest = self.latest_modification(volume_id).await?;
+            let state = latest
+                .as_ref()
+                .filter(|m| targets(m, change))
+                .and_then(|m| m.modification_state())
+                .map(|s| s.as_str().to_string());
+            match state.as_deref() {
+                Some("optimizing") | Some("completed") => return Ok(()),
+                Some("failed") => {
+                    let reason = latest
+                        .as_ref()
+                        .and_then(|m| m.status_message())
+                        .unwrap_or("no reason given");
+                    return Err(CloudError::other(
+                        "ModifyVolume",
+                        "ModificationFailed",
+                        format!("modifying {volume_id} to {change:?} failed: {reason}"),
+                    ));
+                }
+                _ => {}
+            }
+            if started.elapsed() + delay > timeout {
+                return Err(CloudError::Timeout {
+                    what: format!(
+                        "the modification of {volume_id} ({}) to reach 'optimizing'; it goes on, and a repeat of the call waits for it",
+                        describe_change(change)
+                    ),
+                    waited: started.elapsed(),
+                });
+            }
+            self.poll_sleep(&mut delay).await;
+        }
+    }
+
     async fn find_by_tag<T>(
         &self,
         action: &'static str,
@@ -149,6 +221,29 @@ impl AwsCloud {
             )),
         }
     }
+}
+
+/// Whether a modification's target has everything `change` asks for.
+fn targets(m: &types::VolumeModification, change: &DiskModification) -> bool {
+    change.satisfied_by(
+        m.target_volume_type().map(|t| t.as_str()).unwrap_or(""),
+        m.target_iops().map(i64::from),
+        m.target_throughput().map(i64::from),
+    )
+}
+
+fn describe_change(change: &DiskModification) -> String {
+    let mut parts = Vec::new();
+    if let Some(t) = &change.volume_type {
+        parts.push(format!("type {t}"));
+    }
+    if let Some(i) = change.iops {
+        parts.push(format!("iops {i}"));
+    }
+    if let Some(t) = change.throughput {
+        parts.push(format!("throughput {t}"));
+    }
+    parts.join(", ")
 }
 
 fn vanished(name: &str, options: &DiskOptions, id: &str) -> CloudError {
@@ -528,6 +623,98 @@ impl Cloud for AwsCloud {
             }
             self.poll_sleep(&mut delay).await;
         }
+    }
+
+    async fn modify_disk(
+        &self,
+        volume_id: &str,
+        change: &DiskModification,
+        timeout: Duration,
+    ) -> Result<bool> {
+        if change.is_empty() {
+            self.volumes.get(volume_id).await?;
+            return Ok(false);
+        }
+        let disk = self.volumes.get(volume_id).await?;
+        let latest = self.latest_modification(volume_id).await?;
+        let running = latest.as_ref().is_some_and(|m| {
+            matches!(
+                m.modification_state().map(|s| s.as_str()),
+                Some("modifying") | Some("optimizing")
+            )
+        });
+        if running && latest.as_ref().is_some_and(|m| targets(m, change)) {
+            // The same modification is under way (a retried call): wait for it, ask nothing.
+            self.wait_modified(volume_id, change, timeout).await?;
+            return Ok(false);
+        }
+        if change.satisfied_by(&disk.volume_type, disk.iops, disk.throughput) {
+            return Ok(false);
+        }
+        let iops = change.iops.map(|i| int32("iops", i)).transpose()?;
+        let throughput = change
+            .throughput
+            .map(|t| int32("throughput", t))
+            .transpose()?;
+        self.ec2
+            .call("ModifyVolume", || {
+                self.ec2
+                    .client
+                    .modify_volume()
+                    .volume_id(volume_id)
+                    .set_volume_type(change.volume_type.as_deref().map(types::VolumeType::from))
+                    .set_iops(iops)
+                    .set_throughput(throughput)
+                    .send()
+            })
+            .await
+            .map_err(|f| f.into_cloud(volume_id))?;
+        self.wait_modified(volume_id, change, timeout).await?;
+        Ok(true)
+    }
+
+    async fn tag_disk(
+        &self,
+        volume_id: &str,
+        add: &BTreeMap<String, String>,
+        remove: &[String],
+    ) -> Result<()> {
+        if !add.is_empty() {
+            self.ec2
+                .call("CreateTags", || {
+                    self.ec2
+                        .client
+                        .create_tags()
+                        .resources(volume_id)
+                        .set_tags(Some(
+                            add.iter()
+                                .map(|(k, v)| types::Tag::builder().key(k).value(v).build())
+                                .collect(),
+                        ))
+                        .send()
+                })
+                .await
+                .map_err(|f| f.into_cloud(volume_id))?;
+        }
+        if !remove.is_empty() {
+            self.ec2
+                .call("DeleteTags", || {
+                    self.ec2
+                        .client
+                        .delete_tags()
+                        .resources(volume_id)
+                        .set_tags(Some(
+                            remove
+                                .iter()
+                                .map(|k| types::Tag::builder().key(k).build())
+                                .collect(),
+                        ))
+                        .send()
+                })
+                .await
+                .map_err(|f| f.into_cloud(volume_id))?;
+        }
+        Ok(())
     }
 
     async fn create_snapshot(

@@ -41,6 +41,13 @@ pub(crate) async fn build_client(config: &AwsConfig) -> Result<aws_sdk_ec2::Clie
         }
         loader = loader.endpoint_url(endpoint.clone());
     }
+    if let Some(name) = &config.app_name {
+        let app = aws_config::AppName::new(name.clone()).map_err(|e| Error::Invalid {
+            field: "user_agent_extra",
+            reason: format!("'{name}': {e}"),
+        })?;
+        loader = loader.app_name(app);
+    }
     if let Some((key, secret)) = &config.static_credentials {
         loader = loader.credentials_provider(Credentials::new(
             key.clone(),

@@ -27,6 +27,8 @@ pub struct AwsConfig {
     pub endpoint: Option<String>,
     /// Fixed credentials (the embedded simulator, tests); `None` uses the default chain.
     pub static_credentials: Option<(String, String)>,
+    /// Appended to the SDK's User-Agent as its app name (`--user-agent-extra`).
+    pub app_name: Option<String>,
     pub batching: BatchConfig,
     pub retry: RetryPolicy,
     /// Bound on one HTTP attempt, so a hung endpoint becomes a retryable failure.
@@ -44,6 +46,7 @@ impl Default for AwsConfig {
             region: None,
             endpoint: None,
             static_credentials: None,
+            app_name: None,
             batching: BatchConfig::default(),
             retry: RetryPolicy::default(),
             attempt_timeout: Duration::from_secs(30),

@@ -15,8 +15,8 @@ pub use batcher::{BatchConfig, Batcher};
 pub use devices::DeviceAllocator;
 pub use metrics::CloudMetrics;
 pub use types::{
-    AttachmentState, BlockDevice, Disk, DiskOptions, Instance, Snapshot, SnapshotPage,
-    VolumeAttachment, client_token,
+    AttachmentState, BlockDevice, Disk, DiskModification, DiskOptions, Instance, Snapshot,
+    SnapshotPage, VolumeAttachment, client_token,
 };
 
 /// The tag that records which CSI volume name an EBS volume was created for.
@@ -156,6 +156,28 @@ pub trait Cloud: Send + Sync + std::fmt::Debug {
     /// ModifyVolume to at least `size_gib`; returns the size the volume will have. Waits until
     /// the modification is `optimizing` or `completed` (the size is usable then).
     async fn resize_disk(&self, volume_id: &str, size_gib: i64) -> Result<i64>;
+
+    /// ModifyVolume of type, IOPS and/or throughput, idempotent: a modification to the same
+    /// target that is already running is waited for instead of asked again, and a volume that
+    /// already has what is asked for needs no call at all. Waits (polling
+    /// DescribeVolumesModifications with backoff, at most `timeout`) until the modification is
+    /// `optimizing` or `completed`, when the new type and performance are in effect. Returns
+    /// whether a ModifyVolume was sent. [`CloudError::NotFound`] when the volume is absent.
+    async fn modify_disk(
+        &self,
+        volume_id: &str,
+        change: &DiskModification,
+        timeout: Duration,
+    ) -> Result<bool>;
+
+    /// Adds (or overwrites) and removes tags of a volume: CreateTags and DeleteTags, both
+    /// idempotent. [`CloudError::NotFound`] when the volume is absent.
+    async fn tag_disk(
+        &self,
+        volume_id: &str,
+        add: &std::collections::BTreeMap<String, String>,
+        remove: &[String],
+    ) -> Result<()>;
 
     /// Creates a snapshot for a CSI snapshot name, or returns the one already made for it.
     async fn create_snapshot(

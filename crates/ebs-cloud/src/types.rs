@@ -21,6 +21,36 @@ pub struct DiskOptions {
     pub tags: BTreeMap<String, String>,
 }
 
+/// What ControllerModifyVolume asks EC2's ModifyVolume to change; `None` leaves a field as it
+/// is.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DiskModification {
+    /// gp2, gp3, io1, io2, st1, sc1, standard.
+    pub volume_type: Option<String>,
+    pub iops: Option<i64>,
+    pub throughput: Option<i64>,
+}
+
+impl DiskModification {
+    /// Nothing to change.
+    pub fn is_empty(&self) -> bool {
+        self.volume_type.is_none() && self.iops.is_none() && self.throughput.is_none()
+    }
+
+    /// Whether a volume (or a modification's target) with these attributes already has
+    /// everything this asks for.
+    pub fn satisfied_by(
+        &self,
+        volume_type: &str,
+        iops: Option<i64>,
+        throughput: Option<i64>,
+    ) -> bool {
+        self.volume_type.as_deref().is_none_or(|t| t == volume_type)
+            && self.iops.is_none_or(|i| Some(i) == iops)
+            && self.throughput.is_none_or(|t| Some(t) == throughput)
+    }
+}
+
 /// An EBS volume as DescribeVolumes shows it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Disk {
@@ -153,6 +183,22 @@ mod tests {
         assert_eq!(t, client_token("pvc-0a6c8f6e-aaaa-bbbb-cccc-1234567890ab"));
         assert_ne!(t, client_token("pvc-other"));
         assert_eq!(client_token(&"x".repeat(500)).len(), 64);
+    }
+
+    #[test]
+    fn a_modification_is_satisfied_only_by_every_field_it_names() {
+        let m = DiskModification {
+            volume_type: Some("io2".into()),
+            iops: Some(4000),
+            throughput: None,
+        };
+        assert!(!m.is_empty());
+        assert!(DiskModification::default().is_empty());
+        assert!(m.satisfied_by("io2", Some(4000), None));
+        assert!(m.satisfied_by("io2", Some(4000), Some(125)));
+        assert!(!m.satisfied_by("gp3", Some(4000), None));
+        assert!(!m.satisfied_by("io2", Some(3000), None));
+        assert!(DiskModification::default().satisfied_by("gp3", None, None));
     }
 
     #[test]

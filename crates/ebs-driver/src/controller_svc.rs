@@ -12,13 +12,13 @@ use csi_spec::v1::volume_content_source::{SnapshotSource, Type as SourceType};
 use csi_spec::v1::{
     ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
     ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
-    ControllerPublishVolumeRequest, ControllerPublishVolumeResponse, ControllerServiceCapability,
-    ControllerUnpublishVolumeRequest, ControllerUnpublishVolumeResponse, CreateSnapshotRequest,
-    CreateSnapshotResponse, CreateVolumeRequest, CreateVolumeResponse, DeleteSnapshotRequest,
-    DeleteSnapshotResponse, DeleteVolumeRequest, DeleteVolumeResponse, ListSnapshotsRequest,
-    ListSnapshotsResponse, Topology, ValidateVolumeCapabilitiesRequest,
-    ValidateVolumeCapabilitiesResponse, Volume, VolumeCapability, VolumeContentSource,
-    list_snapshots_response,
+    ControllerModifyVolumeRequest, ControllerModifyVolumeResponse, ControllerPublishVolumeRequest,
+    ControllerPublishVolumeResponse, ControllerServiceCapability, ControllerUnpublishVolumeRequest,
+    ControllerUnpublishVolumeResponse, CreateSnapshotRequest, CreateSnapshotResponse,
+    CreateVolumeRequest, CreateVolumeResponse, DeleteSnapshotRequest, DeleteSnapshotResponse,
+    DeleteVolumeRequest, DeleteVolumeResponse, ListSnapshotsRequest, ListSnapshotsResponse,
+    Topology, ValidateVolumeCapabilitiesRequest, ValidateVolumeCapabilitiesResponse, Volume,
+    VolumeCapability, VolumeContentSource, list_snapshots_response,
 };
 use tonic::{Request, Response, Status};
 
@@ -36,6 +36,23 @@ impl CsiControllerSvc {
     pub fn new(service: ControllerService) -> Self {
         Self { service }
     }
+}
+
+/// The time the caller gives the call (gRPC's `grpc-timeout` header), if it set one.
+fn deadline<T>(request: &Request<T>) -> Option<std::time::Duration> {
+    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    use std::time::Duration;
+    Some(match unit {
+        "H" => Duration::from_secs(n.saturating_mul(3600)),
+        "M" => Duration::from_secs(n.saturating_mul(60)),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
 }
 
 fn required(field: &'static str, value: &str) -> Result<()> {
@@ -133,6 +150,7 @@ fn csi_snapshot(s: &ebs_cloud::Snapshot) -> csi_spec::v1::Snapshot {
 
 #[tonic::async_trait]
 impl Controller for CsiControllerSvc {
+    #[tracing::instrument(name = "CreateVolume", skip_all, fields(name = %request.get_ref().name))]
     async fn create_volume(
         &self,
         request: Request<CreateVolumeRequest>,
@@ -190,6 +208,7 @@ impl Controller for CsiControllerSvc {
                 required_bytes,
                 limit_bytes,
                 parameters: r.parameters,
+                mutable_parameters: r.mutable_parameters,
                 zones,
                 allowed_zones: allowed,
                 snapshot_id,
@@ -212,6 +231,7 @@ impl Controller for CsiControllerSvc {
         }))
     }
 
+    #[tracing::instrument(name = "DeleteVolume", skip_all, fields(volume_id = %request.get_ref().volume_id))]
     async fn delete_volume(
         &self,
         request: Request<DeleteVolumeRequest>,
@@ -222,6 +242,11 @@ impl Controller for CsiControllerSvc {
         Ok(Response::new(DeleteVolumeResponse {}))
     }
 
+    #[tracing::instrument(
+        name = "ControllerPublishVolume",
+        skip_all,
+        fields(volume_id = %request.get_ref().volume_id, node_id = %request.get_ref().node_id)
+    )]
     async fn controller_publish_volume(
         &self,
         request: Request<ControllerPublishVolumeRequest>,
@@ -240,6 +265,11 @@ impl Controller for CsiControllerSvc {
         }))
     }
 
+    #[tracing::instrument(
+        name = "ControllerUnpublishVolume",
+        skip_all,
+        fields(volume_id = %request.get_ref().volume_id, node_id = %request.get_ref().node_id)
+    )]
     async fn controller_unpublish_volume(
         &self,
         request: Request<ControllerUnpublishVolumeRequest>,
@@ -265,6 +295,11 @@ impl Controller for CsiControllerSvc {
         Ok(Response::new(ControllerUnpublishVolumeResponse {}))
     }
 
+    #[tracing::instrument(
+        name = "ValidateVolumeCapabilities",
+        skip_all,
+        fields(volume_id = %request.get_ref().volume_id)
+    )]
     async fn validate_volume_capabilities(
         &self,
         request: Request<ValidateVolumeCapabilitiesRequest>,
@@ -296,6 +331,7 @@ impl Controller for CsiControllerSvc {
         }))
     }
 
+    #[tracing::instrument(name = "ControllerGetCapabilities", skip_all)]
     async fn controller_get_capabilities(
         &self,
         _request: Request<ControllerGetCapabilitiesRequest>,
@@ -306,6 +342,7 @@ impl Controller for CsiControllerSvc {
             Rpc::CreateDeleteSnapshot,
             Rpc::ListSnapshots,
             Rpc::ExpandVolume,
+            Rpc::ModifyVolume,
         ]
         .into_iter()
         .map(ControllerServiceCapability::rpc)
@@ -315,6 +352,11 @@ impl Controller for CsiControllerSvc {
         }))
     }
 
+    #[tracing::instrument(
+        name = "CreateSnapshot",
+        skip_all,
+        fields(name = %request.get_ref().name, volume_id = %request.get_ref().source_volume_id)
+    )]
     async fn create_snapshot(
         &self,
         request: Request<CreateSnapshotRequest>,
@@ -331,6 +373,7 @@ impl Controller for CsiControllerSvc {
         }))
     }
 
+    #[tracing::instrument(name = "DeleteSnapshot", skip_all, fields(snapshot_id = %request.get_ref().snapshot_id))]
     async fn delete_snapshot(
         &self,
         request: Request<DeleteSnapshotRequest>,
@@ -341,6 +384,11 @@ impl Controller for CsiControllerSvc {
         Ok(Response::new(DeleteSnapshotResponse {}))
     }
 
+    #[tracing::instrument(
+        name = "ListSnapshots",
+        skip_all,
+        fields(snapshot_id = %request.get_ref().snapshot_id, volume_id = %request.get_ref().source_volume_id)
+    )]
     async fn list_snapshots(
         &self,
         request: Request<ListSnapshotsRequest>,
@@ -371,6 +419,11 @@ impl Controller for CsiControllerSvc {
         }))
     }
 
+    #[tracing::instrument(
+        name = "ControllerExpandVolume",
+        skip_all,
+        fields(volume_id = %request.get_ref().volume_id)
+    )]
     async fn controller_expand_volume(
         &self,
         request: Request<ControllerExpandVolumeRequest>,
@@ -389,5 +442,26 @@ impl Controller for CsiControllerSvc {
             capacity_bytes: bytes,
             node_expansion_required: !block,
         }))
+    }
+
+    #[tracing::instrument(
+        name = "ControllerModifyVolume",
+        skip_all,
+        fields(volume_id = %request.get_ref().volume_id)
+    )]
+    async fn controller_modify_volume(
+        &self,
+        request: Request<ControllerModifyVolumeRequest>,
+    ) -> Result<Response<ControllerModifyVolumeResponse>, Status> {
+        let deadline = deadline(&request);
+        let r = request.into_inner();
+        required("volume_id", &r.volume_id)?;
+        if r.mutable_parameters.is_empty() {
+            return Err(Error::invalid("mutable_parameters", "is required").into());
+        }
+        self.service
+            .modify_volume(&r.volume_id, &r.mutable_parameters, deadline)
+            .await?;
+        Ok(Response::new(ControllerModifyVolumeResponse {}))
     }
 }

@@ -9,16 +9,20 @@ use anyhow::Context;
 use clap::Parser;
 use ebs_driver::{
     AwsConfig, BatchConfig, ControllerConfig, DriverConfig, IdentityConfig, Mode, NodeConfig,
-    NodeInfo, PublishConfig,
+    NodeInfo, PublishConfig, go_args,
 };
 
 /// The AWS EBS CSI driver. Serves csi.v1.Identity plus csi.v1.Controller (create, delete,
-/// attach, detach, snapshot and expand EBS volumes through EC2) and/or csi.v1.Node (find the
-/// attached device, format blank volumes, check and mount filesystems) on a unix socket.
+/// attach, detach, snapshot, expand and modify EBS volumes through EC2) and/or csi.v1.Node (find
+/// the attached device, format blank volumes, check and mount filesystems) on a unix socket.
+///
+/// Takes the Go aws-ebs-csi-driver's arguments as they are: the mode as a first word
+/// (`controller`, `node`, `all`) or `--mode`, single- or double-dash flags, `--flag=value` or
+/// `--flag value`, and every Go flag (see docs/ebs-driver.md, "Flags").
 #[derive(Debug, Parser)]
 #[command(name = "ebs-csi-driver", version)]
 struct Flags {
-    /// CSI endpoint: unix:///path/to/csi.sock or a plain path.
+    /// CSI endpoint: unix:///path/to/csi.sock, unix:/path or a plain path.
     #[arg(
         long,
         env = "CSI_ENDPOINT",
@@ -26,9 +30,11 @@ struct Flags {
     )]
     endpoint: String,
 
-    /// Which services to run. `node` loads no AWS credentials and makes no EC2 call.
+    /// Which services to run (or the first word of the command line). `node` loads no AWS
+    /// credentials and makes no EC2 call; `pre-stop-hook` (the Go node DaemonSet's preStop
+    /// hook) returns at once.
     #[arg(long, value_enum, default_value = "all")]
-    mode: Mode,
+    mode: CliMode,
 
     /// The CSI driver name (GetPluginInfo); PVs and the CSIDriver object refer to it.
     #[arg(long, default_value = ebs_driver::identity::DEFAULT_DRIVER_NAME)]
@@ -52,8 +58,10 @@ struct Flags {
     #[arg(long, env = "AWS_EC2_ENDPOINT")]
     ec2_endpoint: Option<String>,
 
-    /// Merge concurrent DescribeVolumes / DescribeInstances calls into one request.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// Merge concurrent DescribeVolumes / DescribeInstances calls into one request
+    /// (`--batching`, `--batching=true|false`).
+    #[arg(long, default_value_t = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
     batching: bool,
 
     /// How long a batch collects IDs before its request goes out, in milliseconds.
@@ -64,8 +72,9 @@ struct Flags {
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=1000))]
     batch_max_size: u64,
 
-    /// Serve Prometheus metrics (/metrics) and health (/healthz, /readyz) on this address.
-    #[arg(long)]
+    /// Serve Prometheus metrics (/metrics) and health (/healthz, /readyz) on this address
+    /// (`0.0.0.0:3301`, or Go's `:3301`).
+    #[arg(long, value_parser = parse_http_endpoint)]
     http_endpoint: Option<SocketAddr>,
 
     /// This node's ID as the controller knows it: the EC2 instance ID (node and all modes;
@@ -78,10 +87,18 @@ struct Flags {
     zone: Option<String>,
 
     /// How many EBS volumes may be attached to a node: NodeGetInfo's max_volumes_per_node,
-    /// and the controller refuses (ResourceExhausted) to attach more. The default is the
-    /// Nitro budget of 28 attachments less the root volume and two network interfaces.
-    #[arg(long, default_value_t = 25, value_parser = clap::value_parser!(i64).range(1..))]
+    /// and the controller refuses (ResourceExhausted) to attach more. -1 (the Go default):
+    /// the Nitro budget of 28 attachments less two network interfaces and
+    /// --reserved-volume-attachments (default 1, the root volume), i.e. 25.
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i64).range(-1..))]
     volume_attach_limit: i64,
+
+    /// Attachments reserved for system use (root and other non-CSI volumes); -1 = 1. Not
+    /// together with --volume-attach-limit (as in the Go driver).
+    #[arg(long, default_value_t = -1, allow_negative_numbers = true,
+          value_parser = clap::value_parser!(i64).range(-1..=26))]
+    reserved_volume_attachments: i64,
 
     /// Seconds an attachment may stay `attaching` before it is undone (detached, not forced).
     #[arg(long, default_value_t = 90)]
@@ -93,7 +110,48 @@ struct Flags {
 
     /// Tags for every volume the driver creates, key=value (repeatable).
     #[arg(long = "extra-tag", value_parser = parse_kv)]
-    extra_tags: Vec<(String, String)>,
+    extra_tag: Vec<(String, String)>,
+
+    /// Tags for every volume the driver creates: k1=v1,k2=v2 (the Go driver's flag).
+    #[arg(long, value_parser = go_args::parse_map)]
+    extra_tags: Vec<Vec<(String, String)>>,
+
+    /// Deprecated Go spelling of --extra-tags.
+    #[arg(long, value_parser = go_args::parse_map)]
+    extra_volume_tags: Vec<Vec<(String, String)>>,
+
+    /// Cluster ID: volumes are tagged `kubernetes.io/cluster/<ID>: owned`,
+    /// `KubernetesCluster: <ID>` and `Name: <ID>-dynamic-<volume name>`.
+    #[arg(long)]
+    k8s_tag_cluster_id: Option<String>,
+
+    /// Log format: text or json.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    logging_format: String,
+
+    /// klog verbosity: 0-3 info, 4 debug, 5 and more trace (for the driver's own crates;
+    /// RUST_LOG overrides).
+    #[arg(long = "v", default_value_t = 0)]
+    verbosity: u8,
+
+    /// Log the AWS SDK's requests at debug level.
+    #[arg(long, default_value_t = false, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    aws_sdk_debug_log: bool,
+
+    /// Appended to the AWS SDK's User-Agent (as its app name), e.g. `helm`.
+    #[arg(long)]
+    user_agent_extra: Option<String>,
+
+    /// Bound on how long ControllerModifyVolume waits for the modification to reach
+    /// `optimizing` (Go duration; the RPC's own deadline wins when shorter). Default 5m.
+    #[arg(long, value_parser = go_args::parse_duration)]
+    modify_volume_timeout: Option<Duration>,
+
+    /// Go flags accepted for drop-in compatibility; see docs/ebs-driver.md for why each is
+    /// ignored.
+    #[command(flatten)]
+    ignored: IgnoredGoFlags,
 
     /// Where device nodes and udev links live (node side).
     #[arg(long, default_value = "/dev")]
@@ -112,28 +170,204 @@ struct Flags {
     default_fs_type: String,
 }
 
+/// The Go driver's first-word commands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum CliMode {
+    Controller,
+    Node,
+    All,
+    PreStopHook,
+}
+
+/// Go flags with no effect here, accepted so the upstream manifests start the driver; the
+/// reasons are in docs/ebs-driver.md.
+#[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Accepted for the Go driver's manifests, no effect")]
+struct IgnoredGoFlags {
+    #[arg(long, hide = true)]
+    kubeconfig: Option<String>,
+    #[arg(long, hide = true)]
+    metadata_sources: Option<String>,
+    #[arg(long, hide = true)]
+    metrics_cert_file: Option<String>,
+    #[arg(long, hide = true)]
+    metrics_key_file: Option<String>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    enable_otel_tracing: Option<bool>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    warn_on_invalid_tag: Option<bool>,
+    #[arg(long, hide = true, value_parser = go_args::parse_duration)]
+    modify_volume_request_handler_timeout: Option<Duration>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    deprecated_metrics: Option<bool>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    windows_host_process: Option<bool>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    legacy_xfs: Option<bool>,
+    #[arg(long, hide = true)]
+    csi_mount_point_prefix: Option<String>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    logtostderr: Option<bool>,
+    #[arg(long, hide = true, value_parser = go_args::parse_duration)]
+    log_flush_frequency: Option<Duration>,
+    #[arg(long, hide = true)]
+    vmodule: Option<String>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    log_json_split_stream: Option<bool>,
+    #[arg(long, hide = true)]
+    log_json_info_buffer_size: Option<String>,
+    #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    log_text_split_stream: Option<bool>,
+    #[arg(long, hide = true)]
+    log_text_info_buffer_size: Option<String>,
+}
+
 fn parse_kv(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .ok_or_else(|| format!("'{s}' is not key=value"))
 }
 
+/// `host:port`, or Go's `:port` (all interfaces).
+fn parse_http_endpoint(s: &str) -> Result<SocketAddr, String> {
+    let full = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_string()
+    };
+    full.parse()
+        .map_err(|e| format!("'{s}' is not host:port or :port ({e})"))
+}
+
+/// Our crates, whose level `-v` raises; libraries stay at info.
+const OUR_CRATES: &[&str] = &[
+    "ebs_csi_driver",
+    "ebs_driver",
+    "ebs_cloud",
+    "ebs_cloud_aws",
+    "ec2_sim",
+    "csi_spec",
+    "mount_utils",
+];
+
+fn init_logging(f: &Flags) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        let level = match f.verbosity {
+            0..=3 => "info",
+            4 => "debug",
+            _ => "trace",
+        };
+        let mut spec = String::from("info");
+        for c in OUR_CRATES {
+            spec.push_str(&format!(",{c}={level}"));
+        }
+        if f.aws_sdk_debug_log {
+            spec.push_str(",aws_smithy_runtime=debug,aws_sdk_ec2=debug,aws_config=debug");
+        }
+        tracing_subscriber::EnvFilter::new(spec)
+    });
+    // klog writes to stderr; so do we.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if f.logging_format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Tells, once at start, which accepted Go flags do nothing here.
+fn warn_ignored(i: &IgnoredGoFlags) {
+    let mut ignored = Vec::new();
+    let mut note = |set: bool, flag: &'static str| {
+        if set {
+            ignored.push(flag);
+        }
+    };
+    note(i.kubeconfig.is_some(), "--kubeconfig");
+    note(i.metadata_sources.is_some(), "--metadata-sources");
+    note(i.enable_otel_tracing == Some(true), "--enable-otel-tracing");
+    note(i.warn_on_invalid_tag == Some(true), "--warn-on-invalid-tag");
+    note(
+        i.modify_volume_request_handler_timeout.is_some(),
+        "--modify-volume-request-handler-timeout",
+    );
+    note(i.deprecated_metrics == Some(true), "--deprecated-metrics");
+    note(
+        i.windows_host_process == Some(true),
+        "--windows-host-process",
+    );
+    note(i.legacy_xfs == Some(true), "--legacy-xfs");
+    note(
+        i.csi_mount_point_prefix.is_some(),
+        "--csi-mount-point-prefix",
+    );
+    note(i.vmodule.is_some(), "--vmodule");
+    if !ignored.is_empty() {
+        tracing::info!(
+            flags = %ignored.join(" "),
+            "accepted for compatibility with the Go driver; no effect here (docs/ebs-driver.md, Flags)"
+        );
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    let f = Flags::parse();
+    let f = Flags::parse_from(go_args::normalize(std::env::args_os()));
+    init_logging(&f);
+    warn_ignored(&f.ignored);
+    let mode = match f.mode {
+        CliMode::Controller => Mode::Controller,
+        CliMode::Node => Mode::Node,
+        CliMode::All => Mode::All,
+        CliMode::PreStopHook => {
+            // The Go hook waits for the node's VolumeAttachments to go; this driver's node
+            // side holds no Kubernetes client, and the kubelet unmounts before the pod goes.
+            tracing::info!("pre-stop-hook: nothing to wait for");
+            return Ok(());
+        }
+    };
+    if f.ignored.metrics_cert_file.is_some() || f.ignored.metrics_key_file.is_some() {
+        anyhow::bail!(
+            "--metrics-cert-file / --metrics-key-file: HTTPS metrics are not supported; serve plain HTTP on --http-endpoint (e.g. behind kube-rbac-proxy) and drop these flags"
+        );
+    }
+    if f.volume_attach_limit != -1 && f.reserved_volume_attachments != -1 {
+        anyhow::bail!(
+            "only one of --volume-attach-limit and --reserved-volume-attachments may be specified"
+        );
+    }
+    let volume_attach_limit = if f.volume_attach_limit > 0 {
+        f.volume_attach_limit
+    } else {
+        // 28 Nitro attachment slots, less two network interfaces and the reserved ones.
+        let reserved = if f.reserved_volume_attachments < 0 {
+            1
+        } else {
+            f.reserved_volume_attachments
+        };
+        (26 - reserved).max(1)
+    };
     let embedded_timing = f
         .embedded_timing
         .parse()
         .map_err(|e| anyhow::anyhow!("--embedded-timing: {e}"))?;
+    let mut extra_tags: BTreeMap<String, String> = BTreeMap::new();
+    extra_tags.extend(f.extra_volume_tags.into_iter().flatten());
+    extra_tags.extend(f.extra_tags.into_iter().flatten());
+    extra_tags.extend(f.extra_tag);
     let config = DriverConfig {
         endpoint: f.endpoint,
-        mode: f.mode,
+        mode,
         identity: IdentityConfig {
             driver_name: f.driver_name,
             ..IdentityConfig::default()
@@ -148,21 +382,24 @@ async fn main() -> anyhow::Result<()> {
         node_info: NodeInfo {
             node_id: f.node_id,
             zone: f.zone,
-            max_volumes_per_node: f.volume_attach_limit,
+            max_volumes_per_node: volume_attach_limit,
         },
         controller: ControllerConfig {
             default_zone: None,
-            extra_tags: f.extra_tags.into_iter().collect::<BTreeMap<_, _>>(),
+            extra_tags,
+            cluster_id: f.k8s_tag_cluster_id.filter(|c| !c.is_empty()),
+            modify_timeout: f.modify_volume_timeout,
             publish: PublishConfig {
                 attach_timeout: Duration::from_secs(f.attach_timeout_secs),
                 detach_timeout: Duration::from_secs(f.detach_timeout_secs),
-                attach_limit: usize::try_from(f.volume_attach_limit).ok(),
+                attach_limit: usize::try_from(volume_attach_limit).ok(),
                 ..PublishConfig::default()
             },
         },
         aws: AwsConfig {
             region: f.region,
             endpoint: f.ec2_endpoint,
+            app_name: f.user_agent_extra.filter(|u| !u.is_empty()),
             batching: BatchConfig {
                 enabled: f.batching,
                 window: Duration::from_millis(f.batch_window_ms),

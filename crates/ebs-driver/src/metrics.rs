@@ -43,13 +43,15 @@ impl Default for RpcMetrics {
 
 impl RpcMetrics {
     pub fn register(&self, registry: &mut Registry) {
+        // Under the registry's `ebs_csi` prefix: `ebs_csi_rpc_requests_total` and
+        // `ebs_csi_rpc_duration_seconds`.
         registry.register(
-            "csi_rpc_requests",
+            "rpc_requests",
             "CSI RPCs handled, per method and gRPC status code",
             self.calls.clone(),
         );
         registry.register(
-            "csi_rpc_duration_seconds",
+            "rpc_duration_seconds",
             "CSI RPC latency per method",
             self.latency.clone(),
         );
@@ -116,13 +118,38 @@ where
                     .headers()
                     .get("grpc-status")
                     .and_then(|v| v.to_str().ok())
-                    .map(|c| format!("{:?}", tonic::Code::from_i32(c.parse().unwrap_or(2))))
-                    .unwrap_or_else(|| "Ok".to_string()),
-                Err(_) => "transport error".to_string(),
+                    .map(|c| code_name(tonic::Code::from_i32(c.parse().unwrap_or(2))))
+                    .unwrap_or("OK"),
+                Err(_) => "transport error",
             };
-            metrics.record(&path, &code, started.elapsed().as_secs_f64());
+            metrics.record(&path, code, started.elapsed().as_secs_f64());
             result
         })
+    }
+}
+
+/// The canonical gRPC code name, as grpc-go's `codes.Code.String()` (and so the Go sidecars'
+/// `grpc_status_code` label) spells it.
+pub fn code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
     }
 }
 
@@ -181,4 +208,37 @@ pub async fn serve_http(
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|e| Error::Internal(format!("http endpoint: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_names_are_grpc_go_s() {
+        assert_eq!(code_name(tonic::Code::Ok), "OK");
+        assert_eq!(code_name(tonic::Code::Cancelled), "Canceled");
+        assert_eq!(code_name(tonic::Code::InvalidArgument), "InvalidArgument");
+        assert_eq!(code_name(tonic::Code::from_i32(5)), "NotFound");
+    }
+
+    #[test]
+    fn rpc_metrics_are_named_once_csi() {
+        let mut registry = Registry::with_prefix("ebs_csi");
+        let m = RpcMetrics::default();
+        m.register(&mut registry);
+        m.record(
+            "/csi.v1.Controller/CreateVolume",
+            code_name(tonic::Code::Ok),
+            0.01,
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(
+            text.contains("ebs_csi_rpc_requests_total{method=\"CreateVolume\",code=\"OK\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("ebs_csi_rpc_duration_seconds_count{method=\"CreateVolume\"} 1"));
+        assert!(!text.contains("csi_csi"), "{text}");
+    }
 }

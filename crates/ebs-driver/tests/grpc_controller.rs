@@ -706,9 +706,9 @@ async fn http_endpoint_serves_metrics_and_health() {
         "ebs_csi_ec2_api_requests_total{action=\"CreateVolume\"} 1",
         "ebs_csi_ec2_api_requests_total{action=\"DescribeAvailabilityZones\"}",
         "ebs_csi_ec2_api_request_duration_seconds_bucket{",
-        "ebs_csi_csi_rpc_requests_total{method=\"CreateVolume\",code=\"Ok\"} 1",
-        "ebs_csi_csi_rpc_requests_total{method=\"DeleteVolume\",code=\"InvalidArgument\"} 1",
-        "ebs_csi_csi_rpc_duration_seconds_count{method=\"Probe\"} 1",
+        "ebs_csi_rpc_requests_total{method=\"CreateVolume\",code=\"OK\"} 1",
+        "ebs_csi_rpc_requests_total{method=\"DeleteVolume\",code=\"InvalidArgument\"} 1",
+        "ebs_csi_rpc_duration_seconds_count{method=\"Probe\"} 1",
     ] {
         assert!(body.contains(needle), "missing {needle} in\n{body}");
     }

@@ -2,11 +2,13 @@
 //! [`ebs_cloud::Cloud`] trait. No gRPC types here except the CSI messages' plain data handed in
 //! by `crate::controller_svc`; errors are [`crate::Error`]s, mapped to codes in one place.
 
+pub(crate) mod modify;
 pub(crate) mod params;
 pub(crate) mod publish;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use ebs_cloud::{Cloud, CloudError, Disk, Snapshot, SnapshotPage};
 
@@ -23,6 +25,13 @@ pub struct ControllerConfig {
     pub default_zone: Option<String>,
     /// Tags put on every volume (`--extra-tags`).
     pub extra_tags: BTreeMap<String, String>,
+    /// `--k8s-tag-cluster-id`: volumes get `kubernetes.io/cluster/<id>: owned`,
+    /// `KubernetesCluster: <id>` and `Name: <id>-dynamic-<volume name>`, as the in-tree plugin
+    /// and the Go driver tag them.
+    pub cluster_id: Option<String>,
+    /// Bound on ControllerModifyVolume's wait for `optimizing` (the RPC deadline, when shorter,
+    /// wins); `None` = 5 minutes.
+    pub modify_timeout: Option<Duration>,
     pub publish: PublishConfig,
 }
 
@@ -33,6 +42,9 @@ pub struct CreateVolume {
     pub required_bytes: i64,
     pub limit_bytes: i64,
     pub parameters: HashMap<String, String>,
+    /// CSI `mutable_parameters` (a VolumeAttributesClass's): they take precedence over
+    /// `parameters`.
+    pub mutable_parameters: HashMap<String, String>,
     /// Zones in order of preference (preferred first, then the other requisite ones).
     pub zones: Vec<String>,
     /// Zones allowed at all (empty: any).
@@ -117,7 +129,25 @@ impl ControllerService {
 
     /// CreateVolume, idempotent by name; see `docs/ebs-driver.md`.
     pub async fn create_volume(&self, req: CreateVolume) -> Result<CreatedVolume> {
-        let params = params::parse(&req.parameters)?;
+        let mut params = params::parse(&req.parameters)?;
+        let mutable = modify::parse_mutable("mutable_parameters", &req.mutable_parameters)?;
+        if !mutable.remove_tags.is_empty() {
+            return Err(Error::invalid(
+                "mutable_parameters",
+                "tagDeletion_N has nothing to delete on a new volume",
+            ));
+        }
+        if let Some(t) = mutable.change.volume_type {
+            params.volume_type = t;
+        }
+        if let Some(i) = mutable.change.iops {
+            params.iops = Some(i);
+            params.iops_per_gb = None;
+        }
+        if let Some(t) = mutable.change.throughput {
+            params.throughput = Some(t);
+        }
+        params.tags.extend(mutable.add_tags);
         let size_gib = params::size_gib(req.required_bytes, req.limit_bytes)?;
         let _guard = self.claim(format!("volume name {}", req.name))?;
         if let Some(snap) = &req.snapshot_id {
@@ -147,7 +177,7 @@ impl ControllerService {
             size_gib,
             zone,
             req.snapshot_id.clone(),
-            &self.config.extra_tags,
+            &self.default_tags(&req.name),
         );
         if let Some(d) = &existing {
             check_same(&req, &params, &options, d)?;
@@ -175,6 +205,19 @@ impl ControllerService {
         Ok(created(&disk, &params))
     }
 
+    /// The tags every volume gets before the StorageClass's: the cluster's (when
+    /// `--k8s-tag-cluster-id` is set), then `--extra-tags`.
+    fn default_tags(&self, name: &str) -> BTreeMap<String, String> {
+        let mut tags = BTreeMap::new();
+        if let Some(id) = self.config.cluster_id.as_deref().filter(|i| !i.is_empty()) {
+            tags.insert(format!("kubernetes.io/cluster/{id}"), "owned".to_string());
+            tags.insert("KubernetesCluster".to_string(), id.to_string());
+            tags.insert("Name".to_string(), format!("{id}-dynamic-{name}"));
+        }
+        tags.extend(self.config.extra_tags.clone());
+        tags
+    }
+
     async fn pick_zone(&self, req: &CreateVolume) -> Result<String> {
         if let Some(z) = req.zones.first() {
             return Ok(z.clone());
@@ -194,7 +237,14 @@ impl ControllerService {
     pub async fn delete_volume(&self, volume_id: &str) -> Result<()> {
         let _guard = self.claim(format!("volume {volume_id}"))?;
         match self.cloud.delete_disk(volume_id).await {
-            Ok(_) => Ok(()),
+            Ok(true) => {
+                tracing::info!(volume_id, "volume deleted");
+                Ok(())
+            }
+            Ok(false) => {
+                tracing::info!(volume_id, "volume already gone; nothing to delete");
+                Ok(())
+            }
             Err(CloudError::VolumeInUse { message, .. }) => Err(Error::FailedPrecondition(
                 format!("volume {volume_id} is attached; unpublish it first ({message})"),
             )),

@@ -36,11 +36,19 @@ pub(crate) struct CreateParams {
     pub(crate) tags: BTreeMap<String, String>,
 }
 
+/// The EBS volume types.
+pub(crate) const VOLUME_TYPES: &[&str] = &["gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"];
+
 fn number(key: &str, value: &str) -> Result<i64> {
+    positive("parameters", key, value)
+}
+
+/// A positive whole number, or InvalidArgument on `field` naming the key.
+pub(crate) fn positive(field: &'static str, key: &str, value: &str) -> Result<i64> {
     match value.trim().parse::<i64>() {
         Ok(n) if n > 0 => Ok(n),
         _ => Err(Error::invalid(
-            "parameters",
+            field,
             format!("{key}: '{value}' is not a positive whole number"),
         )),
     }
@@ -57,12 +65,11 @@ pub(crate) fn parse(parameters: &HashMap<String, String>) -> Result<CreateParams
     for (key, value) in sorted {
         match key.as_str() {
             TYPE => {
-                const TYPES: &[&str] = &["gp2", "gp3", "io1", "io2", "st1", "sc1", "standard"];
                 let t = value.to_ascii_lowercase();
-                if !TYPES.contains(&t.as_str()) {
+                if !VOLUME_TYPES.contains(&t.as_str()) {
                     return Err(Error::invalid(
                         "parameters",
-                        format!("type: '{value}' is not one of {}", TYPES.join(", ")),
+                        format!("type: '{value}' is not one of {}", VOLUME_TYPES.join(", ")),
                     ));
                 }
                 p.volume_type = t;

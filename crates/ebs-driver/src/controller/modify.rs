@@ -1,0 +1,224 @@
+//! ControllerModifyVolume (CSI `mutable_parameters`, Kubernetes VolumeAttributesClass): type,
+//! IOPS and throughput through EC2 ModifyVolume, tags through CreateTags / DeleteTags. The same
+//! keys are accepted as CreateVolume's `mutable_parameters`, where they take precedence over the
+//! StorageClass's `parameters` (CSI spec).
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use ebs_cloud::{CloudError, DiskModification};
+
+use super::ControllerService;
+use super::params::{IOPS, TAG_SPEC_PREFIX, THROUGHPUT, TYPE, VOLUME_TYPES, positive};
+use crate::{Error, Result};
+
+/// `tagDeletion_N: <key>` removes a tag (the Go driver's syntax).
+pub(crate) const TAG_DELETION_PREFIX: &str = "tagDeletion_";
+/// How long ControllerModifyVolume waits for `optimizing` when the request has no deadline.
+pub(crate) const DEFAULT_MODIFY_TIMEOUT: Duration = Duration::from_secs(300);
+/// Tags the driver owns: a VolumeAttributesClass must not rewrite them.
+const RESERVED_TAGS: &[&str] = &[
+    ebs_cloud::VOLUME_NAME_TAG,
+    ebs_cloud::SNAPSHOT_NAME_TAG,
+    "ebs.csi.aws.com/cluster",
+];
+
+/// Parsed `mutable_parameters`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct MutableParams {
+    pub(crate) change: DiskModification,
+    pub(crate) add_tags: BTreeMap<String, String>,
+    pub(crate) remove_tags: Vec<String>,
+}
+
+fn tag_key(field: &'static str, param: &str, key: &str) -> Result<String> {
+    let key = key.trim();
+    if key.is_empty() || key.len() > 128 || key.starts_with("aws:") {
+        return Err(Error::invalid(
+            field,
+            format!("{param}: tag key '{key}' must be 1-128 characters and not start with aws:"),
+        ));
+    }
+    if RESERVED_TAGS.contains(&key) {
+        return Err(Error::invalid(
+            field,
+            format!("{param}: tag {key} is set by the driver and cannot be changed"),
+        ));
+    }
+    Ok(key.to_string())
+}
+
+/// Parses `mutable_parameters` (reported as `field`); an unknown key or a bad value is
+/// InvalidArgument naming the key.
+pub(crate) fn parse_mutable(
+    field: &'static str,
+    parameters: &HashMap<String, String>,
+) -> Result<MutableParams> {
+    let mut p = MutableParams::default();
+    // Sorted, so the first bad key reported is the same every time.
+    let sorted: BTreeMap<&String, &String> = parameters.iter().collect();
+    for (key, value) in sorted {
+        match key.as_str() {
+            TYPE => {
+                let t = value.trim().to_ascii_lowercase();
+                if !VOLUME_TYPES.contains(&t.as_str()) {
+                    return Err(Error::invalid(
+                        field,
+                        format!("type: '{value}' is not one of {}", VOLUME_TYPES.join(", ")),
+                    ));
+                }
+                p.change.volume_type = Some(t);
+            }
+            IOPS => p.change.iops = Some(positive(field, key, value)?),
+            THROUGHPUT => p.change.throughput = Some(positive(field, key, value)?),
+            k if k.starts_with(TAG_SPEC_PREFIX) => {
+                // An empty value is allowed: the tag is set with an empty value.
+                let Some((tk, tv)) = value.split_once('=') else {
+                    return Err(Error::invalid(
+                        field,
+                        format!("{k}: '{value}' is not key=value"),
+                    ));
+                };
+                let tk = tag_key(field, k, tk)?;
+                p.add_tags.insert(tk, tv.trim().to_string());
+            }
+            k if k.starts_with(TAG_DELETION_PREFIX) => {
+                let tk = tag_key(field, k, value)?;
+                p.remove_tags.push(tk);
+            }
+            other => {
+                return Err(Error::invalid(
+                    field,
+                    format!(
+                        "unknown parameter '{other}' (known: {TYPE}, {IOPS}, {THROUGHPUT}, {TAG_SPEC_PREFIX}N, {TAG_DELETION_PREFIX}N)"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(k) = p.remove_tags.iter().find(|k| p.add_tags.contains_key(*k)) {
+        return Err(Error::invalid(
+            field,
+            format!(
+                "tag {k} is both added ({TAG_SPEC_PREFIX}N) and deleted ({TAG_DELETION_PREFIX}N)"
+            ),
+        ));
+    }
+    p.remove_tags.sort();
+    p.remove_tags.dedup();
+    Ok(p)
+}
+
+impl ControllerService {
+    /// ControllerModifyVolume. Idempotent: a volume that already has what is asked for, or a
+    /// modification to the same target under way, is success without a second ModifyVolume.
+    /// Waits until the modification is `optimizing` or `completed`, at most `deadline` (the
+    /// RPC's) or the configured bound.
+    pub async fn modify_volume(
+        &self,
+        volume_id: &str,
+        mutable_parameters: &HashMap<String, String>,
+        deadline: Option<Duration>,
+    ) -> Result<()> {
+        let p = parse_mutable("mutable_parameters", mutable_parameters)?;
+        let _guard = self.claim(format!("volume {volume_id}"))?;
+        let bound = self.config.modify_timeout.unwrap_or(DEFAULT_MODIFY_TIMEOUT);
+        let timeout = deadline.map_or(bound, |d| d.min(bound));
+        let not_found = |e: CloudError| match e {
+            CloudError::NotFound { .. } => Error::NotFound {
+                kind: "volume",
+                id: volume_id.to_string(),
+            },
+            CloudError::Other { ref code, .. }
+                if code == "IncorrectModificationState"
+                    || code == "VolumeModificationRateExceeded" =>
+            {
+                Error::FailedPrecondition(format!(
+                    "volume {volume_id} cannot be modified now (EC2 allows one modification at a time, and one per 6 hours): {e}"
+                ))
+            }
+            other => other.into(),
+        };
+        let sent = self
+            .cloud
+            .modify_disk(volume_id, &p.change, timeout)
+            .await
+            .map_err(not_found)?;
+        if !p.add_tags.is_empty() || !p.remove_tags.is_empty() {
+            self.cloud
+                .tag_disk(volume_id, &p.add_tags, &p.remove_tags)
+                .await
+                .map_err(not_found)?;
+        }
+        tracing::info!(
+            volume_id,
+            modify_volume_sent = sent,
+            change = ?p.change,
+            tags_added = p.add_tags.len(),
+            tags_removed = p.remove_tags.len(),
+            "volume modified"
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn parses_type_performance_and_tags() {
+        let p = parse_mutable(
+            "mutable_parameters",
+            &map(&[
+                ("type", "IO2"),
+                ("iops", "4000"),
+                ("tagSpecification_1", "team=storage"),
+                ("tagSpecification_2", "cost-center="),
+                ("tagDeletion_1", "old"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(p.change.volume_type.as_deref(), Some("io2"));
+        assert_eq!(p.change.iops, Some(4000));
+        assert_eq!(p.change.throughput, None);
+        assert_eq!(p.add_tags.get("cost-center").map(String::as_str), Some(""));
+        assert_eq!(p.remove_tags, vec!["old".to_string()]);
+    }
+
+    #[test]
+    fn bad_mutable_parameters_name_the_key() {
+        for (pairs, needle) in [
+            (vec![("type", "gp9")], "type"),
+            (vec![("iops", "-3")], "iops"),
+            (vec![("throughput", "fast")], "throughput"),
+            (vec![("encrypted", "true")], "encrypted"),
+            (
+                vec![("tagSpecification_1", "novalue")],
+                "tagSpecification_1",
+            ),
+            (
+                vec![("tagSpecification_1", "CSIVolumeName=x")],
+                "CSIVolumeName",
+            ),
+            (vec![("tagDeletion_1", "aws:foo")], "tagDeletion_1"),
+            (
+                vec![("tagSpecification_1", "a=b"), ("tagDeletion_1", "a")],
+                "both added",
+            ),
+        ] {
+            let err = parse_mutable("mutable_parameters", &map(&pairs))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(needle), "{err}");
+            assert!(err.contains("mutable_parameters"), "{err}");
+        }
+    }
+}

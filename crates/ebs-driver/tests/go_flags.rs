@@ -1,0 +1,265 @@
+//! The real `ebs-csi-driver` binary started with the argument lists the upstream Go driver's
+//! Helm chart renders for its controller Deployment and node DaemonSet: it must start, serve
+//! Identity on the socket and act on the flags it maps; an unknown flag must still fail clearly.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod ctl;
+
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use csi_spec::v1::identity_client::IdentityClient;
+use csi_spec::v1::node_client::NodeClient;
+use csi_spec::v1::*;
+use ctl::{Env, GIB, create_req};
+use ebs_cloud::Cloud;
+use ec2_sim::{Backing, Timing};
+
+/// The driver as a child process; killed on drop, also when the test fails.
+struct Process {
+    child: Child,
+}
+
+impl Process {
+    fn spawn(args: &[String], envs: &[(&str, &str)]) -> Process {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ebs-csi-driver"));
+        cmd.args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("AWS_PROFILE")
+            .env_remove("CSI_NODE_ID")
+            .env_remove("CSI_ENDPOINT")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        Process {
+            child: cmd.spawn().unwrap(),
+        }
+    }
+
+    /// Waits until Identity answers on the socket (or the process exits, which fails).
+    async fn identity(&mut self, socket: &str) -> IdentityClient<tonic::transport::Channel> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let mut err = String::new();
+                if let Some(mut e) = self.child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                panic!("the driver exited with {status}: {err}");
+            }
+            if let Ok(ch) = csi_spec::connect_unix(socket).await {
+                let mut id = IdentityClient::new(ch);
+                if id.get_plugin_info(GetPluginInfoRequest {}).await.is_ok() {
+                    return id;
+                }
+            }
+            assert!(Instant::now() < deadline, "the driver did not start");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops the process and returns what it logged.
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        err
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn http_get(port: u16, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_controller_arguments_start_and_take_effect() {
+    let env = Env::start(Timing::Fast, Backing::File, 26).await;
+    // The chart's CSI_ENDPOINT is Go's `unix:/path` form.
+    let socket = format!("unix:{}", env.path("controller.sock").display());
+    let port = free_port();
+    let mut args = strings(&[
+        "controller",
+        &format!("--endpoint={socket}"),
+        "--k8s-tag-cluster-id=test-cluster",
+        "--extra-tags=team=storage,env=ci",
+        "--batching=true",
+        &format!("--http-endpoint=:{port}"),
+        "--user-agent-extra=helm",
+        "--logging-format=text",
+        "--modify-volume-request-handler-timeout=2s",
+        "--warn-on-invalid-tag=false",
+        "-v=2",
+    ]);
+    // Where the chart's pod would find AWS, the test points at ec2-sim.
+    args.push(format!("--ec2-endpoint={}", env.sim.endpoint()));
+    let mut p = Process::spawn(
+        &args,
+        &[
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "AKIDTEST"),
+            ("AWS_SECRET_ACCESS_KEY", "secret"),
+        ],
+    );
+    let mut id = p.identity(&socket).await;
+    let caps = id
+        .get_plugin_capabilities(GetPluginCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!caps.capabilities.is_empty());
+
+    let ch = csi_spec::connect_unix(&socket).await.unwrap();
+    let mut c = csi_spec::v1::controller_client::ControllerClient::new(ch);
+    let v = c
+        .create_volume(create_req("pvc-helm", GIB))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let tags = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap().tags;
+    for (k, want) in [
+        ("kubernetes.io/cluster/test-cluster", "owned"),
+        ("KubernetesCluster", "test-cluster"),
+        ("Name", "test-cluster-dynamic-pvc-helm"),
+        ("team", "storage"),
+        ("env", "ci"),
+        ("CSIVolumeName", "pvc-helm"),
+    ] {
+        assert_eq!(
+            tags.get(k).map(String::as_str),
+            Some(want),
+            "{k} in {tags:?}"
+        );
+    }
+    let metrics = http_get(port, "/metrics");
+    assert!(
+        metrics.contains("ebs_csi_rpc_requests_total{method=\"CreateVolume\",code=\"OK\"} 1"),
+        "{metrics}"
+    );
+    let log = p.stop();
+    assert!(log.contains("starting"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_node_arguments_start_without_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = format!("unix:{}", dir.path().join("node.sock").display());
+    let args = strings(&[
+        "node",
+        &format!("--endpoint={socket}"),
+        "--csi-mount-point-prefix=/var/lib/kubelet/plugins/kubernetes.io/csi/ebs.csi.aws.com/",
+        "--reserved-volume-attachments=3",
+        "--logging-format=json",
+        "-v",
+        "2",
+    ]);
+    // No AWS credentials or region at all: node mode makes no EC2 call.
+    let mut p = Process::spawn(
+        &args,
+        &[
+            ("CSI_NODE_ID", "i-0123456789abcdef0"),
+            ("AWS_AVAILABILITY_ZONE", "us-east-1a"),
+        ],
+    );
+    let mut id = p.identity(&socket).await;
+    let info = id
+        .get_plugin_info(GetPluginInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(info.name, "ebs.csi.aws.com");
+    let ch = csi_spec::connect_unix(&socket).await.unwrap();
+    let node = NodeClient::new(ch)
+        .node_get_info(NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(node.node_id, "i-0123456789abcdef0");
+    // 28 Nitro slots - 2 network interfaces - 3 reserved.
+    assert_eq!(node.max_volumes_per_node, 23);
+    let log = p.stop();
+    let first = log.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with('{') && first.contains("\"level\":\"INFO\""),
+        "--logging-format=json: {log}"
+    );
+}
+
+#[test]
+fn unknown_and_conflicting_flags_fail_clearly() {
+    for (args, needle) in [
+        (vec!["controller", "--no-such-flag=1"], "--no-such-flag"),
+        (vec!["node", "-no-such-flag"], "--no-such-flag"),
+        (vec!["bogus-mode"], "bogus-mode"),
+        (
+            vec![
+                "node",
+                "--volume-attach-limit=10",
+                "--reserved-volume-attachments=2",
+            ],
+            "only one of --volume-attach-limit and --reserved-volume-attachments",
+        ),
+        (
+            vec![
+                "controller",
+                "--metrics-cert-file=/tls/crt",
+                "--metrics-key-file=/tls/key",
+            ],
+            "HTTPS metrics are not supported",
+        ),
+        (vec!["controller", "--logging-format=xml"], "xml"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_ebs-csi-driver"))
+            .args(&args)
+            .env_remove("RUST_LOG")
+            .env_remove("CSI_NODE_ID")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn pre_stop_hook_returns_at_once() {
+    let out = Command::new(env!("CARGO_BIN_EXE_ebs-csi-driver"))
+        .arg("pre-stop-hook")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

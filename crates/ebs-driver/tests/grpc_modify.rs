@@ -1,0 +1,248 @@
+//! ControllerModifyVolume (CSI `mutable_parameters`, Kubernetes VolumeAttributesClass) and
+//! CreateVolume's `mutable_parameters`, through the driver's real unix socket, against ec2-sim
+//! through the real aws-sdk-ec2.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod ctl;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use csi_spec::v1::controller_service_capability::rpc::Type as Rpc;
+use csi_spec::v1::*;
+use ctl::{Driver, Env, GIB, create_req, expect_code};
+use ebs_cloud::Cloud;
+use ebs_driver::Mode as DriverMode;
+use ec2_sim::{Backing, Timing};
+use tonic::Code;
+
+fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn modify_req(volume_id: &str, pairs: &[(&str, &str)]) -> ControllerModifyVolumeRequest {
+    ControllerModifyVolumeRequest {
+        volume_id: volume_id.into(),
+        mutable_parameters: params(pairs),
+        ..Default::default()
+    }
+}
+
+fn modify_calls(env: &Env) -> u64 {
+    env.sim
+        .call_counts()
+        .get("ModifyVolume")
+        .copied()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn modify_changes_type_iops_throughput_and_tags_idempotently() {
+    let env = Env::start(Timing::Fast, Backing::File, 26).await;
+    let d = Driver::start(env.driver_config(DriverMode::Controller)).await;
+    let mut c = d.controller();
+
+    let rpcs: Vec<Rpc> = c
+        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities
+        .iter()
+        .filter_map(|c| c.rpc_type())
+        .collect();
+    assert!(rpcs.contains(&Rpc::ModifyVolume), "{rpcs:?}");
+
+    let v = c
+        .create_volume(create_req("pvc-modify", 10 * GIB))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let before = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
+    assert_eq!(before.volume_type, "gp3");
+
+    // gp3 -> io2 at 4000 IOPS.
+    c.controller_modify_volume(modify_req(
+        &v.volume_id,
+        &[("type", "io2"), ("iops", "4000")],
+    ))
+    .await
+    .unwrap();
+    let after = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
+    assert_eq!(after.volume_type, "io2");
+    assert_eq!(after.iops, Some(4000));
+    assert_eq!(modify_calls(&env), 1);
+
+    // The same request again: OK, and no second ModifyVolume.
+    c.controller_modify_volume(modify_req(
+        &v.volume_id,
+        &[("type", "io2"), ("iops", "4000")],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(modify_calls(&env), 1);
+
+    // Throughput on a gp3 volume.
+    let g = c
+        .create_volume(create_req("pvc-modify-gp3", 10 * GIB))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    c.controller_modify_volume(modify_req(
+        &g.volume_id,
+        &[("throughput", "250"), ("iops", "4000")],
+    ))
+    .await
+    .unwrap();
+    let gp3 = env.cloud.get_disk_by_id(&g.volume_id).await.unwrap();
+    assert_eq!(gp3.volume_type, "gp3");
+    assert_eq!(gp3.throughput, Some(250));
+    assert_eq!(gp3.iops, Some(4000));
+    assert_eq!(modify_calls(&env), 2);
+
+    // Tags only: CreateTags / DeleteTags, never ModifyVolume.
+    c.controller_modify_volume(modify_req(
+        &g.volume_id,
+        &[
+            ("tagSpecification_1", "team=storage"),
+            ("tagSpecification_2", "cost-center="),
+        ],
+    ))
+    .await
+    .unwrap();
+    let tagged = env.cloud.get_disk_by_id(&g.volume_id).await.unwrap();
+    assert_eq!(tagged.tags.get("team").map(String::as_str), Some("storage"));
+    assert_eq!(tagged.tags.get("cost-center").map(String::as_str), Some(""));
+    c.controller_modify_volume(modify_req(&g.volume_id, &[("tagDeletion_1", "team")]))
+        .await
+        .unwrap();
+    let untagged = env.cloud.get_disk_by_id(&g.volume_id).await.unwrap();
+    assert!(!untagged.tags.contains_key("team"), "{:?}", untagged.tags);
+    assert!(untagged.tags.contains_key("CSIVolumeName"));
+    assert_eq!(modify_calls(&env), 2);
+
+    // Bad requests name what is wrong.
+    expect_code(
+        c.controller_modify_volume(modify_req(&g.volume_id, &[("encrypted", "true")]))
+            .await,
+        Code::InvalidArgument,
+        "encrypted",
+    );
+    expect_code(
+        c.controller_modify_volume(modify_req(&g.volume_id, &[("iops", "lots")]))
+            .await,
+        Code::InvalidArgument,
+        "iops",
+    );
+    expect_code(
+        c.controller_modify_volume(modify_req(&g.volume_id, &[("type", "gp9")]))
+            .await,
+        Code::InvalidArgument,
+        "type",
+    );
+    expect_code(
+        c.controller_modify_volume(modify_req("", &[("type", "io2")]))
+            .await,
+        Code::InvalidArgument,
+        "volume_id",
+    );
+    expect_code(
+        c.controller_modify_volume(modify_req("vol-0123456789abcdef0", &[("type", "io2")]))
+            .await,
+        Code::NotFound,
+        "vol-0123456789abcdef0",
+    );
+    expect_code(
+        c.controller_modify_volume(modify_req(
+            "vol-0123456789abcdef0",
+            &[("tagSpecification_1", "a=b")],
+        ))
+        .await,
+        Code::NotFound,
+        "vol-0123456789abcdef0",
+    );
+    assert_eq!(modify_calls(&env), 2);
+}
+
+#[tokio::test]
+async fn create_volume_applies_mutable_parameters_over_parameters() {
+    let env = Env::start(Timing::Fast, Backing::File, 26).await;
+    let d = Driver::start(env.driver_config(DriverMode::Controller)).await;
+    let mut c = d.controller();
+    let mut r = create_req("pvc-vac", 10 * GIB);
+    r.parameters = params(&[("type", "gp3"), ("iopsPerGB", "10")]);
+    r.mutable_parameters = params(&[
+        ("type", "io2"),
+        ("iops", "5000"),
+        ("tagSpecification_1", "class=fast"),
+    ]);
+    let v = c
+        .create_volume(r.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let disk = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
+    assert_eq!(disk.volume_type, "io2");
+    assert_eq!(disk.iops, Some(5000));
+    assert_eq!(disk.tags.get("class").map(String::as_str), Some("fast"));
+    // Idempotent with the same mutable parameters.
+    let again = c
+        .create_volume(r)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(again.volume_id, v.volume_id);
+
+    let mut bad = create_req("pvc-vac-bad", GIB);
+    bad.mutable_parameters = params(&[("kmsKeyId", "x")]);
+    expect_code(
+        c.create_volume(bad).await,
+        Code::InvalidArgument,
+        "mutable_parameters",
+    );
+}
+
+#[tokio::test]
+async fn a_modification_under_way_is_waited_for_not_repeated() {
+    // Realistic timing: `modifying` lasts 2-5 s, longer than the first call's deadline.
+    let env = Env::start(Timing::Realistic, Backing::File, 26).await;
+    let d = Driver::start(env.driver_config(DriverMode::Controller)).await;
+    let mut c = d.controller();
+    let v = c
+        .create_volume(create_req("pvc-slow-modify", 10 * GIB))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let mut first = tonic::Request::new(modify_req(
+        &v.volume_id,
+        &[("type", "io1"), ("iops", "500")],
+    ));
+    first.set_timeout(Duration::from_millis(800));
+    let err = c.controller_modify_volume(first).await.unwrap_err();
+    assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
+    assert_eq!(modify_calls(&env), 1);
+    // The retry finds the same modification running and waits for it: one ModifyVolume.
+    c.controller_modify_volume(modify_req(
+        &v.volume_id,
+        &[("type", "io1"), ("iops", "500")],
+    ))
+    .await
+    .unwrap();
+    assert_eq!(modify_calls(&env), 1);
+    let disk = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
+    assert_eq!(disk.volume_type, "io1");
+    assert_eq!(disk.iops, Some(500));
+}
