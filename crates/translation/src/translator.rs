@@ -311,15 +311,21 @@ mod tests {
             repair_volume_handle("ebs.csi.aws.com", "vol-1", "i-123").unwrap(),
             "vol-1"
         );
-        assert_eq!(
+        // As upstream: an UNSPECIFIED handle cannot be repaired without a node ID (an error, not
+        // the handle unchanged, so the attacher never matches a wrong handle).
+        assert!(
             repair_volume_handle(
                 "pd.csi.storage.gke.io",
                 "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/d",
                 ""
             )
-            .unwrap(),
-            "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/d",
-            "no node ID: nothing to repair with"
+            .is_err()
+        );
+        assert_eq!(
+            repair_volume_handle("pd.csi.storage.gke.io", "projects/p/zones/z/disks/d", "")
+                .unwrap(),
+            "projects/p/zones/z/disks/d",
+            "a complete handle needs no node ID"
         );
         assert!(repair_volume_handle("other", "h", "n").is_err());
     }

@@ -36,9 +36,10 @@ fn fs_type() -> impl Strategy<Value = Option<String>> {
     )
 }
 
-/// Go's bool with omitempty round-trips as "absent" or "true"; an explicit false is kept too.
+/// Go's bool with omitempty: "absent" or "true" (`false` is not written, as upstream; a
+/// separate test checks that it is dropped).
 fn read_only() -> impl Strategy<Value = Option<bool>> {
-    prop_oneof![Just(None), Just(Some(true)), Just(Some(false))]
+    prop_oneof![Just(None), Just(Some(true))]
 }
 
 /// Partition 0 means "whole disk" and is written as no partition.
@@ -266,8 +267,7 @@ fn portworx_pv() -> impl Strategy<Value = PersistentVolume> {
                 s.portworx_volume = Some(PortworxVolumeSource {
                     volume_id: id,
                     fs_type: fs,
-                    // A plain Go bool: `false` and absent are the same and come back absent.
-                    read_only: ro.filter(|r| *r),
+                    read_only: ro,
                 })
             })
         })

@@ -12,7 +12,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::{InTreePlugin, csi_source, edit_spec, named_pv, spec, translate_block_storage_class};
+use super::{
+    InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
+    translate_block_storage_class,
+};
 use crate::topology::{
     translate_topology_from_csi_to_in_tree_mut, translate_topology_from_in_tree_to_csi_mut,
 };
@@ -70,7 +73,8 @@ pub fn region_from_zones(zones: &[String]) -> Result<String> {
             // us-west-2a, us-gov-east-1a: the last part is the region number plus one letter.
             3 | 4 => {
                 let last = parts[parts.len() - 1].as_bytes();
-                if last.len() == 2 && last[0].is_ascii_digit() && last[1].is_ascii_lowercase() {
+                // Any two characters, as upstream (`us-west-2a` -> `us-west-2`).
+                if last.len() == 2 && parts[parts.len() - 1].is_char_boundary(1) {
                     let mut p = parts.clone();
                     let n = p.len() - 1;
                     p[n] = &parts[n][..1];
@@ -101,8 +105,8 @@ impl AwsEbs {
         Ok(CSIPersistentVolumeSource {
             driver: DRIVER_NAME.to_string(),
             volume_handle: kubernetes_volume_id_to_ebs_volume_id(&src.volume_id)?,
-            read_only: src.read_only,
-            fs_type: src.fs_type.clone(),
+            read_only: go_bool(src.read_only),
+            fs_type: go_string(src.fs_type.as_ref()),
             volume_attributes: Some(BTreeMap::from([(
                 "partition".to_string(),
                 src.partition.unwrap_or(0).to_string(),
@@ -204,8 +208,8 @@ impl InTreePlugin for AwsEbs {
         };
         let ebs = AWSElasticBlockStoreVolumeSource {
             volume_id: csi.volume_handle.clone(),
-            fs_type: csi.fs_type.clone(),
-            read_only: csi.read_only,
+            fs_type: go_string(csi.fs_type.as_ref()),
+            read_only: go_bool(csi.read_only),
             partition,
         };
         let mut out = pv.clone();

@@ -14,7 +14,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use regex_lite::Regex;
 
-use super::{InTreePlugin, csi_source, edit_spec, named_pv, spec, translate_block_storage_class};
+use super::{
+    InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
+    translate_block_storage_class,
+};
 use crate::{Error, Result};
 
 /// In-tree plugin name.
@@ -90,8 +93,8 @@ fn csi_source_for(src: &AzureDiskVolumeSource) -> CSIPersistentVolumeSource {
         driver: DRIVER_NAME.to_string(),
         volume_handle: src.disk_uri.clone(),
         // `csi.readOnly` is a plain Go bool: `false` is not written.
-        read_only: src.read_only.filter(|r| *r),
-        fs_type: src.fs_type.clone(),
+        read_only: go_bool(src.read_only),
+        fs_type: go_string(src.fs_type.as_ref()),
         volume_attributes: Some(attrs),
         ..Default::default()
     }

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use regex_lite::Regex;
 
-use super::{InTreePlugin, csi_source, named_pv, spec};
+use super::{InTreePlugin, csi_source, go_bool, go_string, named_pv, spec};
 use crate::{Error, Result};
 
 /// In-tree plugin name.
@@ -103,7 +103,7 @@ fn csi_source_for(
     CSIPersistentVolumeSource {
         driver: DRIVER_NAME.to_string(),
         volume_handle: handle,
-        read_only,
+        read_only: go_bool(read_only),
         volume_attributes: Some(BTreeMap::from([(
             ATTR_SHARE_NAME.to_string(),
             share.to_string(),
@@ -233,7 +233,7 @@ impl InTreePlugin for AzureFile {
             plugin: DRIVER_NAME,
         })?;
         let mut src = AzureFilePersistentVolumeSource {
-            read_only: csi.read_only,
+            read_only: go_bool(csi.read_only),
             ..Default::default()
         };
         for (k, v) in csi.volume_attributes.iter().flatten() {

@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, csi_source, edit_spec, named_pv, parameters, spec,
+    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, csi_source, edit_spec, go_bool, go_string,
+    named_pv, parameters, spec,
 };
 use crate::topology::{
     translate_allowed_topologies, translate_topology_from_csi_to_in_tree_mut,
@@ -39,8 +40,8 @@ fn csi_for(
     CSIPersistentVolumeSource {
         driver: DRIVER_NAME.to_string(),
         volume_handle: volume_id.to_string(),
-        read_only,
-        fs_type: fs_type.cloned(),
+        read_only: go_bool(read_only),
+        fs_type: go_string(fs_type),
         volume_attributes: Some(BTreeMap::new()),
         ..Default::default()
     }
@@ -134,8 +135,8 @@ impl InTreePlugin for Cinder {
         })?;
         let cinder = CinderPersistentVolumeSource {
             volume_id: csi.volume_handle.clone(),
-            fs_type: csi.fs_type.clone(),
-            read_only: csi.read_only,
+            fs_type: go_string(csi.fs_type.as_ref()),
+            read_only: go_bool(csi.read_only),
             secret_ref: None,
         };
         let mut out = pv.clone();

@@ -12,7 +12,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::{InTreePlugin, csi_source, edit_spec, named_pv, spec, translate_block_storage_class};
+use super::{
+    InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
+    translate_block_storage_class,
+};
 use crate::topology::{
     LABEL_FAILURE_DOMAIN_BETA_ZONE, LABEL_MULTI_ZONE_DELIMITER, LABEL_TOPOLOGY_ZONE, label,
     translate_topology_from_csi_to_in_tree_mut, translate_topology_from_in_tree_to_csi_mut,
@@ -147,8 +150,8 @@ impl InTreePlugin for GcePd {
                 "projects/{UNSPECIFIED}/zones/{UNSPECIFIED}/disks/{}",
                 src.pd_name
             ),
-            read_only: src.read_only,
-            fs_type: src.fs_type.clone(),
+            read_only: go_bool(src.read_only),
+            fs_type: go_string(src.fs_type.as_ref()),
             volume_attributes: Some(BTreeMap::from([(
                 "partition".to_string(),
                 partition_attribute(src.partition),
@@ -204,8 +207,8 @@ impl InTreePlugin for GcePd {
         let csi = CSIPersistentVolumeSource {
             driver: DRIVER_NAME.to_string(),
             volume_handle: handle,
-            read_only: src.read_only,
-            fs_type: src.fs_type.clone(),
+            read_only: go_bool(src.read_only),
+            fs_type: go_string(src.fs_type.as_ref()),
             volume_attributes: Some(BTreeMap::from([(
                 "partition".to_string(),
                 partition_attribute(src.partition),
@@ -245,8 +248,8 @@ impl InTreePlugin for GcePd {
         };
         let gce = GCEPersistentDiskVolumeSource {
             pd_name,
-            fs_type: csi.fs_type.clone(),
-            read_only: csi.read_only,
+            fs_type: go_string(csi.fs_type.as_ref()),
+            read_only: go_bool(csi.read_only),
             partition,
         };
         let mut out = pv.clone();
@@ -262,10 +265,6 @@ impl InTreePlugin for GcePd {
     }
 
     fn repair_volume_handle(&self, volume_handle: &str, node_id: &str) -> Result<String> {
-        if node_id.is_empty() {
-            // Nothing to repair with.
-            return Ok(volume_handle.to_string());
-        }
         let tok: Vec<&str> = volume_handle.split('/').collect();
         if tok.len() < ID_TOTAL_ELEMENTS {
             return Err(Error::InvalidField {

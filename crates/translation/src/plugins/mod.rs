@@ -98,6 +98,17 @@ pub fn plugin_by_short_name(name: &str) -> Option<&'static dyn InTreePlugin> {
     PLUGINS.iter().copied().find(|p| p.short_name() == name)
 }
 
+/// A Go `bool` field with `omitempty` (the in-tree and CSI `readOnly`): `false` is the same as
+/// absent and, as upstream's output, is not written.
+pub(crate) fn go_bool(v: Option<bool>) -> Option<bool> {
+    v.filter(|b| *b)
+}
+
+/// A Go `string` field with `omitempty` (`fsType` outside Azure Disk): `""` is not written.
+pub(crate) fn go_string(v: Option<&String>) -> Option<String> {
+    v.filter(|s| !s.is_empty()).cloned()
+}
+
 pub(crate) fn spec(pv: &PersistentVolume) -> Option<&PersistentVolumeSpec> {
     pv.spec.as_ref()
 }

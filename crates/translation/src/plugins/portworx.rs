@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::{InTreePlugin, csi_source, edit_spec, named_pv, parameters, spec};
+use super::{InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, parameters, spec};
 use crate::{Error, Result};
 
 /// In-tree plugin name.
@@ -101,7 +101,7 @@ impl InTreePlugin for Portworx {
         let csi = CSIPersistentVolumeSource {
             driver: DRIVER_NAME.to_string(),
             volume_handle: src.volume_id.clone(),
-            fs_type: src.fs_type.clone(),
+            fs_type: go_string(src.fs_type.as_ref()),
             volume_attributes: Some(BTreeMap::new()),
             ..Default::default()
         };
@@ -136,10 +136,10 @@ impl InTreePlugin for Portworx {
         let csi = CSIPersistentVolumeSource {
             driver: DRIVER_NAME.to_string(),
             volume_handle: src.volume_id.clone(),
-            fs_type: src.fs_type.clone(),
+            fs_type: go_string(src.fs_type.as_ref()),
             // Upstream drops readOnly here, publishing a read-only volume read-write; it is
             // kept (only `true`: Go's encoder has no `false`).
-            read_only: src.read_only.filter(|r| *r),
+            read_only: go_bool(src.read_only),
             volume_attributes: Some(BTreeMap::new()),
             controller_publish_secret_ref: secret.clone(),
             node_stage_secret_ref: secret.clone(),
@@ -161,8 +161,8 @@ impl InTreePlugin for Portworx {
         })?;
         let px = PortworxVolumeSource {
             volume_id: csi.volume_handle.clone(),
-            fs_type: csi.fs_type.clone(),
-            read_only: csi.read_only.filter(|r| *r),
+            fs_type: go_string(csi.fs_type.as_ref()),
+            read_only: go_bool(csi.read_only),
         };
         Ok(edit_spec(pv, |s| {
             s.csi = None;

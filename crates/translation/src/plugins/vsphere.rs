@@ -14,7 +14,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::{CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, csi_source, named_pv, parameters, spec};
+use super::{
+    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, csi_source, go_bool, go_string, named_pv,
+    parameters, spec,
+};
 use crate::topology::{
     add_topology_mut, label, replace_topology_mut, topology_labels, topology_values,
     translate_allowed_topologies,
@@ -164,7 +167,7 @@ impl InTreePlugin for VSphere {
         let csi = CSIPersistentVolumeSource {
             driver: DRIVER_NAME.to_string(),
             volume_handle: src.volume_path.clone(),
-            fs_type: src.fs_type.clone(),
+            fs_type: go_string(src.fs_type.as_ref()),
             volume_attributes: Some(BTreeMap::new()),
             ..Default::default()
         };
@@ -190,7 +193,7 @@ impl InTreePlugin for VSphere {
         let csi = CSIPersistentVolumeSource {
             driver: DRIVER_NAME.to_string(),
             volume_handle: src.volume_path.clone(),
-            fs_type: src.fs_type.clone(),
+            fs_type: go_string(src.fs_type.as_ref()),
             volume_attributes: Some(attrs),
             ..Default::default()
         };
@@ -210,7 +213,7 @@ impl InTreePlugin for VSphere {
         })?;
         let attrs = csi.volume_attributes.as_ref();
         let mut src = VsphereVirtualDiskVolumeSource {
-            fs_type: csi.fs_type.clone(),
+            fs_type: go_string(csi.fs_type.as_ref()),
             ..Default::default()
         };
         match attrs.and_then(|a| a.get(ATTR_INITIAL_VOLUME_FILEPATH)) {
