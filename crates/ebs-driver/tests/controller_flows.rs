@@ -293,6 +293,24 @@ async fn concurrent_publishes_never_overshoot_the_attach_limit() {
     );
 }
 
+fn calls(env: &Env, action: &str) -> u64 {
+    env.sim.call_counts().get(action).copied().unwrap_or(0)
+}
+
+/// Waits until ec2-sim has answered `action` at least `n` times in all (an observable step of
+/// the driver's work, instead of a sleep), failing after 30 s.
+async fn wait_for_calls(env: &Env, action: &str, n: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while calls(env, action) < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{action} was called {} times, not {n}",
+            calls(env, action)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_call_wins_when_kubernetes_changes_its_mind() {
     let env = Env::start(Timing::Fast, Backing::File, 26).await;
@@ -316,19 +334,7 @@ async fn the_last_call_wins_when_kubernetes_changes_its_mind() {
     let publish =
         tokio::spawn(async move { c1.controller_publish_volume(publish_req(&vid, &node)).await });
     // Wait until the attach was sent.
-    for _ in 0..200 {
-        if env
-            .sim
-            .call_counts()
-            .get("AttachVolume")
-            .copied()
-            .unwrap_or(0)
-            > 0
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_calls(&env, "AttachVolume", 1).await;
     // A repeat of the same call while it runs: Aborted.
     expect_code(
         c.controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
@@ -345,8 +351,10 @@ async fn the_last_call_wins_when_kubernetes_changes_its_mind() {
     // The earlier Publish is superseded.
     let p = publish.await.unwrap();
     assert_eq!(p.unwrap_err().code(), Code::Aborted);
-    // The attach completes once the fault is lifted; then it is detached (never forced).
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The attach completes once the fault is lifted; then it is detached (never forced). Lift
+    // it only after the worker has polled the stuck attachment again.
+    let polled = calls(&env, "DescribeVolumes");
+    wait_for_calls(&env, "DescribeVolumes", polled + 2).await;
     env.sim.set_faults(Faults::default());
     unpublish.await.unwrap().unwrap();
     assert!(
@@ -372,25 +380,15 @@ async fn the_last_call_wins_when_kubernetes_changes_its_mind() {
         c3.controller_unpublish_volume(unpublish_req(&vid, &node))
             .await
     });
-    for _ in 0..200 {
-        if env
-            .sim
-            .call_counts()
-            .get("DetachVolume")
-            .copied()
-            .unwrap_or(0)
-            > 1
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_for_calls(&env, "DetachVolume", 2).await;
     let mut c4 = d.controller();
     let (vid, node) = (v.volume_id.clone(), env.node_id.clone());
     let publish =
         tokio::spawn(async move { c4.controller_publish_volume(publish_req(&vid, &node)).await });
     assert_eq!(unpublish.await.unwrap().unwrap_err().code(), Code::Aborted);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Lift the fault only after the worker has polled the stuck detach again.
+    let polled = calls(&env, "DescribeVolumes");
+    wait_for_calls(&env, "DescribeVolumes", polled + 2).await;
     env.sim.set_faults(Faults::default());
     let device = publish.await.unwrap().unwrap().into_inner().publish_context["devicePath"].clone();
     let disk = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
