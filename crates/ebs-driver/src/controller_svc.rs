@@ -6,8 +6,6 @@ use std::collections::HashMap;
 use csi_spec::v1::controller_server::Controller;
 use csi_spec::v1::controller_service_capability::rpc::Type as Rpc;
 use csi_spec::v1::validate_volume_capabilities_response::Confirmed;
-use csi_spec::v1::volume_capability::AccessType;
-use csi_spec::v1::volume_capability::access_mode::Mode;
 use csi_spec::v1::volume_content_source::{SnapshotSource, Type as SourceType};
 use csi_spec::v1::{
     ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
@@ -17,13 +15,14 @@ use csi_spec::v1::{
     ControllerUnpublishVolumeResponse, CreateSnapshotRequest, CreateSnapshotResponse,
     CreateVolumeRequest, CreateVolumeResponse, DeleteSnapshotRequest, DeleteSnapshotResponse,
     DeleteVolumeRequest, DeleteVolumeResponse, ListSnapshotsRequest, ListSnapshotsResponse,
-    Topology, ValidateVolumeCapabilitiesRequest, ValidateVolumeCapabilitiesResponse, Volume,
-    VolumeCapability, VolumeContentSource, list_snapshots_response,
+    ValidateVolumeCapabilitiesRequest, ValidateVolumeCapabilitiesResponse, Volume,
+    VolumeContentSource, list_snapshots_response,
 };
 use tonic::{Request, Response, Status};
 
+use crate::capability::{check_capabilities, check_capability, required, topology, zone_of};
 use crate::controller::{ControllerService, CreateVolume};
-use crate::node::{DEVICE_PATH_KEY, TOPOLOGY_ZONE_KEY, WELL_KNOWN_ZONE_KEY};
+use crate::node::DEVICE_PATH_KEY;
 use crate::{Error, Result};
 
 /// csi.v1.Controller over [`ControllerService`].
@@ -53,81 +52,6 @@ fn deadline<T>(request: &Request<T>) -> Option<std::time::Duration> {
         "n" => Duration::from_nanos(n),
         _ => return None,
     })
-}
-
-fn required(field: &'static str, value: &str) -> Result<()> {
-    if value.is_empty() {
-        Err(Error::invalid(field, "is required"))
-    } else {
-        Ok(())
-    }
-}
-
-/// Checks one capability; `Err` names what is wrong, for InvalidArgument or for the
-/// ValidateVolumeCapabilities message.
-fn check_capability(field: &'static str, cap: &VolumeCapability) -> Result<()> {
-    let block = match &cap.access_type {
-        Some(AccessType::Block(_)) => true,
-        Some(AccessType::Mount(m)) => {
-            if !m.fs_type.is_empty()
-                && !["ext2", "ext3", "ext4", "xfs"].contains(&m.fs_type.as_str())
-            {
-                return Err(Error::invalid(
-                    field,
-                    format!(
-                        "fs_type '{}' is not supported (ext2, ext3, ext4, xfs)",
-                        m.fs_type
-                    ),
-                ));
-            }
-            false
-        }
-        None => {
-            return Err(Error::invalid(
-                field,
-                "access_type is required (mount or block)",
-            ));
-        }
-    };
-    match cap.mode() {
-        Some(
-            Mode::SingleNodeWriter
-            | Mode::SingleNodeReaderOnly
-            | Mode::SingleNodeSingleWriter
-            | Mode::SingleNodeMultiWriter,
-        ) => Ok(()),
-        Some(Mode::MultiNodeMultiWriter) if block => Ok(()),
-        Some(other) => Err(Error::invalid(
-            field,
-            format!(
-                "access mode {} is not supported: an EBS volume attaches to one node (MULTI_NODE_MULTI_WRITER only for block)",
-                other.as_str_name()
-            ),
-        )),
-        None => Err(Error::invalid(field, "access_mode is required")),
-    }
-}
-
-fn check_capabilities(caps: &[VolumeCapability]) -> Result<()> {
-    if caps.is_empty() {
-        return Err(Error::invalid("volume_capabilities", "is required"));
-    }
-    caps.iter()
-        .try_for_each(|c| check_capability("volume_capabilities", c))
-}
-
-fn zone_of(t: &Topology) -> Option<String> {
-    t.segments
-        .get(TOPOLOGY_ZONE_KEY)
-        .or_else(|| t.segments.get(WELL_KNOWN_ZONE_KEY))
-        .cloned()
-}
-
-fn topology(zone: &str) -> Topology {
-    Topology::from_segments([
-        (TOPOLOGY_ZONE_KEY, zone.to_string()),
-        (WELL_KNOWN_ZONE_KEY, zone.to_string()),
-    ])
 }
 
 fn timestamp(secs: i64, nanos: u32) -> prost_types::Timestamp {
@@ -342,6 +266,8 @@ impl Controller for CsiControllerSvc {
             Rpc::CreateDeleteSnapshot,
             Rpc::ListSnapshots,
             Rpc::ExpandVolume,
+            // SINGLE_NODE_SINGLE_WRITER and SINGLE_NODE_MULTI_WRITER (capability::MOUNT_MODES).
+            Rpc::SingleNodeMultiWriter,
             Rpc::ModifyVolume,
         ]
         .into_iter()

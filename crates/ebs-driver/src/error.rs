@@ -15,7 +15,8 @@ pub(crate) fn code(e: &Error) -> Code {
         Error::DeviceNotFound { .. }
         | Error::PathNotFound { .. }
         | Error::NotMounted(_)
-        | Error::NoSuchVolumeId(_) => Code::NotFound,
+        | Error::NoSuchVolumeId(_)
+        | Error::OtherVolumeAtPath { .. } => Code::NotFound,
         // CSI: "published but incompatible" with this request.
         Error::PublishedIncompatible { .. } => Code::AlreadyExists,
         // The world is not in the state the call needs; retrying as is will not help until it

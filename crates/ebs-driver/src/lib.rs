@@ -16,13 +16,13 @@
 
 use std::path::PathBuf;
 
+mod capability;
 pub mod controller;
 mod controller_svc;
 pub mod csictl;
 mod driver;
 mod embedded;
 mod error;
-pub mod go_args;
 pub mod identity;
 pub mod metrics;
 pub mod node;
@@ -114,6 +114,15 @@ pub enum Error {
         device: PathBuf,
         actual: u64,
         required: u64,
+    },
+
+    /// The path holds a volume, but not the one the request names (CSI: the volume does not
+    /// exist on that path, NOT_FOUND).
+    #[error("volume {volume_id} is not at {path}: the device there belongs to {actual}")]
+    OtherVolumeAtPath {
+        volume_id: String,
+        path: PathBuf,
+        actual: String,
     },
 
     /// A path the request names does not exist.

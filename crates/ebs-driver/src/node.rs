@@ -16,8 +16,6 @@ use std::path::PathBuf;
 
 use csi_spec::v1::node_server::Node;
 use csi_spec::v1::node_service_capability::rpc::Type as Rpc;
-use csi_spec::v1::volume_capability::AccessType as CsiAccessType;
-use csi_spec::v1::volume_capability::access_mode::Mode;
 use csi_spec::v1::volume_usage::Unit;
 use csi_spec::v1::{
     NodeExpandVolumeRequest, NodeExpandVolumeResponse, NodeGetCapabilitiesRequest,
@@ -25,23 +23,20 @@ use csi_spec::v1::{
     NodeGetVolumeStatsRequest, NodeGetVolumeStatsResponse, NodePublishVolumeRequest,
     NodePublishVolumeResponse, NodeServiceCapability, NodeStageVolumeRequest,
     NodeStageVolumeResponse, NodeUnpublishVolumeRequest, NodeUnpublishVolumeResponse,
-    NodeUnstageVolumeRequest, NodeUnstageVolumeResponse, Topology, VolumeCapability, VolumeUsage,
+    NodeUnstageVolumeRequest, NodeUnstageVolumeResponse, VolumeUsage,
 };
 use tonic::{Request, Response, Status};
 
-use crate::{Error, Result};
 use mount_utils::{Usage, VolumeStats};
-use requests::{
-    AccessType, ExpandRequest, PublishRequest, StageRequest, UnpublishRequest, UnstageRequest,
-};
+use requests::{ExpandRequest, PublishRequest, StageRequest, UnpublishRequest, UnstageRequest};
+
+use crate::Error;
+use crate::capability::{self, node_capability, required};
 use service::NodeService;
 
 /// The publish-context key under which the controller passes the device name.
 pub const DEVICE_PATH_KEY: &str = "devicePath";
-/// The driver's own zone topology key (the one PVs carry in their node affinity)...
-pub const TOPOLOGY_ZONE_KEY: &str = "topology.ebs.csi.aws.com/zone";
-/// ...and the well-known Kubernetes one, so schedulers that only know that one work too.
-pub const WELL_KNOWN_ZONE_KEY: &str = "topology.kubernetes.io/zone";
+pub use crate::capability::{TOPOLOGY_ZONE_KEY, WELL_KNOWN_ZONE_KEY};
 
 /// What NodeGetInfo reports.
 #[derive(Debug, Clone)]
@@ -67,60 +62,6 @@ impl CsiNodeSvc {
     }
 }
 
-fn required(field: &'static str, value: &str) -> Result<()> {
-    if value.is_empty() {
-        Err(Error::invalid(field, "is required"))
-    } else {
-        Ok(())
-    }
-}
-
-/// The access type the request asks for, and whether its access mode makes it read-only.
-/// EBS volumes attach to one node: single-node modes are supported, and multi-node
-/// multi-writer only for raw block (io2 Multi-Attach, where the application coordinates).
-fn access(cap: Option<&VolumeCapability>) -> Result<(AccessType, bool)> {
-    let cap = cap.ok_or_else(|| Error::invalid("volume_capability", "is required"))?;
-    let access = match &cap.access_type {
-        Some(CsiAccessType::Mount(m)) => AccessType::Mount {
-            fs_type: m.fs_type.clone(),
-            mount_flags: m.mount_flags.clone(),
-        },
-        Some(CsiAccessType::Block(_)) => AccessType::Block,
-        None => {
-            return Err(Error::invalid(
-                "volume_capability.access_type",
-                "is required (mount or block)",
-            ));
-        }
-    };
-    let mode = cap.mode().ok_or_else(|| {
-        Error::invalid(
-            "volume_capability.access_mode",
-            "is required and must be a known mode",
-        )
-    })?;
-    let read_only = match mode {
-        Mode::SingleNodeWriter => false,
-        Mode::SingleNodeReaderOnly => true,
-        Mode::MultiNodeMultiWriter if access == AccessType::Block => false,
-        other => {
-            return Err(Error::invalid(
-                "volume_capability.access_mode",
-                format!(
-                    "{} is not supported for {} volumes (supported: SINGLE_NODE_WRITER, SINGLE_NODE_READER_ONLY, and MULTI_NODE_MULTI_WRITER for block)",
-                    other.as_str_name(),
-                    if access == AccessType::Block {
-                        "block"
-                    } else {
-                        "mount"
-                    }
-                ),
-            ));
-        }
-    };
-    Ok((access, read_only))
-}
-
 fn device_path(ctx: &std::collections::HashMap<String, String>) -> Option<String> {
     ctx.get(DEVICE_PATH_KEY).filter(|p| !p.is_empty()).cloned()
 }
@@ -144,13 +85,13 @@ impl Node for CsiNodeSvc {
         let r = request.into_inner();
         required("volume_id", &r.volume_id)?;
         required("staging_target_path", &r.staging_target_path)?;
-        let (access, _) = access(r.volume_capability.as_ref())?;
+        let cap = node_capability(r.volume_capability.as_ref())?;
         self.service
             .stage(StageRequest {
                 volume_id: r.volume_id,
                 device_path: device_path(&r.publish_context),
                 staging_path: PathBuf::from(r.staging_target_path),
-                access,
+                access: cap.access,
             })
             .await?;
         Ok(Response::new(NodeStageVolumeResponse {}))
@@ -178,18 +119,24 @@ impl Node for CsiNodeSvc {
     ) -> Result<Response<NodePublishVolumeResponse>, Status> {
         let r = request.into_inner();
         required("volume_id", &r.volume_id)?;
-        // Required because this plugin has STAGE_UNSTAGE_VOLUME.
-        required("staging_target_path", &r.staging_target_path)?;
+        if r.staging_target_path.is_empty() {
+            // Optional in the message, but this plugin has STAGE_UNSTAGE_VOLUME: the spec's
+            // "staging target path not set" row is FAILED_PRECONDITION, not a missing field.
+            return Err(Error::FailedPrecondition(
+                "staging_target_path is required: this driver has STAGE_UNSTAGE_VOLUME, so NodeStageVolume must succeed first".into(),
+            )
+            .into());
+        }
         required("target_path", &r.target_path)?;
-        let (access, mode_read_only) = access(r.volume_capability.as_ref())?;
+        let cap = node_capability(r.volume_capability.as_ref())?;
         self.service
             .publish(PublishRequest {
                 volume_id: r.volume_id,
                 device_path: device_path(&r.publish_context),
                 staging_path: PathBuf::from(r.staging_target_path),
                 target_path: PathBuf::from(r.target_path),
-                access,
-                read_only: r.readonly || mode_read_only,
+                access: cap.access,
+                read_only: r.readonly || cap.read_only,
             })
             .await?;
         Ok(Response::new(NodePublishVolumeResponse {}))
@@ -248,8 +195,8 @@ impl Node for CsiNodeSvc {
         let r = request.into_inner();
         required("volume_id", &r.volume_id)?;
         required("volume_path", &r.volume_path)?;
-        if r.volume_capability.is_some() {
-            access(r.volume_capability.as_ref())?;
+        if let Some(cap) = &r.volume_capability {
+            capability::check_capability("volume_capability", cap)?;
         }
         let required_bytes = match r.capacity_range.map(|c| c.required_bytes) {
             Some(b) if b < 0 => {
@@ -283,6 +230,8 @@ impl Node for CsiNodeSvc {
             Rpc::StageUnstageVolume,
             Rpc::GetVolumeStats,
             Rpc::ExpandVolume,
+            // SINGLE_NODE_SINGLE_WRITER and SINGLE_NODE_MULTI_WRITER (capability::MOUNT_MODES).
+            Rpc::SingleNodeMultiWriter,
         ]
         .into_iter()
         .map(NodeServiceCapability::rpc)
@@ -294,74 +243,11 @@ impl Node for CsiNodeSvc {
         &self,
         _request: Request<NodeGetInfoRequest>,
     ) -> Result<Response<NodeGetInfoResponse>, Status> {
-        let accessible_topology = self.info.zone.as_ref().map(|zone| {
-            Topology::from_segments([
-                (TOPOLOGY_ZONE_KEY, zone.as_str()),
-                (WELL_KNOWN_ZONE_KEY, zone.as_str()),
-            ])
-        });
+        let accessible_topology = self.info.zone.as_deref().map(capability::topology);
         Ok(Response::new(NodeGetInfoResponse {
             node_id: self.info.node_id.clone(),
             max_volumes_per_node: self.info.max_volumes_per_node,
             accessible_topology,
         }))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn access_modes_are_checked_per_access_type() {
-        let (a, ro) = access(Some(&VolumeCapability::mount(
-            "xfs",
-            vec![],
-            Mode::SingleNodeReaderOnly,
-        )))
-        .unwrap();
-        assert!(ro);
-        assert_eq!(
-            a,
-            AccessType::Mount {
-                fs_type: "xfs".into(),
-                mount_flags: vec![]
-            }
-        );
-        let (a, ro) = access(Some(&VolumeCapability::block(Mode::MultiNodeMultiWriter))).unwrap();
-        assert!(!ro && a == AccessType::Block);
-        let err = access(Some(&VolumeCapability::mount(
-            "",
-            vec![],
-            Mode::MultiNodeMultiWriter,
-        )))
-        .unwrap_err();
-        assert!(
-            err.to_string().contains("volume_capability.access_mode"),
-            "{err}"
-        );
-        assert!(err.to_string().contains("MULTI_NODE_MULTI_WRITER"), "{err}");
-        let err = access(None).unwrap_err();
-        assert!(err.to_string().contains("volume_capability"), "{err}");
-        let no_type = VolumeCapability {
-            access_type: None,
-            ..VolumeCapability::block(Mode::SingleNodeWriter)
-        };
-        assert!(
-            access(Some(&no_type))
-                .unwrap_err()
-                .to_string()
-                .contains("access_type")
-        );
-        let no_mode = VolumeCapability {
-            access_mode: None,
-            ..VolumeCapability::block(Mode::SingleNodeWriter)
-        };
-        assert!(
-            access(Some(&no_mode))
-                .unwrap_err()
-                .to_string()
-                .contains("access_mode")
-        );
     }
 }

@@ -156,7 +156,8 @@ async fn identity_capabilities_and_node_info() {
         vec![
             Rpc::StageUnstageVolume,
             Rpc::GetVolumeStats,
-            Rpc::ExpandVolume
+            Rpc::ExpandVolume,
+            Rpc::SingleNodeMultiWriter
         ]
     );
     let info = node
@@ -208,9 +209,12 @@ async fn missing_and_bad_fields_are_invalid_argument_naming_the_field() {
         node.node_stage_volume(stage("/s", mount_cap("ntfs"))).await,
         "ntfs",
     );
+    // An ID that cannot be an EBS volume is a volume that does not exist, not a bad field.
     let mut r = stage("/s", mount_cap("ext4"));
     r.volume_id = "vol-xyz".into();
-    check(node.node_stage_volume(r).await, "volume_id");
+    let s = node.node_stage_volume(r).await.unwrap_err();
+    assert_eq!(s.code(), Code::NotFound, "{s:?}");
+    assert!(s.message().contains("vol-xyz"), "{s:?}");
     let mut r = stage("/s", mount_cap("ext4"));
     r.publish_context
         .insert("devicePath".into(), "/etc/passwd".into());
@@ -223,11 +227,14 @@ async fn missing_and_bad_fields_are_invalid_argument_naming_the_field() {
             .await,
         "target_path",
     );
-    check(
-        node.node_publish_volume(publish("", "/t", mount_cap("ext4"), false))
-            .await,
-        "staging_target_path",
-    );
+    // With STAGE_UNSTAGE_VOLUME, a missing staging path is the spec's "staging target path not
+    // set" row.
+    let s = node
+        .node_publish_volume(publish("", "/t", mount_cap("ext4"), false))
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
+    assert!(s.message().contains("staging_target_path"), "{s:?}");
     check(
         node.node_unstage_volume(NodeUnstageVolumeRequest {
             volume_id: VOL_A.into(),

@@ -41,7 +41,9 @@ pub(crate) struct DeviceFinder {
     pub(crate) poll: Duration,
 }
 
-/// EBS volume IDs: `vol-` and 8 (old) or 17 lowercase hex digits.
+/// EBS volume IDs: `vol-` and 8 (old) or 17 lowercase hex digits. Anything else names a volume
+/// that cannot exist: CSI's "volume does not exist" (NOT_FOUND), not a malformed request, since
+/// the ID is opaque to the CO.
 pub(crate) fn validate_volume_id(volume_id: &str) -> Result<()> {
     let ok = volume_id.strip_prefix("vol-").is_some_and(|hex| {
         (hex.len() == 8 || hex.len() == 17)
@@ -52,10 +54,7 @@ pub(crate) fn validate_volume_id(volume_id: &str) -> Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(Error::invalid(
-            "volume_id",
-            format!("{volume_id:?} is not an EBS volume ID (vol- and 8 or 17 hex digits)"),
-        ))
+        Err(Error::NoSuchVolumeId(volume_id.to_string()))
     }
 }
 
@@ -203,6 +202,16 @@ pub(crate) fn device_owner(sys_root: &Path, name: &str) -> Result<Option<String>
     Ok(None)
 }
 
+/// Which volume the block device numbered `dev` belongs to, when the kernel can tell (NVMe serial,
+/// loop backing file). `None` when it cannot: a Xen device, a device sysfs does not list, an
+/// identity that cannot be read; callers then trust the path they were given.
+pub(crate) fn owner_of(sys_root: &Path, dev: (u32, u32)) -> Option<String> {
+    let link = sys_root.join(format!("dev/block/{}:{}", dev.0, dev.1));
+    let target = std::fs::read_link(link).ok()?;
+    let name = target.file_name()?.to_string_lossy().into_owned();
+    device_owner(sys_root, &name).ok().flatten()
+}
+
 /// `/dev/xvdba` -> `xvdba`. The publish context comes from the controller; it must name a
 /// device node under /dev and nothing else.
 fn relative_to_dev(device_path: &str) -> Result<PathBuf> {
@@ -254,6 +263,7 @@ mod tests {
             "vol-0123456g",
         ] {
             let err = validate_volume_id(bad).unwrap_err();
+            assert!(matches!(err, Error::NoSuchVolumeId(_)), "{err}");
             assert!(err.to_string().contains("volume_id"), "{err}");
         }
     }

@@ -125,7 +125,7 @@ impl NodeService {
     /// so it takes no lock.
     pub async fn volume_stats(&self, volume_id: &str, volume_path: &Path) -> Result<VolumeStats> {
         device::validate_volume_id(volume_id)?;
-        require_absolute("volume_path", volume_path)?;
+        require_volume_path(volume_path)?;
         let meta = match tokio::fs::metadata(volume_path).await {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -137,11 +137,17 @@ impl NodeService {
             Err(e) => return Err(Error::io("stat", volume_path, e)),
         };
         let table = findmnt::read().await?;
-        if findmnt::mount_at(&table, volume_path).is_none() {
-            return Err(Error::NotMounted(volume_path.to_path_buf()));
-        }
-        if meta.file_type().is_block_device() {
-            let size = stats::block_device_size(&self.inner.sys_root, split_dev(meta.rdev()))?;
+        let m = findmnt::mount_at(&table, volume_path)
+            .ok_or_else(|| Error::NotMounted(volume_path.to_path_buf()))?;
+        let block = meta.file_type().is_block_device();
+        let dev = if block {
+            split_dev(meta.rdev())
+        } else {
+            m.dev()
+        };
+        check_owner(&self.inner.sys_root, dev, volume_id, volume_path)?;
+        if block {
+            let size = stats::block_device_size(&self.inner.sys_root, dev)?;
             return Ok(VolumeStats::Block { size_bytes: size });
         }
         let path = volume_path.to_path_buf();
@@ -156,7 +162,7 @@ impl NodeService {
     /// work: their size is the device's.
     pub async fn expand(&self, req: ExpandRequest) -> Result<u64> {
         device::validate_volume_id(&req.volume_id)?;
-        require_absolute("volume_path", &req.volume_path)?;
+        require_volume_path(&req.volume_path)?;
         let volume_id = req.volume_id.clone();
         self.locked(&volume_id, "expand", move |inner| async move {
             inner.expand(req).await
@@ -354,9 +360,11 @@ impl Inner {
         let m = findmnt::mount_at(&table, path).ok_or_else(|| Error::NotMounted(path.clone()))?;
         if meta.file_type().is_block_device() {
             let dev = split_dev(meta.rdev());
+            check_owner(&self.sys_root, dev, &req.volume_id, path)?;
             let size = stats::block_device_size(&self.sys_root, dev)?;
             return check_size(Path::new(&m.source), size, req.required_bytes);
         }
+        check_owner(&self.sys_root, m.dev(), &req.volume_id, path)?;
         let fs: FsType = m.fs_type.parse()?;
         let device = PathBuf::from(&m.source);
         let size = stats::block_device_size(&self.sys_root, m.dev())?;
@@ -398,10 +406,14 @@ fn already_staged(
         });
     }
     if let Some(r) = requested.filter(|r| r.as_str() != m.fs_type) {
-        return Err(Error::FsTypeMismatch {
-            device: device.path.clone(),
-            found: m.fs_type.clone(),
-            requested: r.to_string(),
+        // CSI: staged already, but incompatibly with this request's capability.
+        return Err(Error::PublishedIncompatible {
+            path: req.staging_path.clone(),
+            reason: format!(
+                "{} is staged there with {}, the request asks for {r}",
+                device.path.display(),
+                m.fs_type
+            ),
         });
     }
     tracing::info!(staging = %req.staging_path.display(), "already staged");
@@ -471,6 +483,36 @@ fn require_absolute(field: &'static str, path: &Path) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// A path the RPC only reads (NodeGetVolumeStats, NodeExpandVolume): a relative one cannot be
+/// where a volume was staged or published (those are absolute), so it names no volume: CSI's
+/// NOT_FOUND, as for any other path that holds none.
+fn require_volume_path(path: &Path) -> Result<()> {
+    if path.as_os_str().is_empty() {
+        return Err(Error::invalid("volume_path", "is required"));
+    }
+    if !path.is_absolute() {
+        return Err(Error::PathNotFound {
+            what: "volume_path (not an absolute path)",
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// The device mounted at `path` must not belong to another volume than `volume_id` (when the
+/// kernel can tell whose it is): stats or a resize of the wrong volume would be reported as
+/// this one's.
+fn check_owner(sys_root: &Path, dev: (u32, u32), volume_id: &str, path: &Path) -> Result<()> {
+    match device::owner_of(sys_root, dev) {
+        Some(actual) if actual != volume_id => Err(Error::OtherVolumeAtPath {
+            volume_id: volume_id.to_string(),
+            path: path.to_path_buf(),
+            actual,
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn split_dev(rdev: u64) -> (u32, u32) {
