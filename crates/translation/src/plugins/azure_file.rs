@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use regex_lite::Regex;
 
-use super::{InTreePlugin, csi_source, go_bool, go_string, named_pv, spec};
+use super::{InTreePlugin, csi_source, go_bool, named_pv, spec};
 use crate::{Error, Result};
 
 /// In-tree plugin name.

@@ -15,8 +15,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, csi_source, go_bool, go_string, named_pv,
-    parameters, spec,
+    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, csi_source, go_string, named_pv, parameters, spec,
 };
 use crate::topology::{
     add_topology_mut, label, replace_topology_mut, topology_labels, topology_values,
