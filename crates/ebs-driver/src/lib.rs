@@ -23,6 +23,7 @@ pub mod csictl;
 mod driver;
 mod embedded;
 mod error;
+pub mod go_args;
 pub mod identity;
 pub mod metrics;
 pub mod node;
