@@ -35,16 +35,17 @@ const ALLOW_INCREASE_IOPS_KEY: &str = "allowautoiopspergbincrease";
 pub struct AwsEbs;
 
 /// The EBS volume ID inside a Kubernetes volume ID: `vol-x`, `aws:///vol-x` or
-/// `aws://zone/vol-x` all give `vol-x`.
+/// `aws://zone/vol-x` all give `vol-x`. An `aws://` ID is read as Go's `net/url` reads it
+/// (query and fragment cut off, path percent-decoded), so the handle is upstream's.
 pub fn kubernetes_volume_id_to_ebs_volume_id(kubernetes_id: &str) -> Result<String> {
-    let Some(rest) = kubernetes_id.strip_prefix("aws://") else {
+    if !kubernetes_id.starts_with("aws://") {
         // A bare ID, taken as it is (upstream does not check it either).
         return Ok(kubernetes_id.to_string());
-    };
-    // aws://<zone>/<path>: the path, without surrounding slashes, must be one `vol-` segment.
-    let path = rest.find('/').map_or("", |i| &rest[i..]);
-    let id = path.trim_matches('/');
-    if id.starts_with("vol-") && !id.contains('/') {
+    }
+    // The path, without surrounding slashes, must be one `vol-` segment.
+    let path = super::go_url::aws_url_path(kubernetes_id);
+    let id = path.as_deref().map(|p| p.trim_matches('/'));
+    if let Some(id) = id.filter(|id| id.starts_with("vol-") && !id.contains('/')) {
         Ok(id.to_string())
     } else {
         Err(Error::InvalidField {

@@ -14,6 +14,7 @@ pub mod azure_disk;
 pub mod azure_file;
 pub mod cinder;
 pub mod gce_pd;
+mod go_url;
 pub mod portworx;
 pub mod vsphere;
 
