@@ -244,7 +244,7 @@ impl Controller for CsiControllerSvc {
                     volume_context: r.volume_context,
                     volume_capabilities: r.volume_capabilities,
                     parameters: r.parameters,
-                    mutable_parameters: HashMap::new(),
+                    mutable_parameters: r.mutable_parameters,
                 }),
                 message: String::new(),
             },

@@ -277,7 +277,9 @@ fn init_logging(f: &Flags) {
     // klog writes to stderr; so do we.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // Colours only on a terminal: a pod's log is a file.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     if f.logging_format == "json" {
         builder.json().init();
     } else {

@@ -167,8 +167,34 @@ async fn helm_controller_arguments_start_and_take_effect() {
         metrics.contains("ebs_csi_rpc_requests_total{method=\"CreateVolume\",code=\"OK\"} 1"),
         "{metrics}"
     );
+    c.controller_modify_volume(ControllerModifyVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        mutable_parameters: [("tagSpecification_1".to_string(), "tier=gold".to_string())].into(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    c.delete_volume(DeleteVolumeRequest {
+        volume_id: v.volume_id.clone(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
     let log = p.stop();
     assert!(log.contains("starting"), "{log}");
+    // Every controller RPC logs inside a span that names its volume.
+    for needle in [
+        "CreateVolume{name=pvc-helm}".to_string(),
+        format!("ControllerModifyVolume{{volume_id={}}}", v.volume_id),
+        format!("DeleteVolume{{volume_id={}}}", v.volume_id),
+    ] {
+        assert!(log.contains(&needle), "no span {needle} in\n{log}");
+    }
+    let deleted = log
+        .lines()
+        .find(|l| l.contains("volume deleted"))
+        .unwrap_or_else(|| panic!("DeleteVolume logged nothing at INFO:\n{log}"));
+    assert!(deleted.contains("INFO"), "{deleted}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

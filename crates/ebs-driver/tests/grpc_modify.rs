@@ -194,6 +194,20 @@ async fn create_volume_applies_mutable_parameters_over_parameters() {
     assert_eq!(disk.volume_type, "io2");
     assert_eq!(disk.iops, Some(5000));
     assert_eq!(disk.tags.get("class").map(String::as_str), Some("fast"));
+    // ValidateVolumeCapabilities confirms the mutable parameters it was given.
+    let confirmed = c
+        .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
+            volume_id: v.volume_id.clone(),
+            volume_capabilities: r.volume_capabilities.clone(),
+            mutable_parameters: r.mutable_parameters.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .confirmed
+        .unwrap();
+    assert_eq!(confirmed.mutable_parameters, r.mutable_parameters);
     // Idempotent with the same mutable parameters.
     let again = c
         .create_volume(r)
