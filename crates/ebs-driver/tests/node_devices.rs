@@ -9,7 +9,7 @@ mod common;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use common::{MIB, VOL_A, VOL_B, blkid_type, mount_access, rdev, stage_req};
+use common::{MIB, VOL_A, VOL_B, blkid_type, mount_access, rdev, stage_req, started};
 use ebs_driver::Error;
 
 #[tokio::test]
@@ -102,46 +102,39 @@ async fn sd_names_are_found_under_their_xen_rename() {
 async fn stage_waits_for_a_device_that_appears_late() {
     let Some(mut fx) = fixture!() else { return };
     let a = fx.attach(VOL_A, 64 * MIB);
-    let svc = fx.service();
+    let mut cfg = fx.config();
+    cfg.device_wait = Duration::from_secs(30);
+    let svc = ebs_driver::NodeService::new(cfg).unwrap();
     let staging = fx.path("staging");
     let req = stage_req(VOL_A, "/dev/xvdba", &staging, mount_access("ext4"));
-    let call = tokio::spawn(async move { svc.stage(req).await });
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    let call = started(svc.stage(req.clone()));
+    // No link to A's device exists, so the stage can only be waiting for one.
+    let err = svc.stage(req).await.unwrap_err();
+    assert!(matches!(err, Error::OperationInFlight(_)), "{err}");
     fx.link_by_id(VOL_A, &a);
-    call.await.unwrap().unwrap();
-    assert!(fx.mounted(&staging).is_some());
+    call.await.unwrap();
+    assert_eq!(std::fs::metadata(&staging).unwrap().dev(), rdev(&a));
 }
 
+/// Per-volume, not global, serialisation: B's stage must finish while A's is in progress, since
+/// A's device only appears once B is staged. Were stages serialised, B would wait behind A,
+/// A would time out with no device, and the test would fail.
 #[tokio::test]
 async fn a_second_call_for_a_busy_volume_is_in_flight_and_others_proceed() {
     let Some(mut fx) = fixture!() else { return };
+    let a = fx.attach(VOL_A, 64 * MIB);
     let b = fx.attach_linked(VOL_B, 64 * MIB, "xvdbb");
     let mut cfg = fx.config();
-    cfg.device_wait = Duration::from_secs(3);
+    cfg.device_wait = Duration::from_secs(30);
     let svc = ebs_driver::NodeService::new(cfg).unwrap();
     let staging_a = fx.path("staging-a");
-    // A's device never appears, so its stage sits in the device wait holding A's lock.
-    let first = {
-        let svc = svc.clone();
-        let req = stage_req(VOL_A, "/dev/xvdba", &staging_a, mount_access("ext4"));
-        tokio::spawn(async move { svc.stage(req).await })
-    };
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let err = svc
-        .stage(stage_req(
-            VOL_A,
-            "/dev/xvdba",
-            &staging_a,
-            mount_access("ext4"),
-        ))
-        .await
-        .unwrap_err();
+    let req_a = stage_req(VOL_A, "/dev/xvdba", &staging_a, mount_access("ext4"));
+    let first = started(svc.stage(req_a.clone()));
+    let err = svc.stage(req_a).await.unwrap_err();
     assert!(
         matches!(err, Error::OperationInFlight(ref v) if v == VOL_A),
         "{err}"
     );
-    // Another volume is not held up by A.
-    let started = std::time::Instant::now();
     svc.stage(stage_req(
         VOL_B,
         "/dev/xvdbb",
@@ -150,10 +143,11 @@ async fn a_second_call_for_a_busy_volume_is_in_flight_and_others_proceed() {
     ))
     .await
     .unwrap();
-    assert!(!first.is_finished() || started.elapsed() < Duration::from_secs(3));
     assert_eq!(blkid_type(&b).as_deref(), Some("ext4"));
-    let err = first.await.unwrap().unwrap_err();
-    assert!(matches!(err, Error::DeviceNotFound { .. }), "{err}");
+    // Only now does A's device appear: A can only succeed if it was still waiting.
+    fx.link("xvdba", &a);
+    first.await.unwrap();
+    assert_eq!(std::fs::metadata(&staging_a).unwrap().dev(), rdev(&a));
 }
 
 #[tokio::test]

@@ -5,9 +5,12 @@
 // Test support: a failed setup step should fail the test loudly, so unwrap is the right tool.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+use std::future::Future;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::Command;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use ebs_driver::{
@@ -194,6 +197,21 @@ impl Fixture {
             .find(|(mp, _)| *mp == path)
             .map(|(_, opts)| opts)
     }
+}
+
+/// Starts a [`NodeService`] call and polls it exactly once. Everything the call does before its
+/// first await point has then happened: the service takes the volume's lock there and hands the
+/// work to a task of its own, which runs on whether or not the returned future is polled. So
+/// once this returns, the call is observably in progress (another call for the volume is
+/// refused as in flight), with no sleep to guess how long that takes.
+pub fn started<F: Future>(call: F) -> Pin<Box<F>> {
+    let mut call = Box::pin(call);
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(
+        call.as_mut().poll(&mut cx).is_pending(),
+        "the call finished before it could be observed in progress"
+    );
+    call
 }
 
 pub fn blkid_type(device: &Path) -> Option<String> {
