@@ -20,6 +20,7 @@ mod handler;
 pub mod metrics;
 mod migration;
 pub mod names;
+mod objects;
 mod queue;
 mod reconciler;
 mod startup;

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use crate::objects::Va;
 use kube::runtime::reflector::ObjectRef;
 use tokio_util::sync::CancellationToken;
 
@@ -75,17 +75,11 @@ async fn published(ctx: &Ctx, csi: &CsiClient) -> Result<HashMap<String, HashSet
 }
 
 /// The volume handle and node ID the driver would know this VolumeAttachment by.
-fn identify(ctx: &Ctx, va: &VolumeAttachment) -> Option<(String, String)> {
+fn identify(ctx: &Ctx, va: &Va) -> Option<(String, String)> {
     let node_id = ctx
         .csinodes
         .get(&ObjectRef::new(&va.spec.node_name))
-        .and_then(|n| {
-            n.spec
-                .drivers
-                .iter()
-                .find(|d| d.name == ctx.driver)
-                .map(|d| d.node_id.clone())
-        })
+        .and_then(|n| n.node_id(&ctx.driver).map(str::to_string))
         .or_else(|| {
             va.metadata
                 .annotations
@@ -94,7 +88,7 @@ fn identify(ctx: &Ctx, va: &VolumeAttachment) -> Option<(String, String)> {
         })?;
     let volume = match source_of(va).ok()? {
         Source::Pv(name) => {
-            migration::pv_volume(ctx.current_pv(name)?.as_ref(), &ctx.driver).ok()?
+            migration::pv_volume(&ctx.current_pv(name)?.to_full(), &ctx.driver).ok()?
         }
         Source::Inline(spec) => {
             migration::inline_volume(va.metadata.name.as_deref()?, spec, &ctx.driver).ok()?

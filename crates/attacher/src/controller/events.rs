@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use crate::objects::Va;
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -45,7 +45,7 @@ impl EventRecorder {
     }
 
     /// Records a Warning on `va`. Failures are logged, never returned: an Event is a courtesy.
-    pub(crate) async fn warn(&self, va: &VolumeAttachment, reason: &str, message: &str) {
+    pub(crate) async fn warn(&self, va: &Va, reason: &str, message: &str) {
         let name = va.metadata.name.clone().unwrap_or_default();
         let key = Key {
             uid: va.metadata.uid.clone().unwrap_or_default(),

@@ -11,9 +11,9 @@ pub(crate) mod writes;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
+use crate::objects::Pv;
+use crate::objects::{CsiNode, Va};
 use csi_spec::v1::controller_service_capability::rpc::Type as Rpc;
-use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
@@ -92,14 +92,14 @@ pub(crate) struct Ctx {
     pub driver: String,
     pub finalizer: String,
     pub opts: Options,
-    pub va_api: Api<VolumeAttachment>,
-    pub pv_api: Api<PersistentVolume>,
-    pub csinode_api: Api<CSINode>,
-    pub vas: Store<VolumeAttachment>,
-    pub pvs: Store<PersistentVolume>,
-    pub csinodes: Store<CSINode>,
-    pub fresh_vas: Fresh<VolumeAttachment>,
-    pub fresh_pvs: Fresh<PersistentVolume>,
+    pub va_api: Api<Va>,
+    pub pv_api: Api<Pv>,
+    pub csinode_api: Api<CsiNode>,
+    pub vas: Store<Va>,
+    pub pvs: Store<Pv>,
+    pub csinodes: Store<CsiNode>,
+    pub fresh_vas: Fresh<Va>,
+    pub fresh_pvs: Fresh<Pv>,
     pub va_queue: Arc<WorkQueue>,
     pub pv_queue: Arc<WorkQueue>,
     pub events: EventRecorder,
@@ -109,7 +109,7 @@ pub(crate) struct Ctx {
 
 impl Ctx {
     /// VolumeAttachments as the writers see them.
-    pub(crate) fn va_objects(&self) -> writes::Objects<'_, VolumeAttachment> {
+    pub(crate) fn va_objects(&self) -> writes::Objects<'_, Va> {
         writes::Objects {
             api: &self.va_api,
             store: &self.vas,
@@ -117,7 +117,7 @@ impl Ctx {
         }
     }
 
-    pub(crate) fn pv_objects(&self) -> writes::Objects<'_, PersistentVolume> {
+    pub(crate) fn pv_objects(&self) -> writes::Objects<'_, Pv> {
         writes::Objects {
             api: &self.pv_api,
             store: &self.pvs,
@@ -126,16 +126,16 @@ impl Ctx {
     }
 
     /// The newest copy of a VolumeAttachment we know: the cache, or our own last write.
-    pub(crate) fn current_va(&self, name: &str) -> Option<Arc<VolumeAttachment>> {
+    pub(crate) fn current_va(&self, name: &str) -> Option<Arc<Va>> {
         self.va_objects().current(name)
     }
 
-    pub(crate) fn current_pv(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+    pub(crate) fn current_pv(&self, name: &str) -> Option<Arc<Pv>> {
         self.pv_objects().current(name)
     }
 
     /// A PV from the cache, or (not cached yet: its watch may lag the VolumeAttachment's) a GET.
-    pub(crate) async fn get_pv(&self, name: &str) -> Result<Option<Arc<PersistentVolume>>, Error> {
+    pub(crate) async fn get_pv(&self, name: &str) -> Result<Option<Arc<Pv>>, Error> {
         if let Some(pv) = self.current_pv(name) {
             return Ok(Some(pv));
         }
@@ -147,7 +147,7 @@ impl Ctx {
 
     /// A CSINode from the cache. (No GET: one that registers later kicks the VolumeAttachments
     /// waiting for it, and the attacher needs no `get` permission on CSINodes.)
-    pub(crate) fn get_csinode(&self, name: &str) -> Option<Arc<CSINode>> {
+    pub(crate) fn get_csinode(&self, name: &str) -> Option<Arc<CsiNode>> {
         self.csinodes.get(&ObjectRef::new(name))
     }
 
@@ -166,13 +166,13 @@ impl Ctx {
     }
 
     /// Is this VolumeAttachment ours?
-    pub(crate) fn owns(&self, va: &VolumeAttachment) -> bool {
+    pub(crate) fn owns(&self, va: &Va) -> bool {
         va.spec.attacher == self.driver
             || (self.driver == DUMMY_DRIVER && va.spec.attacher == DUMMY_DRIVER_VALID)
     }
 
     /// Queues a VolumeAttachment in the lane its state calls for.
-    pub(crate) fn enqueue_va(&self, va: &VolumeAttachment) {
+    pub(crate) fn enqueue_va(&self, va: &Va) {
         let Some(name) = va.metadata.name.as_deref() else {
             return;
         };

@@ -9,9 +9,9 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
+use crate::objects::Pv;
+use crate::objects::{CsiNode, Va};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -22,13 +22,12 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::{Ctx, writes};
-use crate::migration;
 use crate::names::NODE_ID_ANNOTATION;
 
 pub(crate) struct Writers {
-    pub vas: Writer<VolumeAttachment>,
-    pub pvs: Writer<PersistentVolume>,
-    pub csinodes: Writer<CSINode>,
+    pub vas: Writer<Va>,
+    pub pvs: Writer<Pv>,
+    pub csinodes: Writer<CsiNode>,
 }
 
 /// What a watch saw, with the cached object it replaces.
@@ -131,18 +130,14 @@ async fn watch_loop<K, F>(
 /// re-queuing on our own error write would defeat the backoff) nor for our own finalizer and
 /// node-ID annotation, nor bookkeeping metadata. Yes for deletion, spec changes and any other
 /// change made by somebody else.
-pub(crate) fn va_needs_sync(
-    old: &VolumeAttachment,
-    new: &VolumeAttachment,
-    finalizer: &str,
-) -> bool {
+pub(crate) fn va_needs_sync(old: &Va, new: &Va, finalizer: &str) -> bool {
     if old.metadata.deletion_timestamp.is_some() != new.metadata.deletion_timestamp.is_some() {
         return true;
     }
     if old.spec != new.spec {
         return true;
     }
-    let strip = |va: &VolumeAttachment| {
+    let strip = |va: &Va| {
         let mut m = va.metadata.clone();
         m.resource_version = None;
         m.managed_fields = None;
@@ -164,7 +159,7 @@ pub(crate) fn va_needs_sync(
     strip(old) != strip(new)
 }
 
-fn on_va(ctx: &Ctx, change: Change<VolumeAttachment>) {
+fn on_va(ctx: &Ctx, change: Change<Va>) {
     match change {
         Change::Applied { old, new } => {
             if !ctx.owns(&new) {
@@ -196,14 +191,14 @@ fn on_va(ctx: &Ctx, change: Change<VolumeAttachment>) {
 
 /// PVs the PV queue must look at: carrying our finalizer and either being deleted or handed
 /// back to the in-tree plugin (migration rolled back). Everything else is left alone.
-pub(crate) fn pv_needs_sync(pv: &PersistentVolume, finalizer: &str, driver: &str) -> bool {
+pub(crate) fn pv_needs_sync(pv: &Pv, finalizer: &str, driver: &str) -> bool {
     writes::has_finalizer(pv, finalizer)
-        && (pv.metadata.deletion_timestamp.is_some() || migration::rolled_back(pv, driver))
+        && (pv.metadata.deletion_timestamp.is_some() || pv.rolled_back(driver))
 }
 
 /// Retries now, rather than after their backoff, the VolumeAttachments waiting for something
 /// that just appeared. (The Go sidecar waits out the backoff, up to `--retry-interval-max`.)
-fn kick_waiting(ctx: &Ctx, waits_for: impl Fn(&VolumeAttachment) -> bool) {
+fn kick_waiting(ctx: &Ctx, waits_for: impl Fn(&Va) -> bool) {
     if !ctx.va_queue.has_kick_candidates() {
         return;
     }
@@ -219,16 +214,11 @@ fn kick_waiting(ctx: &Ctx, waits_for: impl Fn(&VolumeAttachment) -> bool) {
     }
 }
 
-fn node_id_of(csinode: &CSINode, driver: &str) -> Option<String> {
-    csinode
-        .spec
-        .drivers
-        .iter()
-        .find(|d| d.name == driver)
-        .map(|d| d.node_id.clone())
+fn node_id_of<'a>(csinode: &'a CsiNode, driver: &str) -> Option<&'a str> {
+    csinode.node_id(driver)
 }
 
-fn on_csinode(ctx: &Ctx, change: Change<CSINode>) {
+fn on_csinode(ctx: &Ctx, change: Change<CsiNode>) {
     let Change::Applied { old, new } = change else {
         return;
     };
@@ -241,7 +231,7 @@ fn on_csinode(ctx: &Ctx, change: Change<CSINode>) {
     kick_waiting(ctx, |va| va.spec.node_name == node);
 }
 
-fn on_pv(ctx: &Ctx, change: Change<PersistentVolume>) {
+fn on_pv(ctx: &Ctx, change: Change<Pv>) {
     match change {
         Change::Applied { old, new } => {
             ctx.fresh_pvs.observe(&new);
@@ -269,14 +259,16 @@ fn on_pv(ctx: &Ctx, change: Change<PersistentVolume>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::PersistentVolume;
     use k8s_openapi::api::storage::v1::{
-        VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus, VolumeError,
+        VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus,
+        VolumeError,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
     const FIN: &str = "external-attacher/mock-csi-rs";
 
-    fn va() -> VolumeAttachment {
+    fn va() -> Va {
         VolumeAttachment {
             metadata: ObjectMeta {
                 name: Some("va".into()),
@@ -293,6 +285,7 @@ mod tests {
             },
             status: None,
         }
+        .into()
     }
 
     #[test]
@@ -337,7 +330,7 @@ mod tests {
 
     #[test]
     fn only_finalized_pvs_being_deleted_or_rolled_back_go_to_the_pv_queue() {
-        let mut pv = PersistentVolume {
+        let pv = PersistentVolume {
             metadata: ObjectMeta {
                 name: Some("pv".into()),
                 finalizers: Some(vec![FIN.into()]),
@@ -353,6 +346,7 @@ mod tests {
             }),
             status: None,
         };
+        let mut pv = Pv::from(pv);
         assert!(!pv_needs_sync(&pv, FIN, "mock.csi.rs"), "alive CSI PV");
         pv.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
         assert!(pv_needs_sync(&pv, FIN, "mock.csi.rs"));

@@ -8,7 +8,6 @@ use tracing::Instrument;
 use super::watch::pv_needs_sync;
 use super::{Ctx, writes};
 use crate::handler::Handler;
-use crate::migration;
 use crate::queue::Outcome;
 
 pub(crate) async fn va_worker(ctx: Arc<Ctx>, handler: Arc<dyn Handler>, lane: usize) {
@@ -105,7 +104,7 @@ async fn sync_pv(ctx: &Ctx, name: &str) -> Outcome {
     }
     let why = if pv.metadata.deletion_timestamp.is_some() {
         "being deleted"
-    } else if migration::rolled_back(&pv, &ctx.driver) {
+    } else if pv.rolled_back(&ctx.driver) {
         "handed back to its in-tree plugin"
     } else {
         "unused"

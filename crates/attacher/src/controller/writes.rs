@@ -12,12 +12,11 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use crate::objects::Pv;
+use crate::objects::Va;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
@@ -95,7 +94,7 @@ pub(crate) async fn patch_metadata<K, F>(
     compute: F,
 ) -> Result<Arc<K>, Error>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + 'static,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + 'static,
     F: Fn(&K) -> Result<Option<Map<String, Value>>, Error>,
 {
     let name = start.meta().name.clone().unwrap_or_default();
@@ -151,10 +150,10 @@ pub(crate) fn has_finalizer<K: Resource>(obj: &K, finalizer: &str) -> bool {
 
 /// Adds our finalizer to the PV (no write if it is there). Refuses a PV being deleted.
 pub(crate) async fn add_pv_finalizer(
-    objs: &Objects<'_, PersistentVolume>,
-    pv: Arc<PersistentVolume>,
+    objs: &Objects<'_, Pv>,
+    pv: Arc<Pv>,
     finalizer: &str,
-) -> Result<Arc<PersistentVolume>, Error> {
+) -> Result<Arc<Pv>, Error> {
     let name = pv.metadata.name.clone().unwrap_or_default();
     let what = format!("PersistentVolume {name}");
     patch_metadata(objs, &what, pv, |pv| {
@@ -187,7 +186,7 @@ pub(crate) async fn remove_finalizer<K>(
     finalizer: &str,
 ) -> Result<Arc<K>, Error>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug + 'static,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + 'static,
 {
     patch_metadata(objs, what, obj, |o| {
         if !has_finalizer(o, finalizer) {
@@ -207,11 +206,11 @@ where
 /// Adds our finalizer and the node-ID annotation to the VolumeAttachment in one patch (no
 /// write if both are there).
 pub(crate) async fn prepare_va(
-    objs: &Objects<'_, VolumeAttachment>,
-    va: Arc<VolumeAttachment>,
+    objs: &Objects<'_, Va>,
+    va: Arc<Va>,
     finalizer: &str,
     node_id: &str,
-) -> Result<Arc<VolumeAttachment>, Error> {
+) -> Result<Arc<Va>, Error> {
     let what = format!(
         "VolumeAttachment {}",
         va.metadata.name.as_deref().unwrap_or_default()
@@ -244,16 +243,16 @@ pub(crate) async fn prepare_va(
     .await
 }
 
-fn status(va: &VolumeAttachment) -> Option<&k8s_openapi::api::storage::v1::VolumeAttachmentStatus> {
+fn status(va: &Va) -> Option<&k8s_openapi::api::storage::v1::VolumeAttachmentStatus> {
     va.status.as_ref()
 }
 
 async fn patch_status(
-    api: &Api<VolumeAttachment>,
-    fresh: &Fresh<VolumeAttachment>,
+    api: &Api<Va>,
+    fresh: &Fresh<Va>,
     name: &str,
     status: Value,
-) -> Result<Arc<VolumeAttachment>, Error> {
+) -> Result<Arc<Va>, Error> {
     let patch = json!({ "status": status });
     let obj = api
         .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -267,9 +266,9 @@ async fn patch_status(
 /// `status.attached = true`, `attachmentMetadata` = the publish context, `attachError` cleared:
 /// one status patch, skipped when the status already says exactly that.
 pub(crate) async fn mark_attached(
-    api: &Api<VolumeAttachment>,
-    fresh: &Fresh<VolumeAttachment>,
-    va: &VolumeAttachment,
+    api: &Api<Va>,
+    fresh: &Fresh<Va>,
+    va: &Va,
     metadata: BTreeMap<String, String>,
 ) -> Result<(), Error> {
     let name = va.metadata.name.clone().unwrap_or_default();
@@ -303,9 +302,9 @@ pub(crate) async fn mark_attached(
 
 /// `status.attached = true` with no metadata and no finalizer (the trivial handler).
 pub(crate) async fn mark_attached_trivially(
-    api: &Api<VolumeAttachment>,
-    fresh: &Fresh<VolumeAttachment>,
-    va: &VolumeAttachment,
+    api: &Api<Va>,
+    fresh: &Fresh<Va>,
+    va: &Va,
 ) -> Result<(), Error> {
     if status(va).is_some_and(|s| s.attached && s.attach_error.is_none()) {
         return Ok(());
@@ -325,8 +324,8 @@ pub(crate) async fn mark_attached_trivially(
 /// finalizer the object goes away with that one patch; when others keep it alive, the status is
 /// first set to detached (attached=false, no metadata, no detachError) so it does not lie.
 pub(crate) async fn mark_detached(
-    objs: &Objects<'_, VolumeAttachment>,
-    va: Arc<VolumeAttachment>,
+    objs: &Objects<'_, Va>,
+    va: Arc<Va>,
     finalizer: &str,
 ) -> Result<(), Error> {
     let name = va.metadata.name.clone().unwrap_or_default();
@@ -366,8 +365,8 @@ pub(crate) fn truncate_message(message: &str) -> String {
 
 /// Records a failed attach or detach in `status.attachError` / `status.detachError`.
 pub(crate) async fn save_error(
-    api: &Api<VolumeAttachment>,
-    fresh: &Fresh<VolumeAttachment>,
+    api: &Api<Va>,
+    fresh: &Fresh<Va>,
     name: &str,
     detaching: bool,
     error: &Error,

@@ -14,8 +14,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, PersistentVolume, Secret};
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use crate::objects::Pv;
+use crate::objects::Va;
+use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, Secret};
 use kube::Api;
 
 use super::Handler;
@@ -33,7 +34,7 @@ pub(crate) enum Source<'a> {
 }
 
 /// Exactly one of `persistentVolumeName` and `inlineVolumeSpec`, else an error on the object.
-pub(crate) fn source_of(va: &VolumeAttachment) -> Result<Source<'_>, Error> {
+pub(crate) fn source_of(va: &Va) -> Result<Source<'_>, Error> {
     let src = &va.spec.source;
     let err = |reason: &str| Error::InvalidVolumeAttachment {
         name: va.metadata.name.clone().unwrap_or_default(),
@@ -50,7 +51,7 @@ pub(crate) fn source_of(va: &VolumeAttachment) -> Result<Source<'_>, Error> {
             Err(err("spec.source.persistentVolumeName is empty"))
         }
         (Some(name), None) => Ok(Source::Pv(name)),
-        (None, Some(spec)) => Ok(Source::Inline(spec)),
+        (None, Some(spec)) => Ok(Source::Inline(spec.as_ref())),
     }
 }
 
@@ -66,10 +67,7 @@ impl CsiHandler {
     }
 
     /// The volume to publish, translated to CSI, and its PV (None for inline volumes).
-    async fn volume_of(
-        &self,
-        va: &VolumeAttachment,
-    ) -> Result<(CsiVolume, Option<Arc<PersistentVolume>>), Error> {
+    async fn volume_of(&self, va: &Va) -> Result<(CsiVolume, Option<Arc<Pv>>), Error> {
         match source_of(va)? {
             Source::Pv(name) => {
                 let pv = self.ctx.get_pv(name).await?.ok_or_else(|| {
@@ -77,7 +75,7 @@ impl CsiHandler {
                         name: name.to_string(),
                     }
                 })?;
-                let volume = migration::pv_volume(&pv, &self.ctx.driver)?;
+                let volume = migration::pv_volume(&pv.to_full(), &self.ctx.driver)?;
                 Ok((volume, Some(pv)))
             }
             Source::Inline(spec) => {
@@ -127,15 +125,12 @@ impl CsiHandler {
 
     /// The driver's node ID from the node's CSINode; for a detach the VolumeAttachment's
     /// annotation stands in when the node (or its driver registration) is gone.
-    async fn node_id(&self, va: &VolumeAttachment, detaching: bool) -> Result<String, Error> {
+    async fn node_id(&self, va: &Va, detaching: bool) -> Result<String, Error> {
         let node = &va.spec.node_name;
         let from_csinode = match self.ctx.get_csinode(node) {
             Some(csinode) => csinode
-                .spec
-                .drivers
-                .iter()
-                .find(|d| d.name == self.ctx.driver)
-                .map(|d| d.node_id.clone())
+                .node_id(&self.ctx.driver)
+                .map(str::to_string)
                 .ok_or_else(|| Error::DriverNotOnNode {
                     node: node.clone(),
                     driver: self.ctx.driver.clone(),
@@ -161,7 +156,7 @@ impl CsiHandler {
 
 #[async_trait::async_trait]
 impl Handler for CsiHandler {
-    async fn attach(&self, va: Arc<VolumeAttachment>, force: bool) -> Result<(), Error> {
+    async fn attach(&self, va: Arc<Va>, force: bool) -> Result<(), Error> {
         if !force && va.status.as_ref().is_some_and(|s| s.attached) {
             return Ok(());
         }
@@ -208,7 +203,7 @@ impl Handler for CsiHandler {
         writes::mark_attached(&ctx.va_api, &ctx.fresh_vas, &va, metadata).await
     }
 
-    async fn detach(&self, va: Arc<VolumeAttachment>, force: bool) -> Result<(), Error> {
+    async fn detach(&self, va: Arc<Va>, force: bool) -> Result<(), Error> {
         let ctx = &self.ctx;
         if !force && !writes::has_finalizer(va.as_ref(), &ctx.finalizer) {
             // Never attached by us (or already detached): nothing holds the object.
@@ -238,10 +233,12 @@ impl Handler for CsiHandler {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::PersistentVolumeSpec;
-    use k8s_openapi::api::storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec};
+    use k8s_openapi::api::storage::v1::{
+        VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
+    };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn va(pv: Option<&str>, inline: bool) -> VolumeAttachment {
+    fn va(pv: Option<&str>, inline: bool) -> Va {
         VolumeAttachment {
             metadata: ObjectMeta {
                 name: Some("va-1".into()),
@@ -257,6 +254,7 @@ mod tests {
             },
             status: None,
         }
+        .into()
     }
 
     #[test]

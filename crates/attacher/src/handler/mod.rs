@@ -7,7 +7,7 @@ mod trivial;
 
 use std::sync::Arc;
 
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use crate::objects::Va;
 
 pub(crate) use self::csi::{CsiHandler, Source, source_of};
 pub(crate) use self::trivial::TrivialHandler;
@@ -17,10 +17,10 @@ use crate::Error;
 pub(crate) trait Handler: Send + Sync {
     /// Brings a VolumeAttachment without deletionTimestamp to `attached: true`. `force`: the
     /// reconciler found the driver disagreeing with the status; attach even if it says attached.
-    async fn attach(&self, va: Arc<VolumeAttachment>, force: bool) -> Result<(), Error>;
+    async fn attach(&self, va: Arc<Va>, force: bool) -> Result<(), Error>;
 
     /// Detaches a VolumeAttachment being deleted and lets it go.
-    async fn detach(&self, va: Arc<VolumeAttachment>, force: bool) -> Result<(), Error>;
+    async fn detach(&self, va: Arc<Va>, force: bool) -> Result<(), Error>;
 
     /// For logs and the start-up message.
     fn kind(&self) -> &'static str;

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::storage::v1::VolumeAttachment;
+use crate::objects::Va;
 
 use super::Handler;
 use crate::Error;
@@ -21,11 +21,11 @@ impl TrivialHandler {
 
 #[async_trait::async_trait]
 impl Handler for TrivialHandler {
-    async fn attach(&self, va: Arc<VolumeAttachment>, _force: bool) -> Result<(), Error> {
+    async fn attach(&self, va: Arc<Va>, _force: bool) -> Result<(), Error> {
         writes::mark_attached_trivially(&self.ctx.va_api, &self.ctx.fresh_vas, &va).await
     }
 
-    async fn detach(&self, va: Arc<VolumeAttachment>, _force: bool) -> Result<(), Error> {
+    async fn detach(&self, va: Arc<Va>, _force: bool) -> Result<(), Error> {
         // Nothing to detach. A finalizer left by an earlier run with a CSI handler (the driver
         // lost PUBLISH_UNPUBLISH_VOLUME) would block the deletion forever: drop it.
         if !writes::has_finalizer(va.as_ref(), &self.ctx.finalizer) {
