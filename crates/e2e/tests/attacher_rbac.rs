@@ -295,7 +295,27 @@ async fn deploy_rbac_grants_exactly_what_the_attacher_calls() {
             .is_some_and(|h| !h.is_empty())
     })
     .await;
+    // The standby's Lease watch must be in the audit trail before the hand-over: if the first
+    // replica let go before the second one got that far, the second would take the Lease on its
+    // first try and never watch it, and the rule would look unused (issue 10, item 0).
+    let lease_watches = |server: &apiserver::RunningApiServer| {
+        server
+            .audit()
+            .into_iter()
+            .filter(|r| {
+                r.user_agent.starts_with("csi-attacher")
+                    && r.resource == "leases"
+                    && r.verb == "watch"
+                    && r.namespace.as_deref() == Some("kube-system")
+            })
+            .count()
+    };
+    let watches_before = lease_watches(&server);
     let second = spawn("second");
+    wait_until("the second replica watches the held lease", || async {
+        lease_watches(&server) > watches_before
+    })
+    .await;
 
     // Attach with secrets; then an attach that fails twice (unknown PV → error, Event, and the
     // same Event again), then works once the PV appears.
