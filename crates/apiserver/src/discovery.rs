@@ -149,7 +149,7 @@ pub(crate) fn serve(app: &App, segs: &[&str], req: &Req) -> Option<ApiResult<Res
         // An empty OpenAPI v2 document (zero protobuf bytes): kubectl's client-side validation
         // finds no schema for the kind and skips it, as for any type it has no schema for.
         ["openapi", "v2"] => Ok(openapi_v2_empty(req)),
-        ["openapi", ..] | ["swagger.json"] | ["swaggerapi", ..] => Err(ApiError::no_route()),
+        ["openapi", ..] | ["swagger.json"] | ["swaggerapi", ..] => Err(ApiError::unknown_path()),
         ["api"] => ok(&json!({
             "kind": "APIVersions",
             "versions": ["v1"],

@@ -164,7 +164,8 @@ impl ApiError {
         .with_details(Self::object_details(def, name))
     }
 
-    /// A path that names no served resource (what the real server answers for unknown kinds).
+    /// A path under a served API group/version that names no served resource: go-restful's
+    /// 404 in kube-apiserver, a `Status` with empty `details`.
     pub fn no_route() -> Self {
         Self::new(
             404,
@@ -172,6 +173,16 @@ impl ApiError {
             "the server could not find the requested resource",
         )
         .with_details(json!({}))
+    }
+
+    /// A path outside the API (`/nothing`, `/swagger.json`): kube-apiserver's not-found
+    /// handler at the end of its delegation chain, the same `Status` without `details`.
+    pub fn unknown_path() -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
     }
 
     pub fn namespace_not_found(ns: &str) -> Self {

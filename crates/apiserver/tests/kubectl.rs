@@ -246,6 +246,23 @@ async fn scenario(bin: PathBuf, legacy: bool) {
         "{}",
         missing.stderr
     );
+    // Unknown resources under served group/versions are a NotFound Status, which kubectl
+    // prints as the server's error; only `/` answers the path index.
+    for raw in ["/apis/storage.k8s.io/v1/foos", "/api/v1/nonexistents"] {
+        let out = k.run(&["get", "--raw", raw]).await;
+        assert!(
+            !out.ok
+                && out.stderr.contains(
+                    "Error from server (NotFound): the server could not find the requested resource"
+                )
+                && !out.stdout.contains("paths"),
+            "get --raw {raw}: {}{}",
+            out.stdout,
+            out.stderr
+        );
+    }
+    let index: Value = serde_json::from_str(&k.ok(&["get", "--raw", "/"]).await).unwrap();
+    assert!(index["paths"].as_array().is_some_and(|p| !p.is_empty()));
 
     // patch --type=merge and --type=json.
     k.ok(&[

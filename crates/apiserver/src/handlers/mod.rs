@@ -182,7 +182,7 @@ async fn route(app: &Arc<App>, path: &str, req: Req) -> ApiResult<Response> {
     let (group, version, rest) = match segs.as_slice() {
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return Err(ApiError::no_route()),
+        _ => return Err(ApiError::unknown_path()),
     };
     let (watch_path, rest) = match rest {
         ["watch", r @ ..] => (true, r),
