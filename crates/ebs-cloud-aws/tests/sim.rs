@@ -411,3 +411,45 @@ async fn snapshots_resize_and_zones() {
     assert_eq!(c.resize_disk(&d.volume_id, 5).await.unwrap(), 5);
     assert_eq!(c.resize_disk(&d.volume_id, 5).await.unwrap(), 5);
 }
+
+#[tokio::test]
+async fn modify_disk_is_idempotent_and_tag_disk_adds_and_removes() {
+    let env = sim(Timing::Fast, 26).await;
+    let c = cloud(&env, true).await;
+    let d = c.create_disk("pvc-modify", &gp3(10)).await.unwrap();
+    let change = ebs_cloud::DiskModification {
+        volume_type: Some("io2".into()),
+        iops: Some(3000),
+        throughput: None,
+    };
+    let wait = Duration::from_secs(30);
+    assert!(c.modify_disk(&d.volume_id, &change, wait).await.unwrap());
+    let after = c.get_disk_by_id(&d.volume_id).await.unwrap();
+    assert_eq!(
+        (after.volume_type.as_str(), after.iops),
+        ("io2", Some(3000))
+    );
+    // Already in effect: no second ModifyVolume.
+    assert!(!c.modify_disk(&d.volume_id, &change, wait).await.unwrap());
+    assert_eq!(env.sim.call_counts().get("ModifyVolume").copied(), Some(1));
+    let missing = c
+        .modify_disk("vol-0123456789abcdef0", &change, wait)
+        .await
+        .unwrap_err();
+    assert!(missing.is_not_found(), "{missing}");
+
+    let add = [("team".to_string(), "storage".to_string())].into();
+    c.tag_disk(&d.volume_id, &add, &[]).await.unwrap();
+    let tagged = c.get_disk_by_id(&d.volume_id).await.unwrap();
+    assert_eq!(tagged.tags.get("team").map(String::as_str), Some("storage"));
+    c.tag_disk(&d.volume_id, &Default::default(), &["team".to_string()])
+        .await
+        .unwrap();
+    let untagged = c.get_disk_by_id(&d.volume_id).await.unwrap();
+    assert!(!untagged.tags.contains_key("team"));
+    let missing = c
+        .tag_disk("vol-0123456789abcdef0", &add, &[])
+        .await
+        .unwrap_err();
+    assert!(missing.is_not_found(), "{missing}");
+}
