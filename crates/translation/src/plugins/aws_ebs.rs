@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
+    FsTypeParam, InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
     translate_block_storage_class,
 };
 use crate::topology::{
@@ -139,14 +139,19 @@ impl InTreePlugin for AwsEbs {
     }
 
     fn translate_in_tree_storage_class_to_csi(&self, sc: &StorageClass) -> Result<StorageClass> {
-        translate_block_storage_class(sc, TOPOLOGY_KEY, |lower, _key, value, params| {
-            if lower != IOPS_PER_GB_KEY.to_lowercase() {
-                return false;
-            }
-            params.insert(IOPS_PER_GB_KEY.to_string(), value.to_string());
-            params.insert(ALLOW_INCREASE_IOPS_KEY.to_string(), "true".to_string());
-            true
-        })
+        translate_block_storage_class(
+            sc,
+            TOPOLOGY_KEY,
+            FsTypeParam::Prefixed,
+            |lower, _key, value, params| {
+                if lower != IOPS_PER_GB_KEY.to_lowercase() {
+                    return false;
+                }
+                params.insert(IOPS_PER_GB_KEY.to_string(), value.to_string());
+                params.insert(ALLOW_INCREASE_IOPS_KEY.to_string(), "true".to_string());
+                true
+            },
+        )
     }
 
     fn translate_in_tree_inline_volume_to_csi(

@@ -15,7 +15,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use regex_lite::Regex;
 
 use super::{
-    InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
+    FsTypeParam, InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
     translate_block_storage_class,
 };
 use crate::{Error, Result};
@@ -136,7 +136,8 @@ impl InTreePlugin for AzureDisk {
             .allowed_topologies
             .as_ref()
             .is_some_and(|t| !t.is_empty());
-        let mut out = translate_block_storage_class(sc, TOPOLOGY_KEY, |_, _, _, _| false)?;
+        let mut out =
+            translate_block_storage_class(sc, TOPOLOGY_KEY, FsTypeParam::Kept, |_, _, _, _| false)?;
         if translated_existing {
             for term in out.allowed_topologies.iter_mut().flatten() {
                 for exp in term.match_label_expressions.iter_mut().flatten() {

@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
+    FsTypeParam, InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
     translate_block_storage_class,
 };
 use crate::topology::{
@@ -127,7 +127,7 @@ impl InTreePlugin for GcePd {
     }
 
     fn translate_in_tree_storage_class_to_csi(&self, sc: &StorageClass) -> Result<StorageClass> {
-        translate_block_storage_class(sc, TOPOLOGY_KEY, |_, _, _, _| false)
+        translate_block_storage_class(sc, TOPOLOGY_KEY, FsTypeParam::Prefixed, |_, _, _, _| false)
     }
 
     fn translate_in_tree_inline_volume_to_csi(

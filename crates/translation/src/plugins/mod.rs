@@ -153,13 +153,23 @@ pub(crate) fn parameters(sc: &StorageClass) -> impl Iterator<Item = (&String, &S
     sc.parameters.iter().flatten()
 }
 
+/// Whether [`translate_block_storage_class`] renames `fstype` to the CSI parameter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FsTypeParam {
+    /// `fstype` becomes `csi.storage.k8s.io/fstype` (AWS EBS, GCE PD).
+    Prefixed,
+    /// `fstype` is passed on as it is: the Azure Disk CSI driver reads it (as upstream).
+    Kept,
+}
+
 /// `fstype` / `zone` / `zones` handling shared by the block-storage plugins (AWS EBS, GCE PD,
-/// Azure Disk): `fstype` gets the CSI prefix, `zone(s)` become allowed topologies under
+/// Azure Disk): `fstype` as `fs_type` says, `zone(s)` become allowed topologies under
 /// `topology_key`, existing allowed topologies are re-keyed, and both at once is an error.
 /// `extra` may claim other (lower-cased) keys and write into the new parameters.
 pub(crate) fn translate_block_storage_class(
     sc: &StorageClass,
     topology_key: &str,
+    fs_type: FsTypeParam,
     mut extra: impl FnMut(&str, &str, &str, &mut BTreeMap<String, String>) -> bool,
 ) -> Result<StorageClass> {
     let mut params = BTreeMap::new();
@@ -167,7 +177,7 @@ pub(crate) fn translate_block_storage_class(
     for (k, v) in parameters(sc) {
         let lower = k.to_lowercase();
         match lower.as_str() {
-            FS_TYPE_KEY => {
+            FS_TYPE_KEY if fs_type == FsTypeParam::Prefixed => {
                 params.insert(CSI_FS_TYPE_KEY.to_string(), v.clone());
             }
             ZONE_KEY => generated = Some(vec![v.clone()]),
