@@ -64,9 +64,24 @@ fn mount_code(e: &mount_utils::Error) -> Code {
     }
 }
 
+/// EC2 codes that mean "a volume cannot be provisioned in that zone": the zone does not exist,
+/// the volume type is not offered there, or the zone has no capacity left.
+const ZONE_CANNOT_PROVISION: &[&str] = &[
+    "InvalidZone.NotFound",
+    "VolumeTypeNotAvailableInZone",
+    "InsufficientVolumeCapacity",
+];
+
 /// The CSI code for a cloud-layer error.
 fn cloud_code(e: &CloudError) -> Code {
     match e {
+        // CreateVolume's "unable to provision in accessible_topology": the zone came from the
+        // request's topology requirements, which are valid, but nothing can be made there.
+        CloudError::InvalidArgument { code, .. } | CloudError::Other { code, .. }
+            if ZONE_CANNOT_PROVISION.contains(&code.as_str()) =>
+        {
+            Code::ResourceExhausted
+        }
         CloudError::NotFound { .. } => Code::NotFound,
         CloudError::IdempotentParameterMismatch { .. } => Code::AlreadyExists,
         CloudError::VolumeInUse { .. } => Code::FailedPrecondition,
@@ -131,6 +146,34 @@ mod tests {
                     name: "pvc".into(),
                 }),
                 Code::AlreadyExists,
+            ),
+            (
+                Error::Cloud(CloudError::InvalidArgument {
+                    action: "CreateVolume",
+                    code: "InvalidZone.NotFound".into(),
+                    message: "no such zone".into(),
+                }),
+                Code::ResourceExhausted,
+            ),
+            (
+                Error::Cloud(CloudError::InvalidArgument {
+                    action: "CreateVolume",
+                    code: "InvalidParameterValue".into(),
+                    message: "size".into(),
+                }),
+                Code::InvalidArgument,
+            ),
+            (Error::NoSuchVolumeId("pv-1".into()), Code::NotFound),
+            (
+                Error::Mount(mount_utils::Error::UnsupportedFsType("zfs".into())),
+                Code::InvalidArgument,
+            ),
+            (
+                Error::Mount(mount_utils::Error::UnsupportedContent {
+                    device: "/dev/xvdba".into(),
+                    details: "gpt".into(),
+                }),
+                Code::FailedPrecondition,
             ),
             (
                 Error::Superseded {

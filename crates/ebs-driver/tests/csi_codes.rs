@@ -343,6 +343,21 @@ async fn controller_volume_or_node_not_there() {
             node,
         );
     }
+    // CreateVolume "unable to provision in accessible_topology": a valid requirement naming a
+    // zone where no volume can be made.
+    let mut r = create_req("pvc-nowhere", GIB);
+    r.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![Topology::from_segments([(
+            "topology.kubernetes.io/zone",
+            "us-east-1z",
+        )])],
+        preferred: vec![],
+    });
+    expect_code(
+        c.create_volume(r).await,
+        Code::ResourceExhausted,
+        "us-east-1z",
+    );
     // ListSnapshots with a token this driver did not hand out: ABORTED.
     let s = c
         .list_snapshots(ListSnapshotsRequest {
