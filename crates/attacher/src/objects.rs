@@ -26,9 +26,17 @@ use serde::{Deserialize, Deserializer};
 /// Annotation `kubectl apply` writes: a copy of the whole object, never read here.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Drops what no controller decision depends on and that can be large.
+/// Drops what no controller decision depends on: `managedFields` and `kubectl apply`'s copy
+/// (large on real clusters), labels (a map per object; only an in-tree PV's topology labels
+/// matter, to the translation library, and [`Pv`] keeps those), owner references, the
+/// generate-name, self-link and creation time.
 fn slim_meta(mut meta: ObjectMeta) -> ObjectMeta {
     meta.managed_fields = None;
+    meta.labels = None;
+    meta.owner_references = None;
+    meta.generate_name = None;
+    meta.self_link = None;
+    meta.creation_timestamp = None;
     if let Some(a) = meta.annotations.as_mut() {
         a.remove(LAST_APPLIED);
         if a.is_empty() {
@@ -84,33 +92,6 @@ impl<'de> Deserialize<'de> for Va {
     }
 }
 
-impl kube::Resource for Va {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("VolumeAttachment")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("storage.k8s.io")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("storage.k8s.io/v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("volumeattachments")
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 /// A PersistentVolume as the attacher caches it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Pv {
@@ -135,7 +116,7 @@ pub(crate) enum PvSpec {
 }
 
 impl From<PersistentVolume> for Pv {
-    fn from(pv: PersistentVolume) -> Self {
+    fn from(mut pv: PersistentVolume) -> Self {
         let spec = match pv.spec {
             Some(PersistentVolumeSpec {
                 csi: Some(csi),
@@ -152,10 +133,13 @@ impl From<PersistentVolume> for Pv {
             Some(spec) => PvSpec::InTree(Box::new(spec)),
             None => PvSpec::None,
         };
-        Self {
-            metadata: slim_meta(pv.metadata),
-            spec,
+        let labels = pv.metadata.labels.take();
+        let mut metadata = slim_meta(pv.metadata);
+        if matches!(spec, PvSpec::InTree(_)) {
+            // Zone and region labels become the CSI PV's topology in the translation.
+            metadata.labels = labels;
         }
+        Self { metadata, spec }
     }
 }
 
@@ -199,33 +183,6 @@ impl Pv {
     }
 }
 
-impl kube::Resource for Pv {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("PersistentVolume")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("persistentvolumes")
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
 /// A CSINode as the attacher caches it: name and the node IDs per driver.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct CsiNode {
@@ -259,32 +216,54 @@ impl<'de> Deserialize<'de> for CsiNode {
     }
 }
 
-impl kube::Resource for CsiNode {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
+/// `kube::Resource` for a cluster-scoped slim type, so `Api`, the watcher and the reflector
+/// store take it like the k8s-openapi type it stands for.
+macro_rules! cluster_resource {
+    ($ty:ty, $kind:literal, $group:literal, $api_version:literal, $plural:literal) => {
+        impl kube::Resource for $ty {
+            type DynamicType = ();
+            type Scope = k8s_openapi::ClusterResourceScope;
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("CSINode")
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("storage.k8s.io")
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-    fn api_version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("storage.k8s.io/v1")
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("csinodes")
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
+            fn kind(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($kind)
+            }
+            fn group(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($group)
+            }
+            fn version(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed("v1")
+            }
+            fn api_version(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($api_version)
+            }
+            fn plural(_: &()) -> Cow<'_, str> {
+                Cow::Borrowed($plural)
+            }
+            fn meta(&self) -> &ObjectMeta {
+                &self.metadata
+            }
+            fn meta_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
 }
+
+cluster_resource!(
+    Va,
+    "VolumeAttachment",
+    "storage.k8s.io",
+    "storage.k8s.io/v1",
+    "volumeattachments"
+);
+cluster_resource!(Pv, "PersistentVolume", "", "v1", "persistentvolumes");
+cluster_resource!(
+    CsiNode,
+    "CSINode",
+    "storage.k8s.io",
+    "storage.k8s.io/v1",
+    "csinodes"
+);
 
 #[cfg(test)]
 mod tests {
@@ -351,7 +330,7 @@ mod tests {
     #[test]
     fn an_in_tree_pv_keeps_its_whole_spec() {
         let pv: Pv = serde_json::from_value(json!({
-            "metadata": {"name": "pv-ebs"},
+            "metadata": {"name": "pv-ebs", "labels": {"topology.kubernetes.io/zone": "z1"}},
             "spec": {"awsElasticBlockStore": {"volumeID": "vol-1"}, "accessModes": ["ReadWriteOnce"]},
         }))
         .unwrap();

@@ -31,9 +31,9 @@ pub(crate) struct Writers {
 }
 
 /// What a watch saw, with the cached object it replaces.
-pub(crate) enum Change<K> {
-    Applied { old: Option<Arc<K>>, new: K },
-    Deleted(K),
+pub(crate) enum Change<'a, K> {
+    Applied { old: Option<Arc<K>>, new: &'a K },
+    Deleted(&'a K),
 }
 
 pub(crate) fn spawn(
@@ -76,7 +76,7 @@ async fn watch_loop<K, F>(
     mut on_change: F,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-    F: FnMut(Change<K>),
+    F: FnMut(Change<'_, K>),
 {
     let kind = K::kind(&()).to_string();
     let mut stream = watcher::watcher(api, watcher::Config::default())
@@ -101,14 +101,11 @@ async fn watch_loop<K, F>(
             Event::Apply(obj) | Event::InitApply(obj) => {
                 let old = store.get(&ObjectRef::from_obj(obj));
                 writer.apply_watcher_event(&event);
-                on_change(Change::Applied {
-                    old,
-                    new: obj.clone(),
-                });
+                on_change(Change::Applied { old, new: obj });
             }
             Event::Delete(obj) => {
                 writer.apply_watcher_event(&event);
-                on_change(Change::Deleted(obj.clone()));
+                on_change(Change::Deleted(obj));
             }
             Event::Init => {
                 before_relist = Some(store.state());
@@ -118,7 +115,7 @@ async fn watch_loop<K, F>(
                 writer.apply_watcher_event(&event);
                 for obj in before_relist.take().unwrap_or_default() {
                     if store.get(&ObjectRef::from_obj(obj.as_ref())).is_none() {
-                        on_change(Change::Deleted(obj.as_ref().clone()));
+                        on_change(Change::Deleted(obj.as_ref()));
                     }
                 }
             }
@@ -129,7 +126,7 @@ async fn watch_loop<K, F>(
 /// Does this update need a worker? Not for changes of status (ours: attached, metadata, errors;
 /// re-queuing on our own error write would defeat the backoff) nor for our own finalizer and
 /// node-ID annotation, nor bookkeeping metadata. Yes for deletion, spec changes and any other
-/// change made by somebody else.
+/// change made by somebody else to what is cached (labels are not: `crate::objects`).
 pub(crate) fn va_needs_sync(old: &Va, new: &Va, finalizer: &str) -> bool {
     if old.metadata.deletion_timestamp.is_some() != new.metadata.deletion_timestamp.is_some() {
         return true;
@@ -159,22 +156,22 @@ pub(crate) fn va_needs_sync(old: &Va, new: &Va, finalizer: &str) -> bool {
     strip(old) != strip(new)
 }
 
-fn on_va(ctx: &Ctx, change: Change<Va>) {
+fn on_va(ctx: &Ctx, change: Change<'_, Va>) {
     match change {
         Change::Applied { old, new } => {
-            if !ctx.owns(&new) {
+            if !ctx.owns(new) {
                 return;
             }
-            ctx.fresh_vas.observe(&new);
-            let sync = old.is_none_or(|old| va_needs_sync(&old, &new, &ctx.finalizer));
+            ctx.fresh_vas.observe(new);
+            let sync = old.is_none_or(|old| va_needs_sync(&old, new, &ctx.finalizer));
             if sync {
-                ctx.enqueue_va(&new);
+                ctx.enqueue_va(new);
             }
         }
         Change::Deleted(va) => {
             let name = va.metadata.name.clone().unwrap_or_default();
             ctx.fresh_vas.remove(&name);
-            if !ctx.owns(&va) {
+            if !ctx.owns(va) {
                 return;
             }
             ctx.va_queue.forget(&name);
@@ -218,11 +215,11 @@ fn node_id_of<'a>(csinode: &'a CsiNode, driver: &str) -> Option<&'a str> {
     csinode.node_id(driver)
 }
 
-fn on_csinode(ctx: &Ctx, change: Change<CsiNode>) {
+fn on_csinode(ctx: &Ctx, change: Change<'_, CsiNode>) {
     let Change::Applied { old, new } = change else {
         return;
     };
-    let registered = node_id_of(&new, &ctx.driver);
+    let registered = node_id_of(new, &ctx.driver);
     if registered.is_none() || old.as_ref().and_then(|o| node_id_of(o, &ctx.driver)) == registered {
         return;
     }
@@ -231,10 +228,10 @@ fn on_csinode(ctx: &Ctx, change: Change<CsiNode>) {
     kick_waiting(ctx, |va| va.spec.node_name == node);
 }
 
-fn on_pv(ctx: &Ctx, change: Change<Pv>) {
+fn on_pv(ctx: &Ctx, change: Change<'_, Pv>) {
     match change {
         Change::Applied { old, new } => {
-            ctx.fresh_pvs.observe(&new);
+            ctx.fresh_pvs.observe(new);
             if old.is_none() {
                 // A new PV: VolumeAttachments created before it may be waiting for it.
                 let name = new.metadata.name.clone().unwrap_or_default();
@@ -242,7 +239,7 @@ fn on_pv(ctx: &Ctx, change: Change<Pv>) {
                     va.spec.source.persistent_volume_name.as_deref() == Some(name.as_str())
                 });
             }
-            if pv_needs_sync(&new, &ctx.finalizer, &ctx.driver) {
+            if pv_needs_sync(new, &ctx.finalizer, &ctx.driver) {
                 if let Some(name) = new.metadata.name.as_deref() {
                     ctx.pv_queue.add(name, 0);
                 }
