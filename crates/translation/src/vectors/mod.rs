@@ -2,9 +2,10 @@
 //! line recording what upstream's Go csi-translation-lib did for an input.
 //!
 //! Used by `csi-translate vectors FILE` and by the crate's tests. Every row of a public
-//! function runs; rows of upstream's internal helpers run against this crate's equivalents, and
-//! a row this runner cannot interpret is a SKIP only when it names an internal helper (a
-//! lower-case Go name), else a FAIL.
+//! function runs (`public`: called by its upstream name, arguments under upstream's parameter
+//! names, several functions per row); rows of upstream's internal helpers run against this
+//! crate's equivalents (`cases`), and a row this runner cannot interpret is a SKIP only when it
+//! names an internal helper (a lower-case Go name), else a FAIL.
 
 use std::fmt::Write as _;
 use std::path::Path;
