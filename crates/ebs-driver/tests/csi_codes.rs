@@ -343,6 +343,25 @@ async fn controller_volume_or_node_not_there() {
             node,
         );
     }
+    // RPCs whose capability is not advertised: UNIMPLEMENTED (the general error table).
+    let s = c
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::Unimplemented, "{s:?}");
+    let s = c
+        .get_capacity(GetCapacityRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::Unimplemented, "{s:?}");
+    let s = c
+        .controller_get_volume(ControllerGetVolumeRequest {
+            volume_id: v.volume_id.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), Code::Unimplemented, "{s:?}");
+
     // CreateVolume "unable to provision in accessible_topology": a valid requirement naming a
     // zone where no volume can be made.
     let mut r = create_req("pvc-nowhere", GIB);
@@ -375,7 +394,9 @@ async fn controller_volume_or_node_not_there() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_confirmed_capability_stages_and_publishes() {
     if let Some(why) = ctl::missing_block_parts() {
-        eprintln!("SKIPPED: {why}; this test needs loop devices and mkfs/mount");
+        test_support::skip_or_fail(&format!(
+            "{why}; this test needs loop devices and mkfs/mount"
+        ));
         return;
     }
     let env = Env::start(Timing::Fast, Backing::Loop, 26).await;
@@ -426,6 +447,11 @@ async fn every_confirmed_capability_stages_and_publishes() {
                     s.message(),
                     validated.message
                 );
+                let target = env.path("pods/refused").display().to_string();
+                let mut publish = node_publish_req(&v.volume_id, &staging, &target, cap);
+                publish.publish_context = device_ctx(&dev);
+                let s = n.node_publish_volume(publish).await.unwrap_err();
+                assert_eq!(s.code(), Code::InvalidArgument, "{what}: {s:?}");
                 continue;
             }
             confirmed += 1;
@@ -470,6 +496,21 @@ async fn every_confirmed_capability_stages_and_publishes() {
     }
     // 4 single-node modes for mount, the same 4 + MULTI_NODE_MULTI_WRITER for block.
     assert_eq!(confirmed, 9);
+
+    // NodeStage "exceeds capabilities": the volume holds ext4 (formatted above), the request
+    // asks for xfs. Nothing is formatted over it.
+    let mut stage = stage_req(&v.volume_id, &staging, mount_cap());
+    stage.publish_context = device_ctx(&dev);
+    stage.volume_capability = Some(VolumeCapability::mount(
+        "xfs",
+        vec![],
+        Mode::SingleNodeWriter,
+    ));
+    expect_code(
+        n.node_stage_volume(stage).await,
+        Code::FailedPrecondition,
+        "ext4",
+    );
 
     // Staged already, but with another filesystem than this request asks for: ALREADY_EXISTS.
     let mut stage = stage_req(&v.volume_id, &staging, mount_cap());

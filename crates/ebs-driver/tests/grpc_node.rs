@@ -480,3 +480,93 @@ async fn a_second_call_while_one_runs_is_aborted_and_stale_links_are_internal() 
     assert!(s.message().contains(common::VOL_B), "{s:?}");
     assert_eq!(blkid_type(&b), None);
 }
+
+/// NodeStage and NodeExpand rows that are FAILED_PRECONDITION (the volume or the node is not in
+/// the state the call needs, and retrying as is will not help), over the socket.
+#[tokio::test]
+async fn failed_precondition_rows_over_the_socket() {
+    let Some(mut fx) = fixture!() else { return };
+    if !common::on_path("debugfs") {
+        test_support::skip_or_fail("debugfs is not on PATH; this test corrupts an ext4 with it");
+        return;
+    }
+    let a = fx.attach_linked(VOL_A, 64 * MIB, "xvdba");
+    let b = fx.attach_linked(common::VOL_B, 64 * MIB, "xvdbb");
+    let d = Driver::start(fx.config()).await;
+    let mut node = d.node();
+    let staging = fx.path("staging").display().to_string();
+    let fail = |s: tonic::Status, needle: &str| {
+        assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
+        assert!(s.message().contains(needle), "{needle}: {s:?}");
+    };
+
+    // Another volume is staged at the staging path.
+    let mut stage_b = stage(&staging, mount_cap("ext4"));
+    stage_b.volume_id = common::VOL_B.into();
+    stage_b
+        .publish_context
+        .insert("devicePath".into(), "/dev/xvdbb".into());
+    node.node_stage_volume(stage_b).await.unwrap();
+    let s = node
+        .node_stage_volume(stage(&staging, mount_cap("ext4")))
+        .await
+        .unwrap_err();
+    fail(s, &b.display().to_string());
+    node.node_unstage_volume(NodeUnstageVolumeRequest {
+        volume_id: common::VOL_B.into(),
+        staging_target_path: staging.clone(),
+    })
+    .await
+    .unwrap();
+
+    // A's device holds a partition table: not blank, nothing to mount.
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(&a).unwrap();
+        f.seek(SeekFrom::Start(446)).unwrap();
+        let mut entry = vec![0u8, 0, 0, 0, 0x83, 0, 0, 0];
+        entry.extend_from_slice(&2048u32.to_le_bytes());
+        entry.extend_from_slice(&4096u32.to_le_bytes());
+        f.write_all(&entry).unwrap();
+        f.seek(SeekFrom::Start(510)).unwrap();
+        f.write_all(&[0x55, 0xaa]).unwrap();
+        f.sync_all().unwrap();
+    }
+    let s = node
+        .node_stage_volume(stage(&staging, mount_cap("ext4")))
+        .await
+        .unwrap_err();
+    fail(s, "partition table");
+
+    // An ext4 that e2fsck -p cannot repair is not mounted.
+    let dev = a.to_str().unwrap();
+    common::run("wipefs", &["-a", "-q", dev]);
+    common::run("mkfs.ext4", &["-q", dev]);
+    common::run("debugfs", &["-w", "-R", "clri <2>", dev]);
+    common::run("debugfs", &["-w", "-R", "ssv state 0", dev]);
+    let s = node
+        .node_stage_volume(stage(&staging, mount_cap("ext4")))
+        .await
+        .unwrap_err();
+    fail(s, "e2fsck");
+    assert!(fx.mounted(std::path::Path::new(&staging)).is_none());
+
+    // NodeExpand asking for more than the device has: the resize has not reached the node.
+    common::run("mkfs.ext4", &["-q", "-F", dev]);
+    node.node_stage_volume(stage(&staging, mount_cap("ext4")))
+        .await
+        .unwrap();
+    let s = node
+        .node_expand_volume(NodeExpandVolumeRequest {
+            volume_id: VOL_A.into(),
+            volume_path: staging.clone(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: (128 * MIB) as i64,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    fail(s, "less than");
+}
