@@ -21,7 +21,9 @@ use tonic::Code;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_survives_unstage_stage_and_detach_attach() {
     if let Some(why) = ctl::missing_block_parts() {
-        eprintln!("SKIPPED: {why}; this test needs loop devices and mkfs/mount");
+        test_support::skip_or_fail(&format!(
+            "{why}; this test needs loop devices and mkfs/mount"
+        ));
         return;
     }
     let env = Env::start(Timing::Fast, Backing::Loop, 26).await;
@@ -123,7 +125,9 @@ async fn data_survives_unstage_stage_and_detach_attach() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn csictl_demo_walks_a_volume_through_its_life() {
     if let Some(why) = ctl::missing_block_parts() {
-        eprintln!("SKIPPED: {why}; the demo needs loop devices and mkfs/mount");
+        test_support::skip_or_fail(&format!(
+            "{why}; the demo needs loop devices and mkfs/mount"
+        ));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
