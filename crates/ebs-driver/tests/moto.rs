@@ -14,7 +14,7 @@ async fn controller_path_against_moto() {
     let moto = match ec2_conformance::MotoServer::start().await {
         Ok(m) => m,
         Err(ec2_conformance::Error::MotoNotFound) => {
-            eprintln!("SKIPPED: moto_server is not installed (scripts/setup installs it)");
+            test_support::skip_or_fail("moto_server is not installed (scripts/setup installs it)");
             return;
         }
         Err(e) => panic!("moto_server: {e}"),

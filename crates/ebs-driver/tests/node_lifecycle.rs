@@ -160,7 +160,7 @@ async fn corrupted_ext4_is_refused_by_fsck_and_not_mounted() {
 async fn a_damaged_xfs_that_blkid_no_longer_recognises_is_not_reformatted() {
     let Some(mut fx) = fixture!() else { return };
     if !common::on_path("xfs_db") {
-        eprintln!("SKIPPED: xfs_db is not on PATH; it is needed to damage the superblock");
+        test_support::skip_or_fail("xfs_db is not on PATH; it is needed to damage the superblock");
         return;
     }
     let dev = fx.attach_linked(VOL_A, 512 * MIB, "xvdba");

@@ -59,7 +59,7 @@ macro_rules! fixture {
     () => {
         match common::missing_parts() {
             Some(why) => {
-                eprintln!("SKIPPED: {why}; this test needs real loop devices");
+                test_support::skip_or_fail(&format!("{why}; this test needs real loop devices"));
                 None
             }
             None => Some(common::Fixture::new()),
