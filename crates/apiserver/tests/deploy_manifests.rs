@@ -395,7 +395,7 @@ async fn kubectl(bin: &Path, dir: &Path, args: &[&str]) -> String {
 #[tokio::test]
 async fn kubectl_creates_the_attacher_manifests() {
     let Some(bin) = kubectl_path() else {
-        println!("skipped: kubectl is not on PATH");
+        test_support::skip_or_fail("kubectl is not on PATH (scripts/setup installs it)");
         return;
     };
     let docs = load();

@@ -169,7 +169,7 @@ fn setup(server: &apiserver::RunningApiServer, dir: &Path, bin: PathBuf) -> Kube
 #[tokio::test]
 async fn kubectl_create_get_patch_delete_watch() {
     let Some(bin) = kubectl_path() else {
-        eprintln!("SKIP: no kubectl on PATH (scripts/setup installs it)");
+        test_support::skip_or_fail("no kubectl on PATH (scripts/setup installs it)");
         return;
     };
     scenario(bin, false).await;
@@ -186,7 +186,7 @@ async fn kubectl_1_20_from_debian_create_get_patch_delete_watch() {
                 .map(|h| PathBuf::from(h).join(".cache/csi-rs-kubectl-1.20/usr/bin/kubectl"))
         });
     let Some(bin) = bin.filter(|b| b.is_file()) else {
-        eprintln!("SKIP: Debian's kubectl 1.20 is not unpacked (scripts/setup does it)");
+        test_support::skip_or_fail("Debian's kubectl 1.20 is not unpacked (scripts/setup does it)");
         return;
     };
     let version = std::process::Command::new(&bin)

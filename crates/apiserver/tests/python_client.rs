@@ -47,7 +47,9 @@ async fn next(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout
 #[tokio::test]
 async fn python_client_lists_and_watches_volume_attachments() {
     let Some(python) = venv_python() else {
-        eprintln!("SKIP: no Python venv with `kubernetes` (run scripts/setup, or set CSI_RS_VENV)");
+        test_support::skip_or_fail(
+            "no Python venv with `kubernetes` (run scripts/setup, or set CSI_RS_VENV)",
+        );
         return;
     };
     let server = common::start().await;

@@ -189,9 +189,9 @@ async fn full_load_with_a_real_attacher() {
         .map(PathBuf::from)
         .or(beside)
     else {
-        eprintln!(
-            "skipping: no csi-attacher built in this target dir and CSI_ATTACHER_BIN unset \
-             (`cargo build -p attacher` or set CSI_ATTACHER_BIN to any attacher binary)"
+        test_support::skip_or_fail(
+            "no csi-attacher built in this target dir and CSI_ATTACHER_BIN unset \
+             (`cargo build -p attacher` or set CSI_ATTACHER_BIN to any attacher binary)",
         );
         return;
     };

@@ -191,9 +191,9 @@ fn va(name: &str, pv: &str) -> VolumeAttachment {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_rbac_grants_exactly_what_the_attacher_calls() {
     let Some(bin) = attacher_bin() else {
-        eprintln!(
-            "skipping: no csi-attacher built in this target dir and CSI_ATTACHER_BIN unset \
-             (`cargo build -p attacher`, or scripts/test)"
+        test_support::skip_or_fail(
+            "no csi-attacher built in this target dir and CSI_ATTACHER_BIN unset \
+             (`cargo build -p attacher`, or scripts/test)",
         );
         return;
     };

@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn mount_guard_unmounts_on_drop_even_while_busy() {
         if let Some(reason) = loop_unavailable_reason() {
-            eprintln!("SKIP: {reason}");
+            test_support::skip_or_fail(&reason);
             return;
         }
         let tmp = tempfile::tempdir().unwrap();

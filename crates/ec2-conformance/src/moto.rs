@@ -238,7 +238,7 @@ mod tests {
     #[tokio::test]
     async fn moto_answers_and_is_killed_on_drop() {
         if find_moto_server().is_none() {
-            eprintln!("SKIP: moto_server not found (run scripts/setup)");
+            test_support::skip_or_fail("moto_server not found (run scripts/setup)");
             return;
         }
         let moto = MotoServer::start().await.unwrap();

@@ -80,7 +80,7 @@ async fn resolve_device(sim: &SimServer, vol: &str, name: &str, image: &Path) ->
 #[tokio::test]
 async fn attached_volume_formats_mounts_and_keeps_data_across_reattach() {
     if let Some(reason) = block::loop_unavailable_reason() {
-        eprintln!("SKIP: {reason}");
+        test_support::skip_or_fail(&reason);
         return;
     }
     // Our own state dir, so the image can still be checked after the simulator is gone.

@@ -107,7 +107,7 @@ fn loop_config(dir: &Path) -> SimConfig {
 #[tokio::test]
 async fn loop_attach_format_mount_detach_reattach_restart() {
     if let Some(why) = skip_reason() {
-        eprintln!("skipping loop-device test: {why}");
+        test_support::skip_or_fail(&format!("loop-device test: {why}"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -210,7 +210,7 @@ impl Drop for LoopCleanup {
 #[tokio::test]
 async fn sigkilled_binary_leaks_nothing_for_good() {
     if let Some(why) = skip_reason() {
-        eprintln!("skipping loop-device test: {why}");
+        test_support::skip_or_fail(&format!("loop-device test: {why}"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -275,7 +275,7 @@ async fn sigkilled_binary_leaks_nothing_for_good() {
 #[tokio::test]
 async fn no_device_while_attaching_or_after_aborted_attach() {
     if let Some(why) = skip_reason() {
-        eprintln!("skipping loop-device test: {why}");
+        test_support::skip_or_fail(&format!("loop-device test: {why}"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -326,7 +326,7 @@ async fn no_device_while_attaching_or_after_aborted_attach() {
 #[tokio::test]
 async fn detach_waits_for_unmount_when_asked() {
     if let Some(why) = skip_reason() {
-        eprintln!("skipping loop-device test: {why}");
+        test_support::skip_or_fail(&format!("loop-device test: {why}"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -365,7 +365,7 @@ async fn detach_waits_for_unmount_when_asked() {
 #[tokio::test]
 async fn launch_volumes_get_loop_devices_and_go_with_the_instance() {
     if let Some(why) = skip_reason() {
-        eprintln!("skipping loop-device test: {why}");
+        test_support::skip_or_fail(&format!("loop-device test: {why}"));
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -57,9 +57,9 @@ pub fn sim_with(adjust: impl FnOnce(&mut ec2_sim::SimConfig)) -> Target {
 /// A fresh moto_server, or `None` (with the reason printed) when moto_server is not installed.
 pub async fn moto() -> Option<Target> {
     if find_moto_server().is_none() {
-        eprintln!(
-            "SKIP: moto_server not found ($CSI_RS_VENV/bin, PATH, ~/.cache/csi-rs-venv/bin); \
-             run scripts/setup"
+        test_support::skip_or_fail(
+            "moto_server not found ($CSI_RS_VENV/bin, PATH, ~/.cache/csi-rs-venv/bin); \
+             run scripts/setup",
         );
         return None;
     }
