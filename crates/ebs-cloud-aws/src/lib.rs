@@ -12,10 +12,12 @@
 mod cloud;
 mod convert;
 mod ec2;
+mod imds;
 
 use std::time::Duration;
 
 pub use cloud::AwsCloud;
+pub use imds::{IMDS_ENDPOINT_ENV, instance_identity};
 pub use ebs_cloud::{BatchConfig, Cloud, CloudError, CloudMetrics};
 
 /// Everything [`AwsCloud::new`] needs.
@@ -85,6 +87,9 @@ pub enum Error {
     NoRegion,
     #[error("invalid {field}: {reason}")]
     Invalid { field: &'static str, reason: String },
+    /// Instance metadata (IMDS) did not answer or answered nonsense.
+    #[error("instance metadata: {0}")]
+    Metadata(String),
     #[error(transparent)]
     Cloud(#[from] CloudError),
 }

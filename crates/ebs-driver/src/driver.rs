@@ -164,10 +164,18 @@ impl Parts {
         let mut node = None;
         if config.mode.node() {
             if config.node_info.node_id.is_empty() {
-                return Err(Error::invalid(
-                    "node_id",
-                    "is required in node and all modes (the EC2 instance ID), unless --embedded-ec2 registers one",
-                ));
+                // As the Go driver's node DaemonSet runs: no node ID given, ask the instance.
+                let (id, zone) = ebs_cloud_aws::instance_identity(None).await.map_err(|e| {
+                    Error::invalid(
+                        "node_id",
+                        format!(
+                            "is required in node and all modes (the EC2 instance ID; --node-id or CSI_NODE_ID), unless --embedded-ec2 registers one, and instance metadata could not tell it: {e}"
+                        ),
+                    )
+                })?;
+                tracing::info!(node_id = %id, zone = %zone, "node identity from instance metadata");
+                config.node_info.node_id = id;
+                config.node_info.zone.get_or_insert(zone);
             }
             node = Some(NodeService::new(config.node.clone())?);
         }

@@ -289,3 +289,91 @@ fn pre_stop_hook_returns_at_once() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
 }
+
+/// A fake instance metadata service (IMDSv2: a token first, then the paths with it).
+async fn fake_imds(instance_id: &'static str, zone: &'static str) -> std::net::SocketAddr {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::{get, put};
+    let authorized = |h: &HeaderMap| h.get("x-aws-ec2-metadata-token").is_some();
+    let app = axum::Router::new()
+        .route(
+            "/latest/api/token",
+            put(|| async { ([("x-aws-ec2-metadata-token-ttl-seconds", "21600")], "tok") }),
+        )
+        .route(
+            "/latest/meta-data/instance-id",
+            get(move |h: HeaderMap| async move {
+                if authorized(&h) {
+                    (StatusCode::OK, instance_id)
+                } else {
+                    (StatusCode::UNAUTHORIZED, "")
+                }
+            }),
+        )
+        .route(
+            "/latest/meta-data/placement/availability-zone",
+            get(move |h: HeaderMap| async move {
+                if authorized(&h) {
+                    (StatusCode::OK, zone)
+                } else {
+                    (StatusCode::UNAUTHORIZED, "")
+                }
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_without_node_id_asks_instance_metadata_as_the_go_daemonset_does() {
+    let imds = fake_imds("i-0fedcba9876543210", "us-east-1c").await;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = format!("unix:{}", dir.path().join("node.sock").display());
+    let args = strings(&[
+        "node",
+        &format!("--endpoint={socket}"),
+        "--logging-format=text",
+        "--v=2",
+    ]);
+    let url = format!("http://{imds}");
+    let mut p = Process::spawn(&args, &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &url)]);
+    p.identity(&socket).await;
+    let ch = csi_spec::connect_unix(&socket).await.unwrap();
+    let node = NodeClient::new(ch)
+        .node_get_info(NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(node.node_id, "i-0fedcba9876543210");
+    let zones: Vec<&String> = node
+        .accessible_topology
+        .iter()
+        .flat_map(|t| t.segments.values())
+        .collect();
+    assert!(
+        zones.iter().all(|z| *z == "us-east-1c") && !zones.is_empty(),
+        "{zones:?}"
+    );
+    p.stop();
+
+    // No node ID and no instance metadata: a clear error, not a half-started driver.
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_ebs-csi-driver"))
+        .args([
+            "node",
+            &format!("--endpoint=unix:{}", dir.path().join("n2.sock").display()),
+        ])
+        .env_remove("CSI_NODE_ID")
+        .env("AWS_EC2_METADATA_SERVICE_ENDPOINT", &closed)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--node-id") && stderr.contains("instance metadata"),
+        "{stderr}"
+    );
+}
