@@ -343,6 +343,44 @@ async fn controller_volume_or_node_not_there() {
             node,
         );
     }
+    // ControllerExpandVolume "unsupported capacity_range": no whole GiB fits in the range.
+    expect_code(
+        c.controller_expand_volume(ControllerExpandVolumeRequest {
+            volume_id: v.volume_id.clone(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 2 * GIB + 1,
+                limit_bytes: 2 * GIB + 1,
+            }),
+            ..Default::default()
+        })
+        .await,
+        Code::OutOfRange,
+        "limit_bytes",
+    );
+    // CreateVolume "source incompatible or not supported": cloning is not a capability.
+    let mut r = create_req("pvc-clone", GIB);
+    r.volume_content_source = Some(VolumeContentSource {
+        r#type: Some(volume_content_source::Type::Volume(
+            volume_content_source::VolumeSource {
+                volume_id: v.volume_id.clone(),
+            },
+        )),
+    });
+    expect_code(
+        c.create_volume(r).await,
+        Code::InvalidArgument,
+        "volume_content_source.volume",
+    );
+    expect_code(
+        c.list_snapshots(ListSnapshotsRequest {
+            max_entries: -1,
+            ..Default::default()
+        })
+        .await,
+        Code::InvalidArgument,
+        "max_entries",
+    );
+
     // RPCs whose capability is not advertised: UNIMPLEMENTED (the general error table).
     let s = c
         .list_volumes(ListVolumesRequest::default())
