@@ -9,7 +9,9 @@
 //! PATCH answers use them directly (issue 10, item 14: peak RSS at 1,000 VolumeAttachments).
 //!
 //! What is kept:
-//! - metadata without `managedFields` and `kubectl.kubernetes.io/last-applied-configuration`;
+//! - metadata without `managedFields`, labels, owner references and annotations (a
+//!   VolumeAttachment's node-ID annotation becomes a field; an in-tree PV keeps its labels and
+//!   annotations, which the translation and the rollback check read);
 //! - VolumeAttachment: spec (the inline volume spec boxed, it is rare) and status;
 //! - PV: `spec.csi`, access modes, mount options and volume mode; a PV without `spec.csi` (an
 //!   in-tree PV, perhaps migrated to us) keeps its whole spec for the translation library.
@@ -22,6 +24,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::{VolumeAttachment, VolumeAttachmentStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Deserializer};
+
+use crate::names::NODE_ID_ANNOTATION;
 
 /// Annotation `kubectl apply` writes: a copy of the whole object, never read here.
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -49,7 +53,11 @@ fn slim_meta(mut meta: ObjectMeta) -> ObjectMeta {
 /// A VolumeAttachment as the attacher caches it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Va {
+    /// Without annotations: the one the attacher reads is [`Va::node_id`].
     pub metadata: ObjectMeta,
+    /// The `csi.alpha.kubernetes.io/node-id` annotation (a map per object costs more than
+    /// the value).
+    pub node_id: Option<String>,
     pub spec: VaSpec,
     pub status: Option<VolumeAttachmentStatus>,
 }
@@ -71,8 +79,14 @@ pub(crate) struct VaSource {
 
 impl From<VolumeAttachment> for Va {
     fn from(va: VolumeAttachment) -> Self {
+        let mut metadata = slim_meta(va.metadata);
+        let node_id = metadata
+            .annotations
+            .take()
+            .and_then(|mut a| a.remove(NODE_ID_ANNOTATION));
         Self {
-            metadata: slim_meta(va.metadata),
+            metadata,
+            node_id,
             spec: VaSpec {
                 attacher: va.spec.attacher,
                 node_name: va.spec.node_name,
@@ -138,6 +152,9 @@ impl From<PersistentVolume> for Pv {
         if matches!(spec, PvSpec::InTree(_)) {
             // Zone and region labels become the CSI PV's topology in the translation.
             metadata.labels = labels;
+        } else {
+            // Only an in-tree PV's annotations are read (pv.kubernetes.io/migrated-to).
+            metadata.annotations = None;
         }
         Self { metadata, spec }
     }
@@ -287,10 +304,8 @@ mod tests {
         .unwrap();
         assert_eq!(va.metadata.name.as_deref(), Some("va-1"));
         assert_eq!(va.metadata.managed_fields, None);
-        assert_eq!(
-            va.metadata.annotations.unwrap().keys().collect::<Vec<_>>(),
-            ["csi.alpha.kubernetes.io/node-id"]
-        );
+        assert_eq!(va.metadata.annotations, None);
+        assert_eq!(va.node_id.as_deref(), Some("n-1"));
         assert_eq!(va.spec.node_name, "node-1");
         assert_eq!(
             va.spec.source.persistent_volume_name.as_deref(),

@@ -20,7 +20,6 @@ use crate::controller::Ctx;
 use crate::csi::CsiClient;
 use crate::handler::{Source, source_of};
 use crate::migration;
-use crate::names::NODE_ID_ANNOTATION;
 
 /// Pages beyond this mean a driver handing out tokens forever.
 const MAX_PAGES: usize = 100_000;
@@ -80,12 +79,7 @@ fn identify(ctx: &Ctx, va: &Va) -> Option<(String, String)> {
         .csinodes
         .get(&ObjectRef::new(&va.spec.node_name))
         .and_then(|n| n.node_id(&ctx.driver).map(str::to_string))
-        .or_else(|| {
-            va.metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(NODE_ID_ANNOTATION).cloned())
-        })?;
+        .or_else(|| va.node_id.clone())?;
     let volume = match source_of(va).ok()? {
         Source::Pv(name) => {
             migration::pv_volume(&ctx.current_pv(name)?.to_full(), &ctx.driver).ok()?

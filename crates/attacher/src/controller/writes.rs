@@ -229,12 +229,7 @@ pub(crate) async fn prepare_va(
             list.push(finalizer.to_string());
             meta.insert("finalizers".into(), json!(list));
         }
-        let annotated = va
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(NODE_ID_ANNOTATION))
-            .is_some_and(|v| v == node_id);
+        let annotated = va.node_id.as_deref() == Some(node_id);
         if !annotated {
             meta.insert("annotations".into(), json!({ NODE_ID_ANNOTATION: node_id }));
         }

@@ -23,7 +23,6 @@ use super::Handler;
 use crate::controller::{Capabilities, Ctx, writes};
 use crate::csi::{CsiClient, Publish};
 use crate::migration::{self, CsiVolume};
-use crate::names::NODE_ID_ANNOTATION;
 use crate::{Error, capability};
 
 /// Where a VolumeAttachment's volume comes from.
@@ -142,13 +141,7 @@ impl CsiHandler {
         };
         match from_csinode {
             Ok(id) => Ok(id),
-            Err(e) if detaching => va
-                .metadata
-                .annotations
-                .as_ref()
-                .and_then(|a| a.get(NODE_ID_ANNOTATION))
-                .cloned()
-                .ok_or(e),
+            Err(e) if detaching => va.node_id.clone().ok_or(e),
             Err(e) => Err(e),
         }
     }
