@@ -118,6 +118,10 @@ async fn helm_controller_arguments_start_and_take_effect() {
         "--logging-format=text",
         "--modify-volume-request-handler-timeout=2s",
         "--warn-on-invalid-tag=false",
+        "--extra-volume-tags=legacy=yes",
+        "--aws-sdk-debug-log=false",
+        "--deprecated-metrics",
+        "--kubeconfig=",
         "-v=2",
     ]);
     // Where the chart's pod would find AWS, the test points at ec2-sim.
@@ -154,6 +158,7 @@ async fn helm_controller_arguments_start_and_take_effect() {
         ("Name", "test-cluster-dynamic-pvc-helm"),
         ("team", "storage"),
         ("env", "ci"),
+        ("legacy", "yes"),
         ("CSIVolumeName", "pvc-helm"),
     ] {
         assert_eq!(
@@ -206,6 +211,10 @@ async fn helm_node_arguments_start_without_credentials() {
         &format!("--endpoint={socket}"),
         "--csi-mount-point-prefix=/var/lib/kubelet/plugins/kubernetes.io/csi/ebs.csi.aws.com/",
         "--reserved-volume-attachments=3",
+        "--logtostderr",
+        "--legacy-xfs=false",
+        "--windows-host-process=false",
+        "--metadata-sources=imds",
         "--logging-format=json",
         "-v",
         "2",
