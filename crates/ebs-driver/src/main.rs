@@ -139,6 +139,12 @@ struct Flags {
           default_missing_value = "true", action = clap::ArgAction::Set)]
     aws_sdk_debug_log: bool,
 
+    /// Skip an invalid `tagSpecification_N` / `tagDeletion_N` with a warning instead of
+    /// failing CreateVolume / ControllerModifyVolume with InvalidArgument.
+    #[arg(long, default_value_t = false, num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    warn_on_invalid_tag: bool,
+
     /// Appended to the AWS SDK's User-Agent (as its app name), e.g. `helm`.
     #[arg(long)]
     user_agent_extra: Option<String>,
@@ -195,9 +201,6 @@ struct IgnoredGoFlags {
     #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
           default_missing_value = "true", action = clap::ArgAction::Set)]
     enable_otel_tracing: Option<bool>,
-    #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
-          default_missing_value = "true", action = clap::ArgAction::Set)]
-    warn_on_invalid_tag: Option<bool>,
     #[arg(long, hide = true, value_parser = go_args::parse_duration)]
     modify_volume_request_handler_timeout: Option<Duration>,
     #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
@@ -298,7 +301,6 @@ fn warn_ignored(i: &IgnoredGoFlags) {
     note(i.kubeconfig.is_some(), "--kubeconfig");
     note(i.metadata_sources.is_some(), "--metadata-sources");
     note(i.enable_otel_tracing == Some(true), "--enable-otel-tracing");
-    note(i.warn_on_invalid_tag == Some(true), "--warn-on-invalid-tag");
     note(
         i.modify_volume_request_handler_timeout.is_some(),
         "--modify-volume-request-handler-timeout",
@@ -391,6 +393,7 @@ async fn main() -> anyhow::Result<()> {
             extra_tags,
             cluster_id: f.k8s_tag_cluster_id.filter(|c| !c.is_empty()),
             modify_timeout: f.modify_volume_timeout,
+            warn_on_invalid_tag: f.warn_on_invalid_tag,
             publish: PublishConfig {
                 attach_timeout: Duration::from_secs(f.attach_timeout_secs),
                 detach_timeout: Duration::from_secs(f.detach_timeout_secs),

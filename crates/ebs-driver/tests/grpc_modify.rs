@@ -260,3 +260,46 @@ async fn a_modification_under_way_is_waited_for_not_repeated() {
     assert_eq!(disk.volume_type, "io1");
     assert_eq!(disk.iops, Some(500));
 }
+
+#[tokio::test]
+async fn warn_on_invalid_tag_skips_bad_tags_instead_of_failing() {
+    let env = Env::start(Timing::Fast, Backing::File, 26).await;
+    let mut config = env.driver_config(DriverMode::Controller);
+    config.controller.warn_on_invalid_tag = true;
+    let d = Driver::start(config).await;
+    let mut c = d.controller();
+    let mut r = create_req("pvc-warn-tags", GIB);
+    r.parameters = params(&[
+        ("tagSpecification_1", "good=yes"),
+        ("tagSpecification_2", "no-equals-sign"),
+    ]);
+    let v = c
+        .create_volume(r)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    let tags = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap().tags;
+    assert_eq!(tags.get("good").map(String::as_str), Some("yes"));
+    assert!(!tags.keys().any(|k| k.contains("no-equals")), "{tags:?}");
+    c.controller_modify_volume(modify_req(
+        &v.volume_id,
+        &[
+            ("tagSpecification_1", "aws:reserved=1"),
+            ("tagSpecification_2", "more=tags"),
+        ],
+    ))
+    .await
+    .unwrap();
+    let tags = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap().tags;
+    assert_eq!(tags.get("more").map(String::as_str), Some("tags"));
+    assert!(!tags.contains_key("aws:reserved"));
+    // Other bad values still fail.
+    expect_code(
+        c.controller_modify_volume(modify_req(&v.volume_id, &[("iops", "x")]))
+            .await,
+        Code::InvalidArgument,
+        "iops",
+    );
+}

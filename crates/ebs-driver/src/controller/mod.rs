@@ -32,6 +32,9 @@ pub struct ControllerConfig {
     /// Bound on ControllerModifyVolume's wait for `optimizing` (the RPC deadline, when shorter,
     /// wins); `None` = 5 minutes.
     pub modify_timeout: Option<Duration>,
+    /// `--warn-on-invalid-tag`: an invalid `tagSpecification_N` / `tagDeletion_N` is skipped
+    /// with a warning instead of failing the call.
+    pub warn_on_invalid_tag: bool,
     pub publish: PublishConfig,
 }
 
@@ -129,8 +132,16 @@ impl ControllerService {
 
     /// CreateVolume, idempotent by name; see `docs/ebs-driver.md`.
     pub async fn create_volume(&self, req: CreateVolume) -> Result<CreatedVolume> {
-        let mut params = params::parse(&req.parameters)?;
-        let mutable = modify::parse_mutable("mutable_parameters", &req.mutable_parameters)?;
+        let (parameters, mutable_parameters) = if self.config.warn_on_invalid_tag {
+            (
+                modify::drop_invalid_tags("parameters", &req.parameters),
+                modify::drop_invalid_tags("mutable_parameters", &req.mutable_parameters),
+            )
+        } else {
+            (req.parameters.clone(), req.mutable_parameters.clone())
+        };
+        let mut params = params::parse(&parameters)?;
+        let mutable = modify::parse_mutable("mutable_parameters", &mutable_parameters)?;
         if !mutable.remove_tags.is_empty() {
             return Err(Error::invalid(
                 "mutable_parameters",

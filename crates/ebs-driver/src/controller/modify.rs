@@ -48,6 +48,49 @@ fn tag_key(field: &'static str, param: &str, key: &str) -> Result<String> {
     Ok(key.to_string())
 }
 
+/// What is wrong with a `tagSpecification_N` / `tagDeletion_N` entry, if anything.
+fn tag_problem(param: &str, value: &str) -> Option<String> {
+    let key = if param.starts_with(TAG_SPEC_PREFIX) {
+        match value.split_once('=') {
+            Some((k, v)) if v.trim().len() > 256 => {
+                return Some(format!(
+                    "{param}: the value of tag '{}' is longer than 256 characters",
+                    k.trim()
+                ));
+            }
+            Some((k, _)) => k,
+            None => return Some(format!("{param}: '{value}' is not key=value")),
+        }
+    } else if param.starts_with(TAG_DELETION_PREFIX) {
+        value
+    } else {
+        return None;
+    };
+    tag_key("", param, key).err().map(|e| match e {
+        Error::InvalidArgument { reason, .. } => reason,
+        other => other.to_string(),
+    })
+}
+
+/// `--warn-on-invalid-tag`: the parameters without their invalid tag entries, each logged as
+/// a warning, instead of failing the call (the Go driver's behaviour with that flag).
+pub(crate) fn drop_invalid_tags(
+    field: &'static str,
+    parameters: &HashMap<String, String>,
+) -> HashMap<String, String> {
+    parameters
+        .iter()
+        .filter(|(k, v)| match tag_problem(k, v) {
+            Some(problem) => {
+                tracing::warn!(field, problem = %problem, "skipping an invalid tag (--warn-on-invalid-tag)");
+                false
+            }
+            None => true,
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// Parses `mutable_parameters` (reported as `field`); an unknown key or a bad value is
 /// InvalidArgument naming the key.
 pub(crate) fn parse_mutable(
@@ -120,7 +163,14 @@ impl ControllerService {
         mutable_parameters: &HashMap<String, String>,
         deadline: Option<Duration>,
     ) -> Result<()> {
-        let p = parse_mutable("mutable_parameters", mutable_parameters)?;
+        let p = if self.config.warn_on_invalid_tag {
+            parse_mutable(
+                "mutable_parameters",
+                &drop_invalid_tags("mutable_parameters", mutable_parameters),
+            )?
+        } else {
+            parse_mutable("mutable_parameters", mutable_parameters)?
+        };
         let _guard = self.claim(format!("volume {volume_id}"))?;
         let bound = self.config.modify_timeout.unwrap_or(DEFAULT_MODIFY_TIMEOUT);
         let timeout = deadline.map_or(bound, |d| d.min(bound));
@@ -191,6 +241,25 @@ mod tests {
         assert_eq!(p.change.throughput, None);
         assert_eq!(p.add_tags.get("cost-center").map(String::as_str), Some(""));
         assert_eq!(p.remove_tags, vec!["old".to_string()]);
+    }
+
+    #[test]
+    fn warn_on_invalid_tag_drops_only_the_invalid_tags() {
+        let kept = drop_invalid_tags(
+            "parameters",
+            &map(&[
+                ("type", "io2"),
+                ("tagSpecification_1", "good=1"),
+                ("tagSpecification_2", "novalue"),
+                ("tagSpecification_3", "aws:x=1"),
+                ("tagSpecification_4", "CSIVolumeName=x"),
+                ("tagDeletion_1", "old"),
+                ("tagDeletion_2", ""),
+            ]),
+        );
+        let mut keys: Vec<&str> = kept.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["tagDeletion_1", "tagSpecification_1", "type"]);
     }
 
     #[test]
