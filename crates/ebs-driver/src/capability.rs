@@ -84,17 +84,15 @@ pub(crate) fn check_capability(field: &'static str, cap: &VolumeCapability) -> R
     let access = match &cap.access_type {
         Some(CsiAccessType::Block(_)) => AccessType::Block,
         Some(CsiAccessType::Mount(m)) => {
-            if !m.fs_type.is_empty() {
-                m.fs_type.parse::<FsType>().map_err(|_| {
-                    Error::invalid(
-                        fs_field,
-                        format!(
-                            "{:?} is not supported (supported: {})",
-                            m.fs_type,
-                            supported_fs_types()
-                        ),
-                    )
-                })?;
+            if !m.fs_type.is_empty() && fs_type(&m.fs_type).is_none() {
+                return Err(Error::invalid(
+                    fs_field,
+                    format!(
+                        "{:?} is not supported (supported: {})",
+                        m.fs_type,
+                        supported_fs_types()
+                    ),
+                ));
             }
             AccessType::Mount {
                 fs_type: m.fs_type.clone(),
@@ -141,9 +139,14 @@ pub(crate) fn node_capability(cap: Option<&VolumeCapability>) -> Result<Capabili
     check_capability("volume_capability", cap)
 }
 
-fn supported_fs_types() -> String {
-    let names: Vec<&str> = FsType::ALL.iter().map(|f| f.as_str()).collect();
-    names.join(", ")
+/// A filesystem type the driver formats and mounts (any case), or `None`.
+pub(crate) fn fs_type(name: &str) -> Option<FsType> {
+    name.parse().ok()
+}
+
+/// The supported filesystem types, for messages.
+pub(crate) fn supported_fs_types() -> String {
+    mount_utils::fstype::supported_names()
 }
 
 /// The topology of a volume or node in `zone`, under both zone keys.

@@ -78,6 +78,7 @@ fn usage(u: Usage, unit: Unit) -> VolumeUsage {
 
 #[tonic::async_trait]
 impl Node for CsiNodeSvc {
+    #[tracing::instrument(name = "NodeStageVolume", skip_all, fields(volume_id = %request.get_ref().volume_id))]
     async fn node_stage_volume(
         &self,
         request: Request<NodeStageVolumeRequest>,
@@ -97,6 +98,7 @@ impl Node for CsiNodeSvc {
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
 
+    #[tracing::instrument(name = "NodeUnstageVolume", skip_all, fields(volume_id = %request.get_ref().volume_id))]
     async fn node_unstage_volume(
         &self,
         request: Request<NodeUnstageVolumeRequest>,
@@ -113,6 +115,7 @@ impl Node for CsiNodeSvc {
         Ok(Response::new(NodeUnstageVolumeResponse {}))
     }
 
+    #[tracing::instrument(name = "NodePublishVolume", skip_all, fields(volume_id = %request.get_ref().volume_id))]
     async fn node_publish_volume(
         &self,
         request: Request<NodePublishVolumeRequest>,
@@ -142,6 +145,7 @@ impl Node for CsiNodeSvc {
         Ok(Response::new(NodePublishVolumeResponse {}))
     }
 
+    #[tracing::instrument(name = "NodeUnpublishVolume", skip_all, fields(volume_id = %request.get_ref().volume_id))]
     async fn node_unpublish_volume(
         &self,
         request: Request<NodeUnpublishVolumeRequest>,
@@ -158,6 +162,7 @@ impl Node for CsiNodeSvc {
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 
+    #[tracing::instrument(name = "NodeGetVolumeStats", skip_all, fields(volume_id = %request.get_ref().volume_id))]
     async fn node_get_volume_stats(
         &self,
         request: Request<NodeGetVolumeStatsRequest>,
@@ -188,6 +193,7 @@ impl Node for CsiNodeSvc {
         }))
     }
 
+    #[tracing::instrument(name = "NodeExpandVolume", skip_all, fields(volume_id = %request.get_ref().volume_id))]
     async fn node_expand_volume(
         &self,
         request: Request<NodeExpandVolumeRequest>,

@@ -32,6 +32,12 @@ impl FsType {
     }
 }
 
+/// The supported types' names, comma-separated, for messages.
+pub fn supported_names() -> String {
+    let names: Vec<&str> = FsType::ALL.iter().map(|f| f.as_str()).collect();
+    names.join(", ")
+}
+
 impl fmt::Display for FsType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

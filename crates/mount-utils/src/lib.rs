@@ -39,7 +39,11 @@ pub use stats::{Usage, VolumeStats};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A filesystem type this crate does not format, check or mount.
-    #[error("unsupported filesystem type {0:?} (supported: ext2, ext3, ext4, xfs)")]
+    #[error(
+        "unsupported filesystem type {name:?} (supported: {supported})",
+        name = .0,
+        supported = fstype::supported_names()
+    )]
     UnsupportedFsType(String),
 
     /// fsck found errors it could not correct: the filesystem must not be mounted.

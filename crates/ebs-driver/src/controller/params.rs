@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use ebs_cloud::DiskOptions;
 
+use crate::capability;
 use crate::{Error, Result};
 
 pub(crate) const GIB: i64 = 1 << 30;
@@ -91,15 +92,16 @@ pub(crate) fn parse(parameters: &HashMap<String, String>) -> Result<CreateParams
             }
             KMS_KEY_ID => p.kms_key_id = Some(value.clone()).filter(|v| !v.is_empty()),
             FS_TYPE => {
-                const FS: &[&str] = &["ext2", "ext3", "ext4", "xfs"];
-                let fs = value.to_ascii_lowercase();
-                if !FS.contains(&fs.as_str()) {
-                    return Err(Error::invalid(
+                let fs = capability::fs_type(value).ok_or_else(|| {
+                    Error::invalid(
                         "parameters",
-                        format!("{FS_TYPE}: '{value}' is not one of {}", FS.join(", ")),
-                    ));
-                }
-                p.fs_type = Some(fs);
+                        format!(
+                            "{FS_TYPE}: '{value}' is not one of {}",
+                            capability::supported_fs_types()
+                        ),
+                    )
+                })?;
+                p.fs_type = Some(fs.to_string());
             }
             PVC_NAME => {
                 p.tags
