@@ -188,7 +188,6 @@ enum CliMode {
 /// Go flags with no effect here, accepted so the upstream manifests start the driver; the
 /// reasons are in docs/ebs-driver.md.
 #[derive(Debug, clap::Args)]
-#[command(next_help_heading = "Accepted for the Go driver's manifests, no effect")]
 struct IgnoredGoFlags {
     #[arg(long, hide = true)]
     kubeconfig: Option<String>,
