@@ -28,6 +28,7 @@ impl Output {
         s
     }
 
+    /// How the tool ended, as an error message says it ("exit code 4", "a signal").
     pub fn status(&self) -> String {
         match self.code {
             Some(c) => format!("exit code {c}"),
@@ -86,6 +87,8 @@ where
     }
 }
 
+/// The [`Error::Command`] for a tool that ran and failed: the command line, how it ended and
+/// everything it printed, so that the operator sees the tool's own words.
 pub fn command_error<S: AsRef<OsStr>>(program: &str, args: &[S], out: &Output) -> Error {
     Error::Command {
         command: describe(program, args),

@@ -27,10 +27,13 @@ pub struct MountEntry {
 }
 
 impl MountEntry {
+    /// Mounted read-only (per mount, so a read-only bind of a writable filesystem counts).
     pub fn read_only(&self) -> bool {
         self.options.iter().any(|o| o == "ro")
     }
 
+    /// (major, minor): what to compare with a device node's `rdev`, since mount sources are
+    /// names that may be links.
     pub fn dev(&self) -> (u32, u32) {
         (self.major, self.minor)
     }
@@ -63,6 +66,8 @@ pub fn canonical(path: &Path) -> PathBuf {
     std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
+/// Parses mountinfo text; a line that does not parse is an error rather than skipped, since a
+/// mount we cannot see could be formatted over or mounted twice.
 pub fn parse(bytes: &[u8]) -> Result<Vec<MountEntry>> {
     bytes
         .split(|b| *b == b'\n')

@@ -18,6 +18,7 @@ use crate::cmd;
 use crate::fstype::FsType;
 use crate::{Error, Result};
 
+/// What a check found, when the filesystem may be mounted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsckOutcome {
     Clean,
@@ -38,6 +39,8 @@ pub fn classify_e2fsck(code: i32) -> Option<FsckOutcome> {
     }
 }
 
+/// Checks the unmounted filesystem `fs` on `device` before it is mounted (see the module docs
+/// for why xfs is left to the kernel); [`Error::FsckFailed`] means "do not mount".
 pub async fn check(device: &Path, fs: FsType) -> Result<FsckOutcome> {
     if !fs.is_ext() {
         return Ok(FsckOutcome::Skipped);

@@ -6,6 +6,7 @@ use std::str::FromStr;
 
 use crate::Error;
 
+/// A supported filesystem type; parse one from a request's `fs_type` (any case).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FsType {
     Ext2,
@@ -18,6 +19,7 @@ impl FsType {
     /// Every supported type, in the order error messages list them.
     pub const ALL: [FsType; 4] = [FsType::Ext2, FsType::Ext3, FsType::Ext4, FsType::Xfs];
 
+    /// The name mount, mkfs.NAME and blkid use.
     pub fn as_str(self) -> &'static str {
         match self {
             FsType::Ext2 => "ext2",
@@ -27,6 +29,7 @@ impl FsType {
         }
     }
 
+    /// ext2/3/4 share their tools (e2fsck, resize2fs by device); xfs has its own.
     pub fn is_ext(self) -> bool {
         matches!(self, FsType::Ext2 | FsType::Ext3 | FsType::Ext4)
     }

@@ -6,7 +6,7 @@
 //!
 //! - [`cmd`]: running a tool with its output captured (no prompts, C locale);
 //! - [`blkid`]: what is on a device ([`blkid::Probe`]);
-//! - [`format`]: mkfs, only ever on a device that is provably blank;
+//! - [`format`](mod@format): mkfs, only ever on a device that is provably blank;
 //! - [`fsck`]: checking a filesystem before it is mounted;
 //! - [`fstype`]: the filesystem types supported ([`FsType`]);
 //! - [`findmnt`]: the mount table from `/proc/self/mountinfo`, the source of truth for

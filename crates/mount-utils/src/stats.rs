@@ -13,6 +13,7 @@ pub struct Usage {
     pub available: u64,
 }
 
+/// What a CSI NodeGetVolumeStats reports for a volume.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VolumeStats {
     Filesystem {
@@ -25,6 +26,9 @@ pub enum VolumeStats {
     },
 }
 
+/// Bytes and inodes of the filesystem mounted at `path` (statvfs; "available" is what an
+/// unprivileged writer can use, as `df` reports it). The caller checks that `path` is a mount
+/// point: statvfs of a plain directory reports its parent filesystem.
 pub fn filesystem(path: &Path) -> Result<VolumeStats> {
     let st = rustix::fs::statvfs(path).map_err(|e| Error::io("statvfs", path, e.into()))?;
     let frsize = if st.f_frsize > 0 {
