@@ -74,7 +74,12 @@ fn csi_snapshot(s: &ebs_cloud::Snapshot) -> csi_spec::v1::Snapshot {
 
 #[tonic::async_trait]
 impl Controller for CsiControllerSvc {
-    #[tracing::instrument(name = "CreateVolume", skip_all, fields(name = %request.get_ref().name))]
+    #[tracing::instrument(
+        name = "CreateVolume",
+        skip_all,
+        err(level = "warn", Display),
+        fields(name = %request.get_ref().name)
+    )]
     async fn create_volume(
         &self,
         request: Request<CreateVolumeRequest>,
@@ -155,7 +160,12 @@ impl Controller for CsiControllerSvc {
         }))
     }
 
-    #[tracing::instrument(name = "DeleteVolume", skip_all, fields(volume_id = %request.get_ref().volume_id))]
+    #[tracing::instrument(
+        name = "DeleteVolume",
+        skip_all,
+        err(level = "warn", Display),
+        fields(volume_id = %request.get_ref().volume_id)
+    )]
     async fn delete_volume(
         &self,
         request: Request<DeleteVolumeRequest>,
@@ -169,6 +179,7 @@ impl Controller for CsiControllerSvc {
     #[tracing::instrument(
         name = "ControllerPublishVolume",
         skip_all,
+        err(level = "warn", Display),
         fields(volume_id = %request.get_ref().volume_id, node_id = %request.get_ref().node_id)
     )]
     async fn controller_publish_volume(
@@ -192,6 +203,7 @@ impl Controller for CsiControllerSvc {
     #[tracing::instrument(
         name = "ControllerUnpublishVolume",
         skip_all,
+        err(level = "warn", Display),
         fields(volume_id = %request.get_ref().volume_id, node_id = %request.get_ref().node_id)
     )]
     async fn controller_unpublish_volume(
@@ -222,6 +234,7 @@ impl Controller for CsiControllerSvc {
     #[tracing::instrument(
         name = "ValidateVolumeCapabilities",
         skip_all,
+        err(level = "warn", Display),
         fields(volume_id = %request.get_ref().volume_id)
     )]
     async fn validate_volume_capabilities(
@@ -281,6 +294,7 @@ impl Controller for CsiControllerSvc {
     #[tracing::instrument(
         name = "CreateSnapshot",
         skip_all,
+        err(level = "warn", Display),
         fields(name = %request.get_ref().name, volume_id = %request.get_ref().source_volume_id)
     )]
     async fn create_snapshot(
@@ -299,7 +313,12 @@ impl Controller for CsiControllerSvc {
         }))
     }
 
-    #[tracing::instrument(name = "DeleteSnapshot", skip_all, fields(snapshot_id = %request.get_ref().snapshot_id))]
+    #[tracing::instrument(
+        name = "DeleteSnapshot",
+        skip_all,
+        err(level = "warn", Display),
+        fields(snapshot_id = %request.get_ref().snapshot_id)
+    )]
     async fn delete_snapshot(
         &self,
         request: Request<DeleteSnapshotRequest>,
@@ -313,6 +332,7 @@ impl Controller for CsiControllerSvc {
     #[tracing::instrument(
         name = "ListSnapshots",
         skip_all,
+        err(level = "warn", Display),
         fields(snapshot_id = %request.get_ref().snapshot_id, volume_id = %request.get_ref().source_volume_id)
     )]
     async fn list_snapshots(
@@ -348,6 +368,7 @@ impl Controller for CsiControllerSvc {
     #[tracing::instrument(
         name = "ControllerExpandVolume",
         skip_all,
+        err(level = "warn", Display),
         fields(volume_id = %request.get_ref().volume_id)
     )]
     async fn controller_expand_volume(
@@ -373,6 +394,7 @@ impl Controller for CsiControllerSvc {
     #[tracing::instrument(
         name = "ControllerModifyVolume",
         skip_all,
+        err(level = "warn", Display),
         fields(volume_id = %request.get_ref().volume_id)
     )]
     async fn controller_modify_volume(

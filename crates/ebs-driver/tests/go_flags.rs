@@ -185,8 +185,25 @@ async fn helm_controller_arguments_start_and_take_effect() {
     })
     .await
     .unwrap();
+    // A failed RPC is logged at WARN inside its span, with its status.
+    c.controller_publish_volume(ControllerPublishVolumeRequest {
+        volume_id: "vol-0123456789abcdef0".into(),
+        node_id: "i-0123456789abcdef0".into(),
+        volume_capability: Some(ctl::mount_cap()),
+        ..Default::default()
+    })
+    .await
+    .unwrap_err();
     let log = p.stop();
     assert!(log.contains("starting"), "{log}");
+    let failed = log
+        .lines()
+        .find(|l| l.contains("ControllerPublishVolume{volume_id=vol-0123456789abcdef0"))
+        .unwrap_or_else(|| panic!("no ControllerPublishVolume span in\n{log}"));
+    assert!(
+        failed.contains("WARN") && failed.contains("does not exist"),
+        "{failed}"
+    );
     // Every controller RPC logs inside a span that names its volume.
     for needle in [
         "CreateVolume{name=pvc-helm}".to_string(),
