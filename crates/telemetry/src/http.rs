@@ -5,6 +5,7 @@
 //! | `metrics_path` (`--metrics-path`, default `/metrics`) | the registry in OpenMetrics text |
 //! | `/healthz` | 200 `ok` once the sidecar called [`Health::set_ready`]`(true)` (connected to its driver), else 503 |
 //! | `/healthz/leader-election` | 200 unless this process leads and has not renewed its lease for longer than the lease duration + 20 s (then 500) |
+//! | `/readyz` | the [`ReadyCheck`] given to [`Health::set_ready_check`] (a driver's Probe), run per request: 200 / 503; without one, as `/healthz` |
 //! | anything else | 404 |
 //!
 //! `/healthz/leader-election` follows client-go's `HealthzAdaptor`, which the Go sidecars
@@ -12,7 +13,9 @@
 //! without leader election are healthy; only a leader stuck without renewing is not, so the
 //! kubelet restarts it and another replica takes over.
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,12 +44,25 @@ pub struct Health {
     inner: Arc<HealthInner>,
 }
 
-#[derive(Default, Debug)]
+/// An asynchronous readiness check for `/readyz`, run on every request (e.g. a CSI Probe).
+pub type ReadyCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+
+#[derive(Default)]
 struct HealthInner {
     ready: AtomicBool,
+    ready_check: Mutex<Option<ReadyCheck>>,
     leader: Mutex<LeaderHealth>,
     /// `leader_election_master_status`: 1 while leading (client-go's gauge name).
     leader_gauge: Gauge,
+}
+
+impl std::fmt::Debug for HealthInner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HealthInner")
+            .field("ready", &self.ready)
+            .field("leader", &self.leader)
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Default, Debug)]
@@ -66,6 +82,29 @@ impl Health {
     /// Whether `/healthz` answers 200.
     pub fn is_ready(&self) -> bool {
         self.inner.ready.load(Ordering::Relaxed)
+    }
+
+    /// What `/readyz` runs on each request (without one it answers as `/healthz`).
+    pub fn set_ready_check(&self, check: ReadyCheck) {
+        *self
+            .inner
+            .ready_check
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(check);
+    }
+
+    /// `/readyz`: the check if one is set, else [`Health::is_ready`].
+    pub async fn check_ready(&self) -> bool {
+        let check = self
+            .inner
+            .ready_check
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        match check {
+            Some(check) => check().await,
+            None => self.is_ready(),
+        }
     }
 
     /// Marks this process as leading (counts as a renewal now) or not.
@@ -195,6 +234,7 @@ pub async fn serve_http(
         .route(metrics_path, get(metrics))
         .route("/healthz", get(healthz))
         .route("/healthz/leader-election", get(leader_healthz))
+        .route("/readyz", get(readyz))
         .with_state(AppState { registry, health });
     let stop = CancellationToken::new();
     let stopped = stop.clone();
@@ -244,6 +284,14 @@ async fn metrics(State(state): State<AppState>) -> Response {
 async fn healthz(State(state): State<AppState>) -> Response {
     if state.health.is_ready() {
         (StatusCode::OK, "ok\n").into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    }
+}
+
+async fn readyz(State(state): State<AppState>) -> Response {
+    if state.health.check_ready().await {
+        (StatusCode::OK, "ready\n").into_response()
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
     }
@@ -348,6 +396,19 @@ mod tests {
             "only the configured path"
         );
         assert_eq!(get(addr, "/nope").await.0, 404);
+
+        // /readyz follows /healthz until a check is set, then asks the check on every request.
+        assert_eq!(get(addr, "/readyz").await.0, 200);
+        let answer = Arc::new(AtomicBool::new(false));
+        let a = Arc::clone(&answer);
+        health.set_ready_check(Arc::new(move || {
+            let a = Arc::clone(&a);
+            Box::pin(async move { a.load(Ordering::SeqCst) })
+        }));
+        assert_eq!(get(addr, "/readyz").await.0, 503);
+        answer.store(true, Ordering::SeqCst);
+        let (status, _, body) = get(addr, "/readyz").await;
+        assert_eq!((status, body.as_str()), (200, "ready\n"));
         server.shutdown().await;
         assert!(
             tokio::net::TcpStream::connect(addr).await.is_err(),

@@ -11,7 +11,7 @@ pub mod http;
 pub mod logging;
 pub mod signals;
 
-pub use http::{Health, HttpServer, METRICS_CONTENT_TYPE, serve_http};
+pub use http::{Health, HttpServer, METRICS_CONTENT_TYPE, ReadyCheck, serve_http};
 pub use logging::{OUR_TARGETS, init_logging, level_for_verbosity};
 pub use signals::shutdown_on_signals;
 
