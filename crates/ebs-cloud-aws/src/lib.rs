@@ -17,8 +17,8 @@ mod imds;
 use std::time::Duration;
 
 pub use cloud::AwsCloud;
-pub use imds::{IMDS_ENDPOINT_ENV, instance_identity};
 pub use ebs_cloud::{BatchConfig, Cloud, CloudError, CloudMetrics};
+pub use imds::{IMDS_ENDPOINT_ENV, instance_identity};
 
 /// Everything [`AwsCloud::new`] needs.
 #[derive(Debug, Clone)]
