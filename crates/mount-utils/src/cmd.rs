@@ -1,6 +1,6 @@
 //! Running the real tools (blkid, mkfs, fsck, mount...) with their output captured.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::process::Stdio;
 
 use crate::{Error, Result};
@@ -44,10 +44,7 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let args: Vec<_> = args
-        .into_iter()
-        .map(|a| a.as_ref().to_os_string())
-        .collect();
+    let args = os_args(args);
     tracing::debug!(program, ?args, "running");
     let out = tokio::process::Command::new(program)
         .args(&args)
@@ -75,16 +72,24 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let args: Vec<_> = args
-        .into_iter()
-        .map(|a| a.as_ref().to_os_string())
-        .collect();
+    let args = os_args(args);
     let out = run(program, &args).await?;
     if out.code == Some(0) {
         Ok(out)
     } else {
         Err(command_error(program, &args, &out))
     }
+}
+
+/// The arguments collected once, so that they can be both passed on and quoted in an error.
+fn os_args<I, S>(args: I) -> Vec<OsString>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    args.into_iter()
+        .map(|a| a.as_ref().to_os_string())
+        .collect()
 }
 
 /// The [`Error::Command`] for a tool that ran and failed: the command line, how it ended and
