@@ -132,13 +132,13 @@ impl AwsCloud {
         }
     }
 
-    /// The volume's latest modification, if EC2 remembers one.
-    async fn latest_modification(
+    /// The modifications EC2 remembers for the volume; the caller decides which failure codes
+    /// mean "none".
+    async fn describe_modifications(
         &self,
         volume_id: &str,
-    ) -> Result<Option<types::VolumeModification>> {
-        let out = self
-            .ec2
+    ) -> Result<Vec<types::VolumeModification>, Failure> {
+        self.ec2
             .call("DescribeVolumesModifications", || {
                 self.ec2
                     .client
@@ -146,14 +146,20 @@ impl AwsCloud {
                     .volume_ids(volume_id)
                     .send()
             })
-            .await;
-        match out {
-            Ok(o) => Ok(o
-                .volumes_modifications()
-                .iter()
+            .await
+            .map(|o| o.volumes_modifications().to_vec())
+    }
+
+    /// The volume's latest modification, if EC2 remembers one.
+    async fn latest_modification(
+        &self,
+        volume_id: &str,
+    ) -> Result<Option<types::VolumeModification>> {
+        match self.describe_modifications(volume_id).await {
+            Ok(mods) => Ok(mods
+                .into_iter()
                 .filter(|m| m.volume_id() == Some(volume_id))
-                .max_by_key(|m| m.start_time().map(|t| (t.secs(), t.subsec_nanos())))
-                .cloned()),
+                .max_by_key(|m| m.start_time().map(|t| (t.secs(), t.subsec_nanos())))),
             Err(f) if f.is("InvalidVolumeModification.NotFound") => Ok(None),
             Err(f) => Err(f.into_cloud(volume_id)),
         }
@@ -571,18 +577,8 @@ impl Cloud for AwsCloud {
         let started = Instant::now();
         let mut delay = self.config.poll_initial;
         loop {
-            let out = self
-                .ec2
-                .call("DescribeVolumesModifications", || {
-                    self.ec2
-                        .client
-                        .describe_volumes_modifications()
-                        .volume_ids(volume_id)
-                        .send()
-                })
-                .await;
-            let mods = match out {
-                Ok(o) => o.volumes_modifications().to_vec(),
+            let mods = match self.describe_modifications(volume_id).await {
+                Ok(mods) => mods,
                 Err(f) if f.is_not_found() || f.code.contains("Modification.NotFound") => {
                     Vec::new()
                 }
