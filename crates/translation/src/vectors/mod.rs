@@ -17,6 +17,8 @@ mod cases;
 mod compare;
 mod public;
 
+pub use public::TRANSLATOR_FUNCTIONS;
+
 /// One row of a vector file.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Row {

@@ -21,8 +21,9 @@ use super::cases::{Outcome, to_json};
 use crate::plugins::InTreePlugin;
 use crate::translator as t;
 
-/// The public methods of upstream's `CSITranslator`.
-pub(super) const TRANSLATOR_FUNCTIONS: [&str; 12] = [
+/// The public methods of upstream's `CSITranslator` (`translate.go`): every one of them runs
+/// by its upstream name, and the crate's tests check that `tests/vectors/extra.jsonl` covers each.
+pub const TRANSLATOR_FUNCTIONS: [&str; 12] = [
     "TranslateInTreePVToCSI",
     "TranslateCSIPVToInTree",
     "TranslateInTreeStorageClassToCSI",
