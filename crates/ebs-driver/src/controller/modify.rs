@@ -9,7 +9,7 @@ use std::time::Duration;
 use ebs_cloud::{CloudError, DiskModification};
 
 use super::ControllerService;
-use super::params::{IOPS, TAG_SPEC_PREFIX, THROUGHPUT, TYPE, VOLUME_TYPES, positive};
+use super::params::{self, IOPS, TAG_SPEC_PREFIX, THROUGHPUT, TYPE, positive};
 use crate::{Error, Result};
 
 /// `tagDeletion_N: <key>` removes a tag (the Go driver's syntax).
@@ -31,21 +31,21 @@ pub(crate) struct MutableParams {
     pub(crate) remove_tags: Vec<String>,
 }
 
+/// A tag key a VolumeAttributesClass may set or delete: valid, and not one the driver owns.
 fn tag_key(field: &'static str, param: &str, key: &str) -> Result<String> {
-    let key = key.trim();
-    if key.is_empty() || key.len() > 128 || key.starts_with("aws:") {
-        return Err(Error::invalid(
-            field,
-            format!("{param}: tag key '{key}' must be 1-128 characters and not start with aws:"),
-        ));
-    }
+    let key = params::tag_key(field, param, key)?;
+    not_reserved(field, param, key)?;
+    Ok(key.to_string())
+}
+
+fn not_reserved(field: &'static str, param: &str, key: &str) -> Result<()> {
     if RESERVED_TAGS.contains(&key) {
         return Err(Error::invalid(
             field,
             format!("{param}: tag {key} is set by the driver and cannot be changed"),
         ));
     }
-    Ok(key.to_string())
+    Ok(())
 }
 
 /// What is wrong with a `tagSpecification_N` / `tagDeletion_N` entry, if anything.
@@ -102,28 +102,14 @@ pub(crate) fn parse_mutable(
     let sorted: BTreeMap<&String, &String> = parameters.iter().collect();
     for (key, value) in sorted {
         match key.as_str() {
-            TYPE => {
-                let t = value.trim().to_ascii_lowercase();
-                if !VOLUME_TYPES.contains(&t.as_str()) {
-                    return Err(Error::invalid(
-                        field,
-                        format!("type: '{value}' is not one of {}", VOLUME_TYPES.join(", ")),
-                    ));
-                }
-                p.change.volume_type = Some(t);
-            }
+            TYPE => p.change.volume_type = Some(params::volume_type(field, value, value.trim())?),
             IOPS => p.change.iops = Some(positive(field, key, value)?),
             THROUGHPUT => p.change.throughput = Some(positive(field, key, value)?),
             k if k.starts_with(TAG_SPEC_PREFIX) => {
                 // An empty value is allowed: the tag is set with an empty value.
-                let Some((tk, tv)) = value.split_once('=') else {
-                    return Err(Error::invalid(
-                        field,
-                        format!("{k}: '{value}' is not key=value"),
-                    ));
-                };
-                let tk = tag_key(field, k, tk)?;
-                p.add_tags.insert(tk, tv.trim().to_string());
+                let (tk, tv) = params::tag_spec(field, k, value)?;
+                not_reserved(field, k, tk)?;
+                p.add_tags.insert(tk.to_string(), tv.to_string());
             }
             k if k.starts_with(TAG_DELETION_PREFIX) => {
                 let tk = tag_key(field, k, value)?;
@@ -215,13 +201,7 @@ impl ControllerService {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::controller::params::tests::map;
 
     #[test]
     fn parses_type_performance_and_tags() {

@@ -55,6 +55,47 @@ pub(crate) fn positive(field: &'static str, key: &str, value: &str) -> Result<i6
     }
 }
 
+/// `candidate` (the caller's normalisation of `value`) lowercased, if it is an EBS volume type;
+/// else InvalidArgument on `field` quoting `value` as given.
+pub(crate) fn volume_type(field: &'static str, value: &str, candidate: &str) -> Result<String> {
+    let t = candidate.to_ascii_lowercase();
+    if !VOLUME_TYPES.contains(&t.as_str()) {
+        return Err(Error::invalid(
+            field,
+            format!("type: '{value}' is not one of {}", VOLUME_TYPES.join(", ")),
+        ));
+    }
+    Ok(t)
+}
+
+/// A tag key as given in parameter `param`, trimmed: 1-128 characters, not `aws:...`.
+pub(crate) fn tag_key<'a>(field: &'static str, param: &str, key: &'a str) -> Result<&'a str> {
+    let key = key.trim();
+    if key.is_empty() || key.len() > 128 || key.starts_with("aws:") {
+        return Err(Error::invalid(
+            field,
+            format!("{param}: tag key '{key}' must be 1-128 characters and not start with aws:"),
+        ));
+    }
+    Ok(key)
+}
+
+/// A `tagSpecification_N` entry (`param`): `key=value` with a valid key, both trimmed (an empty
+/// value is allowed).
+pub(crate) fn tag_spec<'a>(
+    field: &'static str,
+    param: &str,
+    value: &'a str,
+) -> Result<(&'a str, &'a str)> {
+    let Some((tk, tv)) = value.split_once('=') else {
+        return Err(Error::invalid(
+            field,
+            format!("{param}: '{value}' is not key=value"),
+        ));
+    };
+    Ok((tag_key(field, param, tk)?, tv.trim()))
+}
+
 /// Parses the parameters; an unknown key or a bad value is InvalidArgument naming the key.
 pub(crate) fn parse(parameters: &HashMap<String, String>) -> Result<CreateParams> {
     let mut p = CreateParams {
@@ -65,16 +106,7 @@ pub(crate) fn parse(parameters: &HashMap<String, String>) -> Result<CreateParams
     let sorted: BTreeMap<&String, &String> = parameters.iter().collect();
     for (key, value) in sorted {
         match key.as_str() {
-            TYPE => {
-                let t = value.to_ascii_lowercase();
-                if !VOLUME_TYPES.contains(&t.as_str()) {
-                    return Err(Error::invalid(
-                        "parameters",
-                        format!("type: '{value}' is not one of {}", VOLUME_TYPES.join(", ")),
-                    ));
-                }
-                p.volume_type = t;
-            }
+            TYPE => p.volume_type = volume_type("parameters", value, value)?,
             IOPS => p.iops = Some(number(key, value)?),
             IOPS_PER_GB => p.iops_per_gb = Some(number(key, value)?),
             THROUGHPUT => p.throughput = Some(number(key, value)?),
@@ -118,22 +150,8 @@ pub(crate) fn parse(parameters: &HashMap<String, String>) -> Result<CreateParams
                     .insert("kubernetes.io/created-for/pv/name".into(), value.clone());
             }
             k if k.starts_with(TAG_SPEC_PREFIX) => {
-                let Some((tk, tv)) = value.split_once('=') else {
-                    return Err(Error::invalid(
-                        "parameters",
-                        format!("{k}: '{value}' is not key=value"),
-                    ));
-                };
-                let tk = tk.trim();
-                if tk.is_empty() || tk.len() > 128 || tk.starts_with("aws:") {
-                    return Err(Error::invalid(
-                        "parameters",
-                        format!(
-                            "{k}: tag key '{tk}' must be 1-128 characters and not start with aws:"
-                        ),
-                    ));
-                }
-                p.tags.insert(tk.to_string(), tv.trim().to_string());
+                let (tk, tv) = tag_spec("parameters", k, value)?;
+                p.tags.insert(tk.to_string(), tv.to_string());
             }
             other => {
                 return Err(Error::invalid(
@@ -223,10 +241,11 @@ impl CreateParams {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    /// Parameters from `(key, value)` pairs (also for `modify`'s tests).
+    pub(crate) fn map(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
