@@ -9,9 +9,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use csi_spec::v1::*;
 use ctl::{
-    Driver, Env, GIB, create_req, device_ctx, expect_code, mount_cap, publish_req, unpublish_req,
+    Driver, Env, GIB, attach, create, create_req, delete_req, expect_code, mount_cap,
+    node_publish_req, node_stage_req, node_unpublish_req, node_unstage_req, publish_req,
+    unpublish_req,
 };
 use ebs_cloud::Cloud;
 use ebs_driver::Mode as DriverMode;
@@ -20,56 +21,24 @@ use tonic::Code;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_survives_unstage_stage_and_detach_attach() {
-    if let Some(why) = ctl::missing_block_parts() {
-        test_support::skip_or_fail(&format!(
-            "{why}; this test needs loop devices and mkfs/mount"
-        ));
+    if !ctl::block_parts_or_skip("this test needs loop devices and mkfs/mount") {
         return;
     }
     let env = Env::start(Timing::Fast, Backing::Loop, 26).await;
     let d = Driver::start(env.driver_config(DriverMode::All)).await;
     let (mut c, mut n) = (d.controller(), d.node());
-    let v = c
-        .create_volume(create_req("pvc-life", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, create_req("pvc-life", GIB)).await;
     let staging = env.path("staging");
     let target = env.path("target");
     std::fs::create_dir_all(&staging).unwrap();
-    let stage = |dev: String| NodeStageVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        publish_context: device_ctx(&dev),
-        staging_target_path: staging.display().to_string(),
-        volume_capability: Some(mount_cap()),
-        ..Default::default()
-    };
-    let publish = |dev: String| NodePublishVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        publish_context: device_ctx(&dev),
-        staging_target_path: staging.display().to_string(),
-        target_path: target.display().to_string(),
-        volume_capability: Some(mount_cap()),
-        ..Default::default()
-    };
-    let unpublish = NodeUnpublishVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        target_path: target.display().to_string(),
-    };
-    let unstage = NodeUnstageVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        staging_target_path: staging.display().to_string(),
-    };
+    let (staging_s, target_s) = (staging.display().to_string(), target.display().to_string());
+    let stage = |dev: String| node_stage_req(&v.volume_id, &dev, &staging_s, mount_cap());
+    let publish =
+        |dev: String| node_publish_req(&v.volume_id, &dev, &staging_s, &target_s, mount_cap());
+    let unpublish = node_unpublish_req(&v.volume_id, &target_s);
+    let unstage = node_unstage_req(&v.volume_id, &staging_s);
 
-    let dev = c
-        .controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
-        .await
-        .unwrap()
-        .into_inner()
-        .publish_context["devicePath"]
-        .clone();
+    let dev = attach(&mut c, &v.volume_id, &env.node_id).await;
     n.node_stage_volume(stage(dev.clone())).await.unwrap();
     n.node_publish_volume(publish(dev.clone())).await.unwrap();
     std::fs::write(target.join("data.txt"), "survives\n").unwrap();
@@ -96,13 +65,7 @@ async fn data_survives_unstage_stage_and_detach_attach() {
             .attachments
             .is_empty()
     );
-    let dev2 = c
-        .controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
-        .await
-        .unwrap()
-        .into_inner()
-        .publish_context["devicePath"]
-        .clone();
+    let dev2 = attach(&mut c, &v.volume_id, &env.node_id).await;
     n.node_stage_volume(stage(dev2.clone())).await.unwrap();
     n.node_publish_volume(publish(dev2.clone())).await.unwrap();
     assert_eq!(
@@ -114,20 +77,12 @@ async fn data_survives_unstage_stage_and_detach_attach() {
     c.controller_unpublish_volume(unpublish_req(&v.volume_id, &env.node_id))
         .await
         .unwrap();
-    c.delete_volume(DeleteVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    c.delete_volume(delete_req(&v.volume_id)).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn csictl_demo_walks_a_volume_through_its_life() {
-    if let Some(why) = ctl::missing_block_parts() {
-        test_support::skip_or_fail(&format!(
-            "{why}; the demo needs loop devices and mkfs/mount"
-        ));
+    if !ctl::block_parts_or_skip("the demo needs loop devices and mkfs/mount") {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -155,12 +110,8 @@ async fn hundred_concurrent_publishes_get_distinct_devices() {
     let mut vols = Vec::new();
     for i in 0..100 {
         vols.push(
-            c.create_volume(create_req(&format!("pvc-many-{i}"), GIB))
+            create(&mut c, create_req(&format!("pvc-many-{i}"), GIB))
                 .await
-                .unwrap()
-                .into_inner()
-                .volume
-                .unwrap()
                 .volume_id,
         );
     }
@@ -191,24 +142,12 @@ async fn the_attach_limit_is_resource_exhausted() {
     let d = Driver::start(config).await;
     let mut c = d.controller();
     for i in 0..3 {
-        let v = c
-            .create_volume(create_req(&format!("pvc-lim-{i}"), GIB))
-            .await
-            .unwrap()
-            .into_inner()
-            .volume
-            .unwrap();
+        let v = create(&mut c, create_req(&format!("pvc-lim-{i}"), GIB)).await;
         c.controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
             .await
             .unwrap();
     }
-    let v = c
-        .create_volume(create_req("pvc-lim-x", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, create_req("pvc-lim-x", GIB)).await;
     expect_code(
         c.controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
             .await,
@@ -222,24 +161,12 @@ async fn the_attach_limit_is_resource_exhausted() {
     let d2 = Driver::start(config).await;
     let mut c2 = d2.controller();
     for i in 0..2 {
-        let v = c2
-            .create_volume(create_req(&format!("pvc-ec2-{i}"), GIB))
-            .await
-            .unwrap()
-            .into_inner()
-            .volume
-            .unwrap();
+        let v = create(&mut c2, create_req(&format!("pvc-ec2-{i}"), GIB)).await;
         c2.controller_publish_volume(publish_req(&v.volume_id, &env2.node_id))
             .await
             .unwrap();
     }
-    let v = c2
-        .create_volume(create_req("pvc-ec2-x", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c2, create_req("pvc-ec2-x", GIB)).await;
     let err = c2
         .controller_publish_volume(publish_req(&v.volume_id, &env2.node_id))
         .await
@@ -259,12 +186,8 @@ async fn concurrent_publishes_never_overshoot_the_attach_limit() {
     let mut vols = Vec::new();
     for i in 0..10 {
         vols.push(
-            c.create_volume(create_req(&format!("pvc-race-{i}"), GIB))
+            create(&mut c, create_req(&format!("pvc-race-{i}"), GIB))
                 .await
-                .unwrap()
-                .into_inner()
-                .volume
-                .unwrap()
                 .volume_id,
         );
     }
@@ -297,36 +220,12 @@ async fn concurrent_publishes_never_overshoot_the_attach_limit() {
     );
 }
 
-fn calls(env: &Env, action: &str) -> u64 {
-    env.sim.call_counts().get(action).copied().unwrap_or(0)
-}
-
-/// Waits until ec2-sim has answered `action` at least `n` times in all (an observable step of
-/// the driver's work, instead of a sleep), failing after 30 s.
-async fn wait_for_calls(env: &Env, action: &str, n: u64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while calls(env, action) < n {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{action} was called {} times, not {n}",
-            calls(env, action)
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_last_call_wins_when_kubernetes_changes_its_mind() {
     let env = Env::start(Timing::Fast, Backing::File, 26).await;
     let d = Driver::start(env.driver_config(DriverMode::Controller)).await;
     let mut c = d.controller();
-    let v = c
-        .create_volume(create_req("pvc-mind", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, create_req("pvc-mind", GIB)).await;
 
     // Unpublish during an in-flight Publish: the attach is stuck, so the Publish is in flight.
     env.sim.set_faults(Faults {
@@ -338,7 +237,7 @@ async fn the_last_call_wins_when_kubernetes_changes_its_mind() {
     let publish =
         tokio::spawn(async move { c1.controller_publish_volume(publish_req(&vid, &node)).await });
     // Wait until the attach was sent.
-    wait_for_calls(&env, "AttachVolume", 1).await;
+    env.wait_for_calls("AttachVolume", 1).await;
     // A repeat of the same call while it runs: Aborted.
     expect_code(
         c.controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
@@ -357,8 +256,8 @@ async fn the_last_call_wins_when_kubernetes_changes_its_mind() {
     assert_eq!(p.unwrap_err().code(), Code::Aborted);
     // The attach completes once the fault is lifted; then it is detached (never forced). Lift
     // it only after the worker has polled the stuck attachment again.
-    let polled = calls(&env, "DescribeVolumes");
-    wait_for_calls(&env, "DescribeVolumes", polled + 2).await;
+    let polled = env.calls("DescribeVolumes");
+    env.wait_for_calls("DescribeVolumes", polled + 2).await;
     env.sim.set_faults(Faults::default());
     unpublish.await.unwrap().unwrap();
     assert!(
@@ -384,15 +283,15 @@ async fn the_last_call_wins_when_kubernetes_changes_its_mind() {
         c3.controller_unpublish_volume(unpublish_req(&vid, &node))
             .await
     });
-    wait_for_calls(&env, "DetachVolume", 2).await;
+    env.wait_for_calls("DetachVolume", 2).await;
     let mut c4 = d.controller();
     let (vid, node) = (v.volume_id.clone(), env.node_id.clone());
     let publish =
         tokio::spawn(async move { c4.controller_publish_volume(publish_req(&vid, &node)).await });
     assert_eq!(unpublish.await.unwrap().unwrap_err().code(), Code::Aborted);
     // Lift the fault only after the worker has polled the stuck detach again.
-    let polled = calls(&env, "DescribeVolumes");
-    wait_for_calls(&env, "DescribeVolumes", polled + 2).await;
+    let polled = env.calls("DescribeVolumes");
+    env.wait_for_calls("DescribeVolumes", polled + 2).await;
     env.sim.set_faults(Faults::default());
     let device = publish.await.unwrap().unwrap().into_inner().publish_context["devicePath"].clone();
     let disk = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
@@ -439,12 +338,8 @@ async fn throttling_and_slow_attach_converge() {
         let mut v = Vec::new();
         for i in 0..5 {
             v.push(
-                c.create_volume(create_req(&format!("pvc-thr-{i}"), GIB))
+                create(&mut c, create_req(&format!("pvc-thr-{i}"), GIB))
                     .await
-                    .unwrap()
-                    .into_inner()
-                    .volume
-                    .unwrap()
                     .volume_id,
             );
         }
@@ -483,13 +378,7 @@ async fn a_stuck_attach_is_undone_and_its_device_name_tried_last() {
     config.controller.publish.attach_timeout = Duration::from_millis(800);
     let d = Driver::start(config).await;
     let mut c = d.controller();
-    let v = c
-        .create_volume(create_req("pvc-stuck", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, create_req("pvc-stuck", GIB)).await;
     env.sim.set_faults(Faults {
         stuck_attaching: vec![v.volume_id.clone()],
         ..Faults::default()
@@ -505,13 +394,7 @@ async fn a_stuck_attach_is_undone_and_its_device_name_tried_last() {
     assert!(disk.attachments.is_empty(), "{:?}", disk.attachments);
     env.sim.set_faults(Faults::default());
     // The retry works, on another device name.
-    let dev = c
-        .controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
-        .await
-        .unwrap()
-        .into_inner()
-        .publish_context["devicePath"]
-        .clone();
+    let dev = attach(&mut c, &v.volume_id, &env.node_id).await;
     assert_ne!(dev, "/dev/xvdba", "the name that got stuck is tried last");
     let _ = Arc::new(());
 }

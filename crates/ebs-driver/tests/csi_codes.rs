@@ -14,7 +14,9 @@ use csi_spec::v1::node_service_capability::rpc::Type as NodeRpc;
 use csi_spec::v1::volume_capability::access_mode::Mode;
 use csi_spec::v1::*;
 use ctl::{
-    Driver, Env, GIB, create_req, device_ctx, expect_code, mount_cap, publish_req, unpublish_req,
+    Driver, Env, GIB, attach, controller_rpcs, create, create_req, delete_req, expand_req,
+    expect_code, mount_cap, node_publish_req, node_rpcs, node_stage_req, node_unpublish_req,
+    node_unstage_req, publish_req, unpublish_req, validate_req,
 };
 use ebs_driver::Mode as DriverMode;
 use ec2_sim::{Backing, Timing};
@@ -25,31 +27,8 @@ const FAKE_VOLUME: &str = "fake-vol-id-0001";
 /// Shaped like one, but no such volume exists.
 const MISSING_VOLUME: &str = "vol-0aaaaaaaaaaaaaaaa";
 
-fn stage_req(volume_id: &str, staging: &str, cap: VolumeCapability) -> NodeStageVolumeRequest {
-    NodeStageVolumeRequest {
-        volume_id: volume_id.into(),
-        publish_context: device_ctx("/dev/xvdba"),
-        staging_target_path: staging.into(),
-        volume_capability: Some(cap),
-        ..Default::default()
-    }
-}
-
-fn node_publish_req(
-    volume_id: &str,
-    staging: &str,
-    target: &str,
-    cap: VolumeCapability,
-) -> NodePublishVolumeRequest {
-    NodePublishVolumeRequest {
-        volume_id: volume_id.into(),
-        publish_context: device_ctx("/dev/xvdba"),
-        staging_target_path: staging.into(),
-        target_path: target.into(),
-        volume_capability: Some(cap),
-        ..Default::default()
-    }
-}
+/// The device path of requests for a volume that was never attached.
+const DEVICE: &str = "/dev/xvdba";
 
 fn stats_req(volume_id: &str, path: &str) -> NodeGetVolumeStatsRequest {
     NodeGetVolumeStatsRequest {
@@ -59,7 +38,7 @@ fn stats_req(volume_id: &str, path: &str) -> NodeGetVolumeStatsRequest {
     }
 }
 
-fn expand_req(volume_id: &str, path: &str) -> NodeExpandVolumeRequest {
+fn node_expand_req(volume_id: &str, path: &str) -> NodeExpandVolumeRequest {
     NodeExpandVolumeRequest {
         volume_id: volume_id.into(),
         volume_path: path.into(),
@@ -80,7 +59,7 @@ async fn node_volume_or_path_not_there_is_not_found() {
 
     // An ID that cannot be an EBS volume names a volume that does not exist.
     expect_code(
-        n.node_stage_volume(stage_req(FAKE_VOLUME, &staging, mount_cap()))
+        n.node_stage_volume(node_stage_req(FAKE_VOLUME, DEVICE, &staging, mount_cap()))
             .await,
         Code::NotFound,
         FAKE_VOLUME,
@@ -88,6 +67,7 @@ async fn node_volume_or_path_not_there_is_not_found() {
     expect_code(
         n.node_publish_volume(node_publish_req(
             FAKE_VOLUME,
+            DEVICE,
             &staging,
             &target,
             mount_cap(),
@@ -97,70 +77,46 @@ async fn node_volume_or_path_not_there_is_not_found() {
         FAKE_VOLUME,
     );
     expect_code(
-        n.node_unstage_volume(NodeUnstageVolumeRequest {
-            volume_id: FAKE_VOLUME.into(),
-            staging_target_path: staging.clone(),
-        })
-        .await,
+        n.node_unstage_volume(node_unstage_req(FAKE_VOLUME, &staging))
+            .await,
         Code::NotFound,
         FAKE_VOLUME,
     );
     expect_code(
-        n.node_unpublish_volume(NodeUnpublishVolumeRequest {
-            volume_id: FAKE_VOLUME.into(),
-            target_path: target.clone(),
-        })
-        .await,
+        n.node_unpublish_volume(node_unpublish_req(FAKE_VOLUME, &target))
+            .await,
         Code::NotFound,
         FAKE_VOLUME,
     );
 
     // NodeGetVolumeStats: csi-sanity's "volume not found" (fake ID, relative path) and "volume
     // does not exist on the specified path" (real-looking ID, path that holds nothing).
-    expect_code(
-        n.node_get_volume_stats(stats_req(FAKE_VOLUME, "some/path"))
-            .await,
-        Code::NotFound,
-        FAKE_VOLUME,
-    );
-    expect_code(
-        n.node_get_volume_stats(stats_req(MISSING_VOLUME, "some/path"))
-            .await,
-        Code::NotFound,
-        "some/path",
-    );
-    expect_code(
-        n.node_get_volume_stats(stats_req(MISSING_VOLUME, "/nonexistent/volume"))
-            .await,
-        Code::NotFound,
-        "/nonexistent/volume",
-    );
-    expect_code(
-        n.node_get_volume_stats(stats_req(MISSING_VOLUME, &empty_dir))
-            .await,
-        Code::NotFound,
-        &empty_dir,
-    );
+    // (volume, path, what the message names)
+    for (volume_id, path, needle) in [
+        (FAKE_VOLUME, "some/path", FAKE_VOLUME),
+        (MISSING_VOLUME, "some/path", "some/path"),
+        (MISSING_VOLUME, "/nonexistent/volume", "/nonexistent/volume"),
+        (MISSING_VOLUME, empty_dir.as_str(), empty_dir.as_str()),
+    ] {
+        expect_code(
+            n.node_get_volume_stats(stats_req(volume_id, path)).await,
+            Code::NotFound,
+            needle,
+        );
+    }
 
     // NodeExpandVolume: the same three ways of not being there.
-    expect_code(
-        n.node_expand_volume(expand_req(FAKE_VOLUME, "some/path"))
-            .await,
-        Code::NotFound,
-        FAKE_VOLUME,
-    );
-    expect_code(
-        n.node_expand_volume(expand_req(MISSING_VOLUME, "some/path"))
-            .await,
-        Code::NotFound,
-        "some/path",
-    );
-    expect_code(
-        n.node_expand_volume(expand_req(MISSING_VOLUME, &empty_dir))
-            .await,
-        Code::NotFound,
-        &empty_dir,
-    );
+    for (volume_id, path, needle) in [
+        (FAKE_VOLUME, "some/path", FAKE_VOLUME),
+        (MISSING_VOLUME, "some/path", "some/path"),
+        (MISSING_VOLUME, empty_dir.as_str(), empty_dir.as_str()),
+    ] {
+        expect_code(
+            n.node_expand_volume(node_expand_req(volume_id, path)).await,
+            Code::NotFound,
+            needle,
+        );
+    }
 
     // A real-looking volume that never got attached: its device never appears.
     let mut cfg = env.driver_config(DriverMode::Node);
@@ -169,7 +125,12 @@ async fn node_volume_or_path_not_there_is_not_found() {
     expect_code(
         quick
             .node()
-            .node_stage_volume(stage_req(MISSING_VOLUME, &staging, mount_cap()))
+            .node_stage_volume(node_stage_req(
+                MISSING_VOLUME,
+                DEVICE,
+                &staging,
+                mount_cap(),
+            ))
             .await,
         Code::NotFound,
         MISSING_VOLUME,
@@ -185,23 +146,23 @@ async fn node_idempotent_teardown_and_preconditions() {
     let target = env.path("target").display().to_string();
 
     // Nothing staged or published there: the work is already done.
-    n.node_unstage_volume(NodeUnstageVolumeRequest {
-        volume_id: MISSING_VOLUME.into(),
-        staging_target_path: staging.clone(),
-    })
-    .await
-    .unwrap();
-    n.node_unpublish_volume(NodeUnpublishVolumeRequest {
-        volume_id: MISSING_VOLUME.into(),
-        target_path: target.clone(),
-    })
-    .await
-    .unwrap();
+    n.node_unstage_volume(node_unstage_req(MISSING_VOLUME, &staging))
+        .await
+        .unwrap();
+    n.node_unpublish_volume(node_unpublish_req(MISSING_VOLUME, &target))
+        .await
+        .unwrap();
 
     // NodePublish, "staging target path not set": STAGE_UNSTAGE_VOLUME is advertised.
     expect_code(
-        n.node_publish_volume(node_publish_req(MISSING_VOLUME, "", &target, mount_cap()))
-            .await,
+        n.node_publish_volume(node_publish_req(
+            MISSING_VOLUME,
+            DEVICE,
+            "",
+            &target,
+            mount_cap(),
+        ))
+        .await,
         Code::FailedPrecondition,
         "staging_target_path",
     );
@@ -210,6 +171,7 @@ async fn node_idempotent_teardown_and_preconditions() {
     expect_code(
         n.node_publish_volume(node_publish_req(
             MISSING_VOLUME,
+            DEVICE,
             &staging,
             &target,
             mount_cap(),
@@ -226,12 +188,13 @@ async fn node_idempotent_teardown_and_preconditions() {
         "volume_id",
     );
     expect_code(
-        n.node_expand_volume(expand_req(MISSING_VOLUME, "")).await,
+        n.node_expand_volume(node_expand_req(MISSING_VOLUME, ""))
+            .await,
         Code::InvalidArgument,
         "volume_path",
     );
     // NodeExpandVolume "exceeds capabilities" is INVALID_ARGUMENT.
-    let mut r = expand_req(MISSING_VOLUME, &staging);
+    let mut r = node_expand_req(MISSING_VOLUME, &staging);
     r.volume_capability = Some(VolumeCapability::mount(
         "ext4",
         vec![],
@@ -248,27 +211,9 @@ async fn node_idempotent_teardown_and_preconditions() {
 async fn both_services_advertise_single_node_multi_writer() {
     let env = Env::start(Timing::Fast, Backing::File, 26).await;
     let d = Driver::start(env.driver_config(DriverMode::All)).await;
-    let node: Vec<NodeRpc> = d
-        .node()
-        .node_get_capabilities(NodeGetCapabilitiesRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .capabilities
-        .iter()
-        .filter_map(|c| c.rpc_type())
-        .collect();
+    let node = node_rpcs(&mut d.node()).await;
     assert!(node.contains(&NodeRpc::SingleNodeMultiWriter), "{node:?}");
-    let ctrl: Vec<CtrlRpc> = d
-        .controller()
-        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .capabilities
-        .iter()
-        .filter_map(|c| c.rpc_type())
-        .collect();
+    let ctrl = controller_rpcs(&mut d.controller()).await;
     assert!(ctrl.contains(&CtrlRpc::SingleNodeMultiWriter), "{ctrl:?}");
 }
 
@@ -277,13 +222,7 @@ async fn controller_volume_or_node_not_there() {
     let env = Env::start(Timing::Fast, Backing::File, 26).await;
     let d = Driver::start(env.driver_config(DriverMode::Controller)).await;
     let mut c = d.controller();
-    let v = c
-        .create_volume(create_req("pvc-codes", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, create_req("pvc-codes", GIB)).await;
 
     for missing in [FAKE_VOLUME, MISSING_VOLUME] {
         expect_code(
@@ -293,36 +232,20 @@ async fn controller_volume_or_node_not_there() {
             missing,
         );
         expect_code(
-            c.validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
-                volume_id: missing.into(),
-                volume_capabilities: vec![mount_cap()],
-                ..Default::default()
-            })
-            .await,
+            c.validate_volume_capabilities(validate_req(missing, mount_cap()))
+                .await,
             Code::NotFound,
             missing,
         );
         expect_code(
-            c.controller_expand_volume(ControllerExpandVolumeRequest {
-                volume_id: missing.into(),
-                capacity_range: Some(CapacityRange {
-                    required_bytes: 2 * GIB,
-                    limit_bytes: 0,
-                }),
-                ..Default::default()
-            })
-            .await,
+            c.controller_expand_volume(expand_req(missing, 2 * GIB))
+                .await,
             Code::NotFound,
             missing,
         );
         // Gone already: DeleteVolume and ControllerUnpublishVolume succeed (the spec's
         // idempotency rule; the volume "can be safely regarded as unpublished").
-        c.delete_volume(DeleteVolumeRequest {
-            volume_id: missing.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        c.delete_volume(delete_req(missing)).await.unwrap();
         c.controller_unpublish_volume(unpublish_req(missing, &env.node_id))
             .await
             .unwrap();
@@ -431,29 +354,14 @@ async fn controller_volume_or_node_not_there() {
 /// and the node share one set of rules.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_confirmed_capability_stages_and_publishes() {
-    if let Some(why) = ctl::missing_block_parts() {
-        test_support::skip_or_fail(&format!(
-            "{why}; this test needs loop devices and mkfs/mount"
-        ));
+    if !ctl::block_parts_or_skip("this test needs loop devices and mkfs/mount") {
         return;
     }
     let env = Env::start(Timing::Fast, Backing::Loop, 26).await;
     let d = Driver::start(env.driver_config(DriverMode::All)).await;
     let (mut c, mut n) = (d.controller(), d.node());
-    let v = c
-        .create_volume(create_req("pvc-caps", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
-    let dev = c
-        .controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
-        .await
-        .unwrap()
-        .into_inner()
-        .publish_context["devicePath"]
-        .clone();
+    let v = create(&mut c, create_req("pvc-caps", GIB)).await;
+    let dev = attach(&mut c, &v.volume_id, &env.node_id).await;
     let staging = env.path("staging").display().to_string();
     let modes: Vec<Mode> = (1..=20).filter_map(|m| Mode::try_from(m).ok()).collect();
     assert!(modes.contains(&Mode::SingleNodeMultiWriter), "{modes:?}");
@@ -465,16 +373,11 @@ async fn every_confirmed_capability_stages_and_publishes() {
         ] {
             let what = format!("{kind} {}", mode.as_str_name());
             let validated = c
-                .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
-                    volume_id: v.volume_id.clone(),
-                    volume_capabilities: vec![cap.clone()],
-                    ..Default::default()
-                })
+                .validate_volume_capabilities(validate_req(&v.volume_id, cap.clone()))
                 .await
                 .unwrap()
                 .into_inner();
-            let mut stage = stage_req(&v.volume_id, &staging, cap.clone());
-            stage.publish_context = device_ctx(&dev);
+            let stage = node_stage_req(&v.volume_id, &dev, &staging, cap.clone());
             if validated.confirmed.is_none() {
                 // Refused by the controller: refused by the node, for the same reason.
                 let s = n.node_stage_volume(stage).await.unwrap_err();
@@ -486,8 +389,7 @@ async fn every_confirmed_capability_stages_and_publishes() {
                     validated.message
                 );
                 let target = env.path("pods/refused").display().to_string();
-                let mut publish = node_publish_req(&v.volume_id, &staging, &target, cap);
-                publish.publish_context = device_ctx(&dev);
+                let publish = node_publish_req(&v.volume_id, &dev, &staging, &target, cap);
                 let s = n.node_publish_volume(publish).await.unwrap_err();
                 assert_eq!(s.code(), Code::InvalidArgument, "{what}: {s:?}");
                 continue;
@@ -498,8 +400,7 @@ async fn every_confirmed_capability_stages_and_publishes() {
             n.node_stage_volume(stage)
                 .await
                 .unwrap_or_else(|s| panic!("{what}: NodeStage: {s:?}"));
-            let mut publish = node_publish_req(&v.volume_id, &staging, &target, cap);
-            publish.publish_context = device_ctx(&dev);
+            let publish = node_publish_req(&v.volume_id, &dev, &staging, &target, cap);
             n.node_publish_volume(publish)
                 .await
                 .unwrap_or_else(|s| panic!("{what}: NodePublish: {s:?}"));
@@ -518,18 +419,12 @@ async fn every_confirmed_capability_stages_and_publishes() {
                 );
                 let _ = std::fs::remove_file(&probe);
             }
-            n.node_unpublish_volume(NodeUnpublishVolumeRequest {
-                volume_id: v.volume_id.clone(),
-                target_path: target.clone(),
-            })
-            .await
-            .unwrap();
-            n.node_unstage_volume(NodeUnstageVolumeRequest {
-                volume_id: v.volume_id.clone(),
-                staging_target_path: staging.clone(),
-            })
-            .await
-            .unwrap();
+            n.node_unpublish_volume(node_unpublish_req(&v.volume_id, &target))
+                .await
+                .unwrap();
+            n.node_unstage_volume(node_unstage_req(&v.volume_id, &staging))
+                .await
+                .unwrap();
         }
     }
     // 4 single-node modes for mount, the same 4 + MULTI_NODE_MULTI_WRITER for block.
@@ -537,8 +432,7 @@ async fn every_confirmed_capability_stages_and_publishes() {
 
     // NodeStage "exceeds capabilities": the volume holds ext4 (formatted above), the request
     // asks for xfs. Nothing is formatted over it.
-    let mut stage = stage_req(&v.volume_id, &staging, mount_cap());
-    stage.publish_context = device_ctx(&dev);
+    let mut stage = node_stage_req(&v.volume_id, &dev, &staging, mount_cap());
     stage.volume_capability = Some(VolumeCapability::mount(
         "xfs",
         vec![],
@@ -551,8 +445,7 @@ async fn every_confirmed_capability_stages_and_publishes() {
     );
 
     // Staged already, but with another filesystem than this request asks for: ALREADY_EXISTS.
-    let mut stage = stage_req(&v.volume_id, &staging, mount_cap());
-    stage.publish_context = device_ctx(&dev);
+    let mut stage = node_stage_req(&v.volume_id, &dev, &staging, mount_cap());
     n.node_stage_volume(stage.clone()).await.unwrap();
     stage.volume_capability = Some(VolumeCapability::mount(
         "xfs",
@@ -569,7 +462,7 @@ async fn every_confirmed_capability_stages_and_publishes() {
         &v.volume_id,
     );
     expect_code(
-        n.node_expand_volume(expand_req(MISSING_VOLUME, &staging))
+        n.node_expand_volume(node_expand_req(MISSING_VOLUME, &staging))
             .await,
         Code::NotFound,
         &v.volume_id,
@@ -577,10 +470,7 @@ async fn every_confirmed_capability_stages_and_publishes() {
     n.node_get_volume_stats(stats_req(&v.volume_id, &staging))
         .await
         .unwrap();
-    n.node_unstage_volume(NodeUnstageVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        staging_target_path: staging.clone(),
-    })
-    .await
-    .unwrap();
+    n.node_unstage_volume(node_unstage_req(&v.volume_id, &staging))
+        .await
+        .unwrap();
 }

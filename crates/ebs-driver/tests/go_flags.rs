@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use csi_spec::v1::identity_client::IdentityClient;
 use csi_spec::v1::node_client::NodeClient;
 use csi_spec::v1::*;
-use ctl::{Env, GIB, create_req};
+use ctl::{Env, GIB, create, create_req, delete_req};
 use ebs_cloud::Cloud;
 use ec2_sim::{Backing, Timing};
 
@@ -93,6 +93,16 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// NodeGetInfo from the driver on `socket`.
+async fn node_info(socket: &str) -> NodeGetInfoResponse {
+    let ch = csi_spec::connect_unix(socket).await.unwrap();
+    NodeClient::new(ch)
+        .node_get_info(NodeGetInfoRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 fn http_get(port: u16, path: &str) -> String {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
@@ -144,13 +154,7 @@ async fn helm_controller_arguments_start_and_take_effect() {
 
     let ch = csi_spec::connect_unix(&socket).await.unwrap();
     let mut c = csi_spec::v1::controller_client::ControllerClient::new(ch);
-    let v = c
-        .create_volume(create_req("pvc-helm", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, create_req("pvc-helm", GIB)).await;
     let tags = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap().tags;
     for (k, want) in [
         ("kubernetes.io/cluster/test-cluster", "owned"),
@@ -174,24 +178,17 @@ async fn helm_controller_arguments_start_and_take_effect() {
     );
     c.controller_modify_volume(ControllerModifyVolumeRequest {
         volume_id: v.volume_id.clone(),
-        mutable_parameters: [("tagSpecification_1".to_string(), "tier=gold".to_string())].into(),
+        mutable_parameters: ctl::params(&[("tagSpecification_1", "tier=gold")]),
         ..Default::default()
     })
     .await
     .unwrap();
-    c.delete_volume(DeleteVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    c.delete_volume(delete_req(&v.volume_id)).await.unwrap();
     // A failed RPC is logged at WARN inside its span, with its status.
-    c.controller_publish_volume(ControllerPublishVolumeRequest {
-        volume_id: "vol-0123456789abcdef0".into(),
-        node_id: "i-0123456789abcdef0".into(),
-        volume_capability: Some(ctl::mount_cap()),
-        ..Default::default()
-    })
+    c.controller_publish_volume(ctl::publish_req(
+        "vol-0123456789abcdef0",
+        "i-0123456789abcdef0",
+    ))
     .await
     .unwrap_err();
     let log = p.stop();
@@ -251,12 +248,7 @@ async fn helm_node_arguments_start_without_credentials() {
         .unwrap()
         .into_inner();
     assert_eq!(info.name, "ebs.csi.aws.com");
-    let ch = csi_spec::connect_unix(&socket).await.unwrap();
-    let node = NodeClient::new(ch)
-        .node_get_info(NodeGetInfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let node = node_info(&socket).await;
     assert_eq!(node.node_id, "i-0123456789abcdef0");
     // 28 Nitro slots - 2 network interfaces - 3 reserved.
     assert_eq!(node.max_volumes_per_node, 23);
@@ -366,12 +358,7 @@ async fn node_without_node_id_asks_instance_metadata_as_the_go_daemonset_does() 
     let url = format!("http://{imds}");
     let mut p = Process::spawn(&args, &[("AWS_EC2_METADATA_SERVICE_ENDPOINT", &url)]);
     p.identity(&socket).await;
-    let ch = csi_spec::connect_unix(&socket).await.unwrap();
-    let node = NodeClient::new(ch)
-        .node_get_info(NodeGetInfoRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let node = node_info(&socket).await;
     assert_eq!(node.node_id, "i-0fedcba9876543210");
     let zones: Vec<&String> = node
         .accessible_topology

@@ -11,7 +11,10 @@ use csi_spec::v1::controller_service_capability::rpc::Type as Rpc;
 use csi_spec::v1::plugin_capability::service::Type as PluginService;
 use csi_spec::v1::volume_capability::access_mode::Mode;
 use csi_spec::v1::*;
-use ctl::{Driver, Env, GIB, create_req, expect_code, mount_cap, publish_req, unpublish_req};
+use ctl::{
+    Driver, Env, GIB, attach, controller_rpcs, create, create_req, delete_req, expand_req,
+    expect_code, mount_cap, probe_ready, publish_req, unpublish_req, validate_req,
+};
 use ebs_cloud::Cloud;
 use ebs_driver::Mode as DriverMode;
 use ec2_sim::{Backing, Timing};
@@ -157,13 +160,7 @@ async fn create_is_idempotent_and_a_reused_name_is_already_exists() {
         ("tagSpecification_1".into(), "team=storage".into()),
         ("csi.storage.k8s.io/fstype".into(), "ext4".into()),
     ]);
-    let a = c
-        .create_volume(r.clone())
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let a = create(&mut c, r.clone()).await;
     // Rounded up to whole GiB.
     assert_eq!(a.capacity_bytes, 2 * GIB);
     assert_eq!(
@@ -172,13 +169,7 @@ async fn create_is_idempotent_and_a_reused_name_is_already_exists() {
     );
     let zone = &a.accessible_topology[0].segments["topology.ebs.csi.aws.com/zone"];
     assert_eq!(zone, "us-east-1a");
-    let b = c
-        .create_volume(r.clone())
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let b = create(&mut c, r.clone()).await;
     assert_eq!(a.volume_id, b.volume_id);
     let disk = env.cloud.get_disk_by_id(&a.volume_id).await.unwrap();
     assert_eq!(disk.tags.get("team").map(String::as_str), Some("storage"));
@@ -226,13 +217,7 @@ async fn zone_follows_accessibility_requirements() {
         requisite: vec![topo("us-east-1c"), topo("us-east-1b")],
         preferred: vec![topo("us-east-1b")],
     });
-    let v = c
-        .create_volume(r)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, r).await;
     assert_eq!(
         env.cloud.get_disk_by_id(&v.volume_id).await.unwrap().zone,
         "us-east-1b"
@@ -258,12 +243,7 @@ async fn delete_publish_unpublish_validate_and_not_found_cases() {
     let mut c = d.controller();
     // Absent volume: delete and unpublish succeed, publish and validate are NotFound.
     let ghost = "vol-0123456789abcdef0";
-    c.delete_volume(DeleteVolumeRequest {
-        volume_id: ghost.into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    c.delete_volume(delete_req(ghost)).await.unwrap();
     c.controller_unpublish_volume(unpublish_req(ghost, &env.node_id))
         .await
         .unwrap();
@@ -274,43 +254,23 @@ async fn delete_publish_unpublish_validate_and_not_found_cases() {
         ghost,
     );
     expect_code(
-        c.validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
-            volume_id: ghost.into(),
-            volume_capabilities: vec![mount_cap()],
-            ..Default::default()
-        })
-        .await,
+        c.validate_volume_capabilities(validate_req(ghost, mount_cap()))
+            .await,
         Code::NotFound,
         ghost,
     );
 
-    let v = c
-        .create_volume(create_req("pvc-pub", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, create_req("pvc-pub", GIB)).await;
     expect_code(
         c.controller_publish_volume(publish_req(&v.volume_id, "i-0123456789abcdef0"))
             .await,
         Code::NotFound,
         "i-0123456789abcdef0",
     );
-    let p1 = c
-        .controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
-        .await
-        .unwrap()
-        .into_inner();
-    let dev = p1.publish_context["devicePath"].clone();
+    let dev = attach(&mut c, &v.volume_id, &env.node_id).await;
     assert!(dev.starts_with("/dev/xvd"), "{dev}");
     // Again: success with the same device.
-    let p2 = c
-        .controller_publish_volume(publish_req(&v.volume_id, &env.node_id))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(p2.publish_context["devicePath"], dev);
+    assert_eq!(attach(&mut c, &v.volume_id, &env.node_id).await, dev);
     // Elsewhere: FailedPrecondition.
     expect_code(
         c.controller_publish_volume(publish_req(&v.volume_id, &other.instance_id))
@@ -320,35 +280,22 @@ async fn delete_publish_unpublish_validate_and_not_found_cases() {
     );
     // Delete while attached: FailedPrecondition.
     expect_code(
-        c.delete_volume(DeleteVolumeRequest {
-            volume_id: v.volume_id.clone(),
-            ..Default::default()
-        })
-        .await,
+        c.delete_volume(delete_req(&v.volume_id)).await,
         Code::FailedPrecondition,
         &v.volume_id,
     );
     // Validate.
     let ok = c
-        .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
-            volume_id: v.volume_id.clone(),
-            volume_capabilities: vec![mount_cap()],
-            ..Default::default()
-        })
+        .validate_volume_capabilities(validate_req(&v.volume_id, mount_cap()))
         .await
         .unwrap()
         .into_inner();
     assert!(ok.confirmed.is_some());
     let no = c
-        .validate_volume_capabilities(ValidateVolumeCapabilitiesRequest {
-            volume_id: v.volume_id.clone(),
-            volume_capabilities: vec![VolumeCapability::mount(
-                "ext4",
-                vec![],
-                Mode::MultiNodeReaderOnly,
-            )],
-            ..Default::default()
-        })
+        .validate_volume_capabilities(validate_req(
+            &v.volume_id,
+            VolumeCapability::mount("ext4", vec![], Mode::MultiNodeReaderOnly),
+        ))
         .await
         .unwrap()
         .into_inner();
@@ -374,18 +321,10 @@ async fn delete_publish_unpublish_validate_and_not_found_cases() {
     c.controller_unpublish_volume(unpublish_req(&v.volume_id, &env.node_id))
         .await
         .unwrap();
-    c.delete_volume(DeleteVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    c.delete_volume(DeleteVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    // Gone already: success again.
+    for _ in 0..2 {
+        c.delete_volume(delete_req(&v.volume_id)).await.unwrap();
+    }
 }
 
 #[tokio::test]
@@ -393,10 +332,7 @@ async fn capabilities_probe_snapshots_and_expand() {
     let env = env().await;
     let d = Driver::start(env.driver_config(DriverMode::Controller)).await;
     let mut id = d.identity();
-    assert_eq!(
-        id.probe(ProbeRequest {}).await.unwrap().into_inner().ready,
-        Some(true)
-    );
+    assert_eq!(probe_ready(&mut id).await, Some(true));
     let caps = id
         .get_plugin_capabilities(GetPluginCapabilitiesRequest {})
         .await
@@ -408,15 +344,7 @@ async fn capabilities_probe_snapshots_and_expand() {
             .any(|c| c.service_type() == Some(PluginService::ControllerService))
     );
     let mut c = d.controller();
-    let rpcs: Vec<Rpc> = c
-        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .capabilities
-        .iter()
-        .filter_map(|c| c.rpc_type())
-        .collect();
+    let rpcs = controller_rpcs(&mut c).await;
     for want in [
         Rpc::CreateDeleteVolume,
         Rpc::PublishUnpublishVolume,
@@ -427,35 +355,25 @@ async fn capabilities_probe_snapshots_and_expand() {
         assert!(rpcs.contains(&want), "{want:?}");
     }
 
-    let v = c
-        .create_volume(create_req("pvc-snap", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, create_req("pvc-snap", GIB)).await;
     let snap = |name: &str, vol: &str| CreateSnapshotRequest {
         name: name.into(),
         source_volume_id: vol.into(),
         ..Default::default()
     };
-    let s = c
-        .create_snapshot(snap("snap-a", &v.volume_id))
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
+    let mut snapshot_a = async || {
+        c.create_snapshot(snap("snap-a", &v.volume_id))
+            .await
+            .unwrap()
+            .into_inner()
+            .snapshot
+            .unwrap()
+    };
+    let s = snapshot_a().await;
     assert_eq!(s.source_volume_id, v.volume_id);
     assert_eq!(s.size_bytes, GIB);
     assert!(s.creation_time.is_some());
-    let again = c
-        .create_snapshot(snap("snap-a", &v.volume_id))
-        .await
-        .unwrap()
-        .into_inner()
-        .snapshot
-        .unwrap();
+    let again = snapshot_a().await;
     assert_eq!(again.snapshot_id, s.snapshot_id);
     expect_code(
         c.create_snapshot(snap("snap-b", "vol-0123456789abcdef0"))
@@ -508,13 +426,7 @@ async fn capabilities_probe_snapshots_and_expand() {
             },
         )),
     });
-    let restored = c
-        .create_volume(from)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let restored = create(&mut c, from).await;
     assert!(restored.content_source.is_some());
     let mut missing = create_req("pvc-from-nothing", GIB);
     missing.volume_content_source = Some(VolumeContentSource {
@@ -530,44 +442,24 @@ async fn capabilities_probe_snapshots_and_expand() {
         "snap-0123456789abcdef0",
     );
 
-    c.delete_snapshot(DeleteSnapshotRequest {
-        snapshot_id: s.snapshot_id.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    c.delete_snapshot(DeleteSnapshotRequest {
-        snapshot_id: s.snapshot_id.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-
-    let grown = c
-        .controller_expand_volume(ControllerExpandVolumeRequest {
-            volume_id: v.volume_id.clone(),
-            capacity_range: Some(CapacityRange {
-                required_bytes: 3 * GIB,
-                limit_bytes: 0,
-            }),
-            volume_capability: Some(mount_cap()),
+    // Twice: the second finds it gone, which is success.
+    for _ in 0..2 {
+        c.delete_snapshot(DeleteSnapshotRequest {
+            snapshot_id: s.snapshot_id.clone(),
             ..Default::default()
         })
         .await
-        .unwrap()
-        .into_inner();
+        .unwrap();
+    }
+
+    let mut grow = expand_req(&v.volume_id, 3 * GIB);
+    grow.volume_capability = Some(mount_cap());
+    let grown = c.controller_expand_volume(grow).await.unwrap().into_inner();
     assert_eq!(grown.capacity_bytes, 3 * GIB);
     assert!(grown.node_expansion_required);
     expect_code(
-        c.controller_expand_volume(ControllerExpandVolumeRequest {
-            volume_id: "vol-0123456789abcdef0".into(),
-            capacity_range: Some(CapacityRange {
-                required_bytes: 3 * GIB,
-                limit_bytes: 0,
-            }),
-            ..Default::default()
-        })
-        .await,
+        c.controller_expand_volume(expand_req("vol-0123456789abcdef0", 3 * GIB))
+            .await,
         Code::NotFound,
         "vol-0123456789abcdef0",
     );
@@ -602,10 +494,7 @@ async fn node_mode_has_no_controller_and_makes_no_ec2_call() {
     env.sim.reset_call_counts();
     let d = Driver::start(config).await;
     let mut id = d.identity();
-    assert_eq!(
-        id.probe(ProbeRequest {}).await.unwrap().into_inner().ready,
-        Some(true)
-    );
+    assert_eq!(probe_ready(&mut id).await, Some(true));
     let caps = id
         .get_plugin_capabilities(GetPluginCapabilitiesRequest {})
         .await
@@ -644,15 +533,7 @@ async fn probe_is_not_ready_while_ec2_fails() {
     config.aws.endpoint = Some("http://127.0.0.1:9".into());
     config.aws.retry.max_attempts = 1;
     let d = Driver::start(config).await;
-    assert_eq!(
-        d.identity()
-            .probe(ProbeRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .ready,
-        Some(false)
-    );
+    assert_eq!(probe_ready(&mut d.identity()).await, Some(false));
 }
 
 /// A plain HTTP/1.1 GET, enough for the metrics endpoint.
@@ -691,15 +572,7 @@ async fn http_endpoint_serves_metrics_and_health() {
         Code::InvalidArgument,
         "volume_id",
     );
-    assert_eq!(
-        d.identity()
-            .probe(ProbeRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .ready,
-        Some(true)
-    );
+    assert_eq!(probe_ready(&mut d.identity()).await, Some(true));
     let (status, body) = http_get(port, "/metrics").await;
     assert_eq!(status, 200, "{body}");
     for needle in [

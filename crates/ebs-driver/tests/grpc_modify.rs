@@ -5,23 +5,15 @@
 
 mod ctl;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use csi_spec::v1::controller_service_capability::rpc::Type as Rpc;
 use csi_spec::v1::*;
-use ctl::{Driver, Env, GIB, create_req, expect_code};
+use ctl::{Driver, Env, GIB, controller_rpcs, create, create_req, expect_code, params};
 use ebs_cloud::Cloud;
 use ebs_driver::Mode as DriverMode;
 use ec2_sim::{Backing, Timing};
 use tonic::Code;
-
-fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 fn modify_req(volume_id: &str, pairs: &[(&str, &str)]) -> ControllerModifyVolumeRequest {
     ControllerModifyVolumeRequest {
@@ -32,11 +24,7 @@ fn modify_req(volume_id: &str, pairs: &[(&str, &str)]) -> ControllerModifyVolume
 }
 
 fn modify_calls(env: &Env) -> u64 {
-    env.sim
-        .call_counts()
-        .get("ModifyVolume")
-        .copied()
-        .unwrap_or(0)
+    env.calls("ModifyVolume")
 }
 
 #[tokio::test]
@@ -45,56 +33,29 @@ async fn modify_changes_type_iops_throughput_and_tags_idempotently() {
     let d = Driver::start(env.driver_config(DriverMode::Controller)).await;
     let mut c = d.controller();
 
-    let rpcs: Vec<Rpc> = c
-        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .capabilities
-        .iter()
-        .filter_map(|c| c.rpc_type())
-        .collect();
+    let rpcs = controller_rpcs(&mut c).await;
     assert!(rpcs.contains(&Rpc::ModifyVolume), "{rpcs:?}");
 
-    let v = c
-        .create_volume(create_req("pvc-modify", 10 * GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, create_req("pvc-modify", 10 * GIB)).await;
     let before = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
     assert_eq!(before.volume_type, "gp3");
 
-    // gp3 -> io2 at 4000 IOPS.
-    c.controller_modify_volume(modify_req(
-        &v.volume_id,
-        &[("type", "io2"), ("iops", "4000")],
-    ))
-    .await
-    .unwrap();
-    let after = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
-    assert_eq!(after.volume_type, "io2");
-    assert_eq!(after.iops, Some(4000));
-    assert_eq!(modify_calls(&env), 1);
-
-    // The same request again: OK, and no second ModifyVolume.
-    c.controller_modify_volume(modify_req(
-        &v.volume_id,
-        &[("type", "io2"), ("iops", "4000")],
-    ))
-    .await
-    .unwrap();
-    assert_eq!(modify_calls(&env), 1);
+    // gp3 -> io2 at 4000 IOPS; then the same request again: OK, and no second ModifyVolume.
+    for _ in 0..2 {
+        c.controller_modify_volume(modify_req(
+            &v.volume_id,
+            &[("type", "io2"), ("iops", "4000")],
+        ))
+        .await
+        .unwrap();
+        let after = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
+        assert_eq!(after.volume_type, "io2");
+        assert_eq!(after.iops, Some(4000));
+        assert_eq!(modify_calls(&env), 1);
+    }
 
     // Throughput on a gp3 volume.
-    let g = c
-        .create_volume(create_req("pvc-modify-gp3", 10 * GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let g = create(&mut c, create_req("pvc-modify-gp3", 10 * GIB)).await;
     c.controller_modify_volume(modify_req(
         &g.volume_id,
         &[("throughput", "250"), ("iops", "4000")],
@@ -129,45 +90,42 @@ async fn modify_changes_type_iops_throughput_and_tags_idempotently() {
     assert_eq!(modify_calls(&env), 2);
 
     // Bad requests name what is wrong.
-    expect_code(
-        c.controller_modify_volume(modify_req(&g.volume_id, &[("encrypted", "true")]))
-            .await,
-        Code::InvalidArgument,
-        "encrypted",
-    );
-    expect_code(
-        c.controller_modify_volume(modify_req(&g.volume_id, &[("iops", "lots")]))
-            .await,
-        Code::InvalidArgument,
-        "iops",
-    );
-    expect_code(
-        c.controller_modify_volume(modify_req(&g.volume_id, &[("type", "gp9")]))
-            .await,
-        Code::InvalidArgument,
-        "type",
-    );
-    expect_code(
-        c.controller_modify_volume(modify_req("", &[("type", "io2")]))
-            .await,
-        Code::InvalidArgument,
-        "volume_id",
-    );
-    expect_code(
-        c.controller_modify_volume(modify_req("vol-0123456789abcdef0", &[("type", "io2")]))
-            .await,
-        Code::NotFound,
-        "vol-0123456789abcdef0",
-    );
-    expect_code(
-        c.controller_modify_volume(modify_req(
-            "vol-0123456789abcdef0",
+    let ghost = "vol-0123456789abcdef0";
+    for (volume_id, pairs, code, needle) in [
+        (
+            g.volume_id.as_str(),
+            &[("encrypted", "true")],
+            Code::InvalidArgument,
+            "encrypted",
+        ),
+        (
+            g.volume_id.as_str(),
+            &[("iops", "lots")],
+            Code::InvalidArgument,
+            "iops",
+        ),
+        (
+            g.volume_id.as_str(),
+            &[("type", "gp9")],
+            Code::InvalidArgument,
+            "type",
+        ),
+        ("", &[("type", "io2")], Code::InvalidArgument, "volume_id"),
+        (ghost, &[("type", "io2")], Code::NotFound, ghost),
+        (
+            ghost,
             &[("tagSpecification_1", "a=b")],
-        ))
-        .await,
-        Code::NotFound,
-        "vol-0123456789abcdef0",
-    );
+            Code::NotFound,
+            ghost,
+        ),
+    ] {
+        expect_code(
+            c.controller_modify_volume(modify_req(volume_id, pairs))
+                .await,
+            code,
+            needle,
+        );
+    }
     assert_eq!(modify_calls(&env), 2);
 }
 
@@ -183,13 +141,7 @@ async fn create_volume_applies_mutable_parameters_over_parameters() {
         ("iops", "5000"),
         ("tagSpecification_1", "class=fast"),
     ]);
-    let v = c
-        .create_volume(r.clone())
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, r.clone()).await;
     let disk = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
     assert_eq!(disk.volume_type, "io2");
     assert_eq!(disk.iops, Some(5000));
@@ -209,13 +161,7 @@ async fn create_volume_applies_mutable_parameters_over_parameters() {
         .unwrap();
     assert_eq!(confirmed.mutable_parameters, r.mutable_parameters);
     // Idempotent with the same mutable parameters.
-    let again = c
-        .create_volume(r)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let again = create(&mut c, r).await;
     assert_eq!(again.volume_id, v.volume_id);
 
     let mut bad = create_req("pvc-vac-bad", GIB);
@@ -233,28 +179,17 @@ async fn a_modification_under_way_is_waited_for_not_repeated() {
     let env = Env::start(Timing::Realistic, Backing::File, 26).await;
     let d = Driver::start(env.driver_config(DriverMode::Controller)).await;
     let mut c = d.controller();
-    let v = c
-        .create_volume(create_req("pvc-slow-modify", 10 * GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
-    let mut first = tonic::Request::new(modify_req(
-        &v.volume_id,
-        &[("type", "io1"), ("iops", "500")],
-    ));
+    let v = create(&mut c, create_req("pvc-slow-modify", 10 * GIB)).await;
+    let slow = &[("type", "io1"), ("iops", "500")];
+    let mut first = tonic::Request::new(modify_req(&v.volume_id, slow));
     first.set_timeout(Duration::from_millis(800));
     let err = c.controller_modify_volume(first).await.unwrap_err();
     assert_eq!(err.code(), Code::DeadlineExceeded, "{err:?}");
     assert_eq!(modify_calls(&env), 1);
     // The retry finds the same modification running and waits for it: one ModifyVolume.
-    c.controller_modify_volume(modify_req(
-        &v.volume_id,
-        &[("type", "io1"), ("iops", "500")],
-    ))
-    .await
-    .unwrap();
+    c.controller_modify_volume(modify_req(&v.volume_id, slow))
+        .await
+        .unwrap();
     assert_eq!(modify_calls(&env), 1);
     let disk = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap();
     assert_eq!(disk.volume_type, "io1");
@@ -273,13 +208,7 @@ async fn warn_on_invalid_tag_skips_bad_tags_instead_of_failing() {
         ("tagSpecification_1", "good=yes"),
         ("tagSpecification_2", "no-equals-sign"),
     ]);
-    let v = c
-        .create_volume(r)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, r).await;
     let tags = env.cloud.get_disk_by_id(&v.volume_id).await.unwrap().tags;
     assert_eq!(tags.get("good").map(String::as_str), Some("yes"));
     assert!(!tags.keys().any(|k| k.contains("no-equals")), "{tags:?}");

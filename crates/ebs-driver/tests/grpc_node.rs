@@ -109,6 +109,19 @@ fn publish(
     }
 }
 
+/// NodeExpandVolume of VOL_A at `path` to `required_bytes`.
+fn expand(path: &str, required_bytes: i64) -> NodeExpandVolumeRequest {
+    NodeExpandVolumeRequest {
+        volume_id: VOL_A.into(),
+        volume_path: path.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes,
+            limit_bytes: 0,
+        }),
+        ..Default::default()
+    }
+}
+
 #[tokio::test]
 async fn identity_capabilities_and_node_info() {
     let d = Driver::start(NodeConfig::default()).await;
@@ -260,16 +273,7 @@ async fn missing_and_bad_fields_are_invalid_argument_naming_the_field() {
         "volume_path",
     );
     check(
-        node.node_expand_volume(NodeExpandVolumeRequest {
-            volume_id: VOL_A.into(),
-            volume_path: "/t".into(),
-            capacity_range: Some(CapacityRange {
-                required_bytes: -1,
-                limit_bytes: 0,
-            }),
-            ..Default::default()
-        })
-        .await,
+        node.node_expand_volume(expand("/t", -1)).await,
         "capacity_range.required_bytes",
     );
     // A path that holds no volume is NotFound, not an internal error.
@@ -356,15 +360,7 @@ async fn full_node_lifecycle_over_the_socket() {
 
     fx.grow(VOL_A, &dev, 1024 * MIB);
     let expanded = node
-        .node_expand_volume(NodeExpandVolumeRequest {
-            volume_id: VOL_A.into(),
-            volume_path: target.clone(),
-            capacity_range: Some(CapacityRange {
-                required_bytes: (1024 * MIB) as i64,
-                limit_bytes: 0,
-            }),
-            ..Default::default()
-        })
+        .node_expand_volume(expand(&target, (1024 * MIB) as i64))
         .await
         .unwrap()
         .into_inner();
@@ -557,15 +553,7 @@ async fn failed_precondition_rows_over_the_socket() {
         .await
         .unwrap();
     let s = node
-        .node_expand_volume(NodeExpandVolumeRequest {
-            volume_id: VOL_A.into(),
-            volume_path: staging.clone(),
-            capacity_range: Some(CapacityRange {
-                required_bytes: (128 * MIB) as i64,
-                limit_bytes: 0,
-            }),
-            ..Default::default()
-        })
+        .node_expand_volume(expand(&staging, (128 * MIB) as i64))
         .await
         .unwrap_err();
     fail(s, "less than");

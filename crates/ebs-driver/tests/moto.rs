@@ -3,8 +3,7 @@
 
 mod ctl;
 
-use csi_spec::v1::*;
-use ctl::{Driver, GIB, create_req, publish_req, unpublish_req};
+use ctl::{Driver, GIB, attach, create, create_req, delete_req, probe_ready, unpublish_req};
 use ebs_cloud::{Cloud, CloudMetrics};
 use ebs_cloud_aws::AwsCloud;
 use ebs_driver::{DriverConfig, Mode};
@@ -33,55 +32,21 @@ async fn controller_path_against_moto() {
         ..DriverConfig::default()
     };
     let d = Driver::start(config).await;
-    assert_eq!(
-        d.identity()
-            .probe(ProbeRequest {})
-            .await
-            .unwrap()
-            .into_inner()
-            .ready,
-        Some(true)
-    );
+    assert_eq!(probe_ready(&mut d.identity()).await, Some(true));
     let mut c = d.controller();
-    let v = c
-        .create_volume(create_req("pvc-moto", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
-    let again = c
-        .create_volume(create_req("pvc-moto", GIB))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v = create(&mut c, create_req("pvc-moto", GIB)).await;
+    let again = create(&mut c, create_req("pvc-moto", GIB)).await;
     assert_eq!(v.volume_id, again.volume_id);
-    let dev = c
-        .controller_publish_volume(publish_req(&v.volume_id, &node.instance_id))
-        .await
-        .unwrap()
-        .into_inner()
-        .publish_context["devicePath"]
-        .clone();
+    let dev = attach(&mut c, &v.volume_id, &node.instance_id).await;
     assert!(dev.starts_with("/dev/xvd"), "{dev}");
     let disk = cloud.get_disk_by_id(&v.volume_id).await.unwrap();
     assert_eq!(disk.attachments.len(), 1);
     c.controller_unpublish_volume(unpublish_req(&v.volume_id, &node.instance_id))
         .await
         .unwrap();
-    c.delete_volume(DeleteVolumeRequest {
-        volume_id: v.volume_id.clone(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    c.delete_volume(DeleteVolumeRequest {
-        volume_id: v.volume_id,
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    // Twice: the second finds it gone, which is success.
+    for _ in 0..2 {
+        c.delete_volume(delete_req(&v.volume_id)).await.unwrap();
+    }
     assert!(cloud.get_disk_by_name("pvc-moto").await.unwrap().is_none());
 }

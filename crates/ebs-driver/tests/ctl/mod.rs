@@ -40,6 +40,18 @@ pub fn missing_block_parts() -> Option<String> {
     None
 }
 
+/// Whether loop-backed tests can run here; where they cannot, skips (or, under
+/// `CSI_RS_REQUIRE_ALL`, fails) saying why and `what` needs them.
+pub fn block_parts_or_skip(what: &str) -> bool {
+    match missing_block_parts() {
+        Some(why) => {
+            test_support::skip_or_fail(&format!("{why}; {what}"));
+            false
+        }
+        None => true,
+    }
+}
+
 pub struct Env {
     pub sim: Simulator,
     pub cloud: AwsCloud,
@@ -91,6 +103,25 @@ impl Env {
 
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.path().join(rel)
+    }
+
+    /// How often ec2-sim has answered `action` so far.
+    pub fn calls(&self, action: &str) -> u64 {
+        self.sim.call_counts().get(action).copied().unwrap_or(0)
+    }
+
+    /// Waits until ec2-sim has answered `action` at least `n` times in all (an observable step
+    /// of the driver's work, instead of a sleep), failing after 30 s.
+    pub async fn wait_for_calls(&self, action: &str, n: u64) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while self.calls(action) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{action} was called {} times, not {n}",
+                self.calls(action)
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// The driver's config for this environment (mode all, fast polls).
@@ -253,4 +284,137 @@ pub fn expect_code<T: std::fmt::Debug>(
         "message {:?} should name {needle:?}",
         err.message()
     );
+}
+
+/// Parameters (or mutable parameters) from `(key, value)` pairs.
+pub fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+pub fn validate_req(volume_id: &str, cap: VolumeCapability) -> ValidateVolumeCapabilitiesRequest {
+    ValidateVolumeCapabilitiesRequest {
+        volume_id: volume_id.to_string(),
+        volume_capabilities: vec![cap],
+        ..Default::default()
+    }
+}
+
+pub fn delete_req(volume_id: &str) -> DeleteVolumeRequest {
+    DeleteVolumeRequest {
+        volume_id: volume_id.to_string(),
+        ..Default::default()
+    }
+}
+
+pub fn expand_req(volume_id: &str, bytes: i64) -> ControllerExpandVolumeRequest {
+    ControllerExpandVolumeRequest {
+        volume_id: volume_id.to_string(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        ..Default::default()
+    }
+}
+
+/// A CreateVolume that must succeed: the volume made.
+pub async fn create(c: &mut ControllerClient<Channel>, r: CreateVolumeRequest) -> Volume {
+    c.create_volume(r)
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+}
+
+/// A ControllerPublishVolume that must succeed: the device path it hands the node.
+pub async fn attach(c: &mut ControllerClient<Channel>, volume_id: &str, node_id: &str) -> String {
+    c.controller_publish_volume(publish_req(volume_id, node_id))
+        .await
+        .unwrap()
+        .into_inner()
+        .publish_context["devicePath"]
+        .clone()
+}
+
+/// The RPCs ControllerGetCapabilities advertises.
+pub async fn controller_rpcs(
+    c: &mut ControllerClient<Channel>,
+) -> Vec<controller_service_capability::rpc::Type> {
+    c.controller_get_capabilities(ControllerGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities
+        .iter()
+        .filter_map(|c| c.rpc_type())
+        .collect()
+}
+
+/// The RPCs NodeGetCapabilities advertises.
+pub async fn node_rpcs(n: &mut NodeClient<Channel>) -> Vec<node_service_capability::rpc::Type> {
+    n.node_get_capabilities(NodeGetCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities
+        .iter()
+        .filter_map(|c| c.rpc_type())
+        .collect()
+}
+
+/// What Probe says about readiness.
+pub async fn probe_ready(id: &mut IdentityClient<Channel>) -> Option<bool> {
+    id.probe(ProbeRequest {}).await.unwrap().into_inner().ready
+}
+
+// Node requests as kubelet sends them, for a volume attached at `device`.
+
+pub fn node_stage_req(
+    volume_id: &str,
+    device: &str,
+    staging: &str,
+    cap: VolumeCapability,
+) -> NodeStageVolumeRequest {
+    NodeStageVolumeRequest {
+        volume_id: volume_id.into(),
+        publish_context: device_ctx(device),
+        staging_target_path: staging.into(),
+        volume_capability: Some(cap),
+        ..Default::default()
+    }
+}
+
+pub fn node_publish_req(
+    volume_id: &str,
+    device: &str,
+    staging: &str,
+    target: &str,
+    cap: VolumeCapability,
+) -> NodePublishVolumeRequest {
+    NodePublishVolumeRequest {
+        volume_id: volume_id.into(),
+        publish_context: device_ctx(device),
+        staging_target_path: staging.into(),
+        target_path: target.into(),
+        volume_capability: Some(cap),
+        ..Default::default()
+    }
+}
+
+pub fn node_unstage_req(volume_id: &str, staging: &str) -> NodeUnstageVolumeRequest {
+    NodeUnstageVolumeRequest {
+        volume_id: volume_id.into(),
+        staging_target_path: staging.into(),
+    }
+}
+
+pub fn node_unpublish_req(volume_id: &str, target: &str) -> NodeUnpublishVolumeRequest {
+    NodeUnpublishVolumeRequest {
+        volume_id: volume_id.into(),
+        target_path: target.into(),
+    }
 }
