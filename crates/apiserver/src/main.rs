@@ -39,13 +39,9 @@ struct Args {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let args = Args::parse();
+    // Info unless RUST_LOG says otherwise; on stderr.
+    telemetry::init_logging(0);
     let config = apiserver::Config {
         listen: args.listen,
         data_dir: args.data_dir,
@@ -58,9 +54,8 @@ async fn main() -> anyhow::Result<()> {
         // has no reader, so it does not keep one.
         audit: false,
     };
-    let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    apiserver::run(config, shutdown).await?;
+    // SIGTERM or SIGINT (Ctrl-C).
+    let shutdown = telemetry::shutdown_on_signals();
+    apiserver::run(config, shutdown.cancelled_owned()).await?;
     Ok(())
 }

@@ -12,13 +12,13 @@ use csi_spec::v1::node_server::NodeServer;
 use ebs_cloud::CloudMetrics;
 use ebs_cloud_aws::{AwsCloud, AwsConfig};
 use prometheus_client::registry::Registry;
-use tokio::sync::watch;
+use telemetry::{Health, ReadyCheck};
 use tonic::transport::Server;
 
 use crate::controller::{ControllerConfig, ControllerService};
 use crate::controller_svc::CsiControllerSvc;
 use crate::identity::{CsiIdentitySvc, IdentityConfig};
-use crate::metrics::{ReadyCheck, RpcMetrics, RpcMetricsLayer, serve_http};
+use crate::metrics::{RpcMetrics, RpcMetricsLayer};
 use crate::node::requests::NodeConfig;
 use crate::node::service::NodeService;
 use crate::node::{CsiNodeSvc, NodeInfo};
@@ -206,31 +206,28 @@ impl Parts {
             endpoint = %socket.path().display(),
             "starting"
         );
-        let (stop_tx, stop_rx) = watch::channel(false);
         let http = match config.http_endpoint {
             Some(addr) => {
-                let listener = tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map_err(|e| Error::io("binding the http endpoint", addr.to_string(), e))?;
-                let probe = controller.clone();
-                let ready: ReadyCheck = Arc::new(move || {
-                    let probe = probe.clone();
-                    Box::pin(async move {
-                        match probe {
-                            Some(c) => c.probe().await.is_ok(),
-                            None => true,
-                        }
-                    }) as std::pin::Pin<Box<dyn Future<Output = bool> + Send>>
-                });
-                let mut rx = stop_rx.clone();
-                Some(tokio::spawn(serve_http(
-                    listener,
-                    Arc::new(registry),
-                    ready,
-                    async move {
-                        let _ = rx.wait_for(|s| *s).await;
-                    },
-                )))
+                // /healthz: the process answers; /readyz: the controller's Probe (node mode has
+                // none, so it follows /healthz).
+                let health = Health::default();
+                health.set_ready(true);
+                if let Some(probe) = controller.clone() {
+                    let ready: ReadyCheck = Arc::new(move || {
+                        let probe = probe.clone();
+                        Box::pin(async move { probe.probe().await.is_ok() })
+                    });
+                    health.set_ready_check(ready);
+                }
+                Some(
+                    telemetry::serve_http(
+                        &addr.to_string(),
+                        "/metrics",
+                        Arc::new(registry),
+                        health,
+                    )
+                    .await?,
+                )
             }
             None => None,
         };
@@ -251,13 +248,8 @@ impl Parts {
             .serve(router, shutdown)
             .await
             .map_err(Error::Endpoint);
-        let _ = stop_tx.send(true);
-        if let Some(h) = http {
-            match h.await {
-                Ok(Err(e)) => tracing::warn!(error = %e, "http endpoint"),
-                Err(e) => tracing::warn!(error = %e, "http endpoint task"),
-                Ok(Ok(())) => {}
-            }
+        if let Some(server) = http {
+            server.shutdown().await;
         }
         if let Some(e) = embedded {
             if let Err(err) = e.sim.shutdown().await {

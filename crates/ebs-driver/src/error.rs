@@ -42,7 +42,9 @@ pub(crate) fn code(e: &Error) -> Code {
         Error::StuckAttaching { .. } => Code::Internal,
         Error::Cloud(c) => cloud_code(c),
         Error::Rpc { .. } => Code::Unknown,
-        Error::Io { .. } | Error::Endpoint(_) | Error::Internal(_) => Code::Internal,
+        Error::Io { .. } | Error::Endpoint(_) | Error::Http(_) | Error::Internal(_) => {
+            Code::Internal
+        }
     }
 }
 

@@ -163,6 +163,10 @@ pub enum Error {
     #[error(transparent)]
     Endpoint(csi_spec::Error),
 
+    /// The `--http-endpoint` (metrics and health) could not be bound.
+    #[error(transparent)]
+    Http(#[from] telemetry::Error),
+
     /// A CSI name is already used for a volume or snapshot with other parameters.
     #[error("{what} name {name} is already used with other parameters: {reason}")]
     AlreadyExists {

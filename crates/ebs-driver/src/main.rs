@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use clap::builder::TypedValueParser as _;
 use ebs_driver::{
     AwsConfig, BatchConfig, ControllerConfig, DriverConfig, IdentityConfig, Mode, NodeConfig,
     NodeInfo, PublishConfig, go_args,
@@ -126,8 +127,10 @@ struct Flags {
     k8s_tag_cluster_id: Option<String>,
 
     /// Log format: text or json.
-    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
-    logging_format: String,
+    #[arg(long, default_value = "text",
+          value_parser = clap::builder::PossibleValuesParser::new(["text", "json"])
+              .try_map(|s| s.parse::<telemetry::LogFormat>()))]
+    logging_format: telemetry::LogFormat,
 
     /// klog verbosity: 0-3 info, 4 debug, 5 and more trace (for the driver's own crates;
     /// RUST_LOG overrides).
@@ -249,44 +252,21 @@ fn parse_http_endpoint(s: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("'{s}' is not host:port or :port ({e})"))
 }
 
-/// Our crates, whose level `-v` raises; libraries stay at info.
-const OUR_CRATES: &[&str] = &[
-    "ebs_csi_driver",
-    "ebs_driver",
-    "ebs_cloud",
-    "ebs_cloud_aws",
-    "ec2_sim",
-    "csi_spec",
-    "mount_utils",
-];
-
+/// klog's `-v` and `--logging-format` through [`telemetry::init_logging_with`]: our crates at
+/// the `-v` level, libraries at info (the AWS SDK at debug with `--aws-sdk-debug-log`),
+/// `RUST_LOG` overrides; on stderr, as klog.
 fn init_logging(f: &Flags) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        let level = match f.verbosity {
-            0..=3 => "info",
-            4 => "debug",
-            _ => "trace",
-        };
-        let mut spec = String::from("info");
-        for c in OUR_CRATES {
-            spec.push_str(&format!(",{c}={level}"));
-        }
-        if f.aws_sdk_debug_log {
-            spec.push_str(",aws_smithy_runtime=debug,aws_sdk_ec2=debug,aws_config=debug");
-        }
-        tracing_subscriber::EnvFilter::new(spec)
-    });
-    // klog writes to stderr; so do we.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colours only on a terminal: a pod's log is a file.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    if f.logging_format == "json" {
-        builder.json().init();
+    const AWS_SDK_DEBUG: &[&str] = &[
+        "aws_smithy_runtime=debug",
+        "aws_sdk_ec2=debug",
+        "aws_config=debug",
+    ];
+    let extra = if f.aws_sdk_debug_log {
+        AWS_SDK_DEBUG
     } else {
-        builder.init();
-    }
+        &[]
+    };
+    telemetry::init_logging_with(f.verbosity, f.logging_format, extra);
 }
 
 /// Tells, once at start, which accepted Go flags do nothing here.
@@ -415,27 +395,9 @@ async fn main() -> anyhow::Result<()> {
         embedded_timing,
         http_endpoint: f.http_endpoint,
     };
-    ebs_driver::run(config, shutdown_signal())
+    // SIGTERM (kubelet, systemd) or SIGINT (Ctrl-C).
+    let shutdown = telemetry::shutdown_on_signals();
+    ebs_driver::run(config, shutdown.cancelled_owned())
         .await
         .context("ebs-csi-driver")
-}
-
-/// SIGTERM (kubelet, systemd) or Ctrl-C.
-async fn shutdown_signal() {
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the driver");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    tokio::select! {
-        _ = term => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
-    tracing::info!("shutting down");
 }

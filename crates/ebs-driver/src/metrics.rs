@@ -1,23 +1,16 @@
-//! `--http-endpoint`: Prometheus metrics (EC2 calls from [`ebs_cloud::CloudMetrics`], CSI RPC
-//! counts and latency per method from [`RpcMetricsLayer`]) and health checks.
+//! The driver's Prometheus metrics: CSI RPC counts and latency per method, recorded by
+//! [`RpcMetricsLayer`] (EC2 calls come from [`ebs_cloud::CloudMetrics`]). `--http-endpoint`
+//! serves them with the health checks through [`telemetry::serve_http`].
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use axum::Router;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::get;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-
-use crate::{Error, Result};
 
 type Labels = Vec<(String, String)>;
 
@@ -151,63 +144,6 @@ pub fn code_name(code: tonic::Code) -> &'static str {
         Code::DataLoss => "DataLoss",
         Code::Unauthenticated => "Unauthenticated",
     }
-}
-
-/// What `/readyz` asks: the controller's Probe, or nothing in node mode.
-pub type ReadyCheck = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
-
-/// Serves `/metrics`, `/healthz` (the process answers) and `/readyz` (the Probe) until
-/// `shutdown` resolves.
-pub async fn serve_http(
-    listener: tokio::net::TcpListener,
-    registry: Arc<Registry>,
-    ready: ReadyCheck,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<()> {
-    let app = Router::new()
-        .route(
-            "/metrics",
-            get(move || {
-                let registry = registry.clone();
-                async move {
-                    let mut text = String::new();
-                    match prometheus_client::encoding::text::encode(&mut text, &registry) {
-                        Ok(()) => (
-                            StatusCode::OK,
-                            [(
-                                header::CONTENT_TYPE,
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                            )],
-                            text,
-                        )
-                            .into_response(),
-                        Err(e) => {
-                            (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()
-                        }
-                    }
-                }
-            }),
-        )
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let ready = ready.clone();
-                async move {
-                    if ready().await {
-                        (StatusCode::OK, "ready\n")
-                    } else {
-                        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
-                    }
-                }
-            }),
-        );
-    let addr: Option<SocketAddr> = listener.local_addr().ok();
-    tracing::info!(?addr, "serving metrics and health");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| Error::Internal(format!("http endpoint: {e}")))
 }
 
 #[cfg(test)]

@@ -87,32 +87,15 @@ fn config(args: Args) -> anyhow::Result<SimConfig> {
     })
 }
 
-/// Registers SIGINT and SIGTERM handlers now (not on first poll), so a signal that arrives
-/// while the simulator starts is not lost to the default action.
-fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
-    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
-    Ok(async move {
-        tokio::select! {
-            _ = int.recv() => tracing::info!("SIGINT"),
-            _ = term.recv() => tracing::info!("SIGTERM"),
-        }
-    })
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
     let args = Args::parse();
+    // Info unless RUST_LOG says otherwise; on stderr.
+    telemetry::init_logging(0);
+    // Handlers installed now, so a signal that arrives while the simulator starts is not lost.
+    let shutdown = telemetry::shutdown_on_signals();
     let listen = args.listen;
     let config = config(args)?;
-    let shutdown = shutdown_signal()?;
-    ec2_sim::run(config, listen, shutdown).await?;
+    ec2_sim::run(config, listen, shutdown.cancelled_owned()).await?;
     Ok(())
 }

@@ -3,7 +3,7 @@
 //!
 //! - [`logging`]: klog's `-v` mapped onto tracing for **our** crates only; libraries (kube,
 //!   hyper, h2, rustls, tonic, aws-*) stay at info, as the Go sidecars' `-v` leaves client-go's
-//!   transport alone. `RUST_LOG` overrides everything.
+//!   transport alone. `RUST_LOG` overrides everything. Text or JSON (`--logging-format`).
 //! - [`signals`]: SIGTERM / SIGINT to a `CancellationToken`.
 //! - [`http`]: metrics (OpenMetrics text) and health endpoints on `--http-endpoint`.
 
@@ -12,7 +12,7 @@ pub mod logging;
 pub mod signals;
 
 pub use http::{Health, HttpServer, METRICS_CONTENT_TYPE, ReadyCheck, serve_http};
-pub use logging::{OUR_TARGETS, init_logging, level_for_verbosity};
+pub use logging::{LogFormat, OUR_TARGETS, init_logging, init_logging_with, level_for_verbosity};
 pub use signals::shutdown_on_signals;
 
 /// Errors of the process plumbing.

@@ -7,6 +7,7 @@
 //! `RUST_LOG` (any `EnvFilter` directives) replaces the whole filter, for library debugging.
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::util::SubscriberInitExt;
 
 /// The tracing targets (crate names as module paths, binaries included) that `-v` raises.
 /// A target matches its module and everything below it (`attacher` covers
@@ -56,20 +57,71 @@ pub fn level_for_verbosity(verbosity: u8) -> tracing::Level {
     }
 }
 
-/// Installs a tracing subscriber writing to stderr: our crates ([`OUR_TARGETS`]) at the level
-/// [`level_for_verbosity`] gives, libraries at info. `RUST_LOG`, when set and valid, replaces
-/// that filter. Calling it again (tests, a library user who installed its own subscriber) does
-/// nothing.
-pub fn init_logging(verbosity: u8) {
-    let filter = filter_for(verbosity, std::env::var("RUST_LOG").ok().as_deref());
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+/// How log lines are written: klog's `--logging-format`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One human-readable line per event (spans as `name{field=value}:`).
+    #[default]
+    Text,
+    /// One JSON object per line (`"level":"INFO"`, `"fields"`, `"spans"`), for log collectors.
+    Json,
 }
 
-/// The filter directives for `verbosity` without `RUST_LOG`.
-fn directives_for(verbosity: u8) -> String {
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            other => Err(format!(
+                "logging format {other:?} is not one of: text, json"
+            )),
+        }
+    }
+}
+
+/// Installs a tracing subscriber writing text to stderr: our crates ([`OUR_TARGETS`]) at the
+/// level [`level_for_verbosity`] gives, libraries at info. `RUST_LOG`, when set and valid,
+/// replaces that filter. Calling it again (tests, a library user who installed its own
+/// subscriber) does nothing.
+pub fn init_logging(verbosity: u8) {
+    init_logging_with(verbosity, LogFormat::Text, &[]);
+}
+
+/// [`init_logging`] in `format`, with `extra` filter directives (`target=level`, e.g.
+/// `aws_sdk_ec2=debug` for a driver's `--aws-sdk-debug-log`) added to the `-v` ones;
+/// `RUST_LOG` still replaces the whole filter. Colours only when stderr is a terminal (a pod's
+/// log is a file) and `NO_COLOR` is unset.
+pub fn init_logging_with(verbosity: u8, format: LogFormat, extra: &[&str]) {
+    let filter = filter_for(verbosity, extra, std::env::var("RUST_LOG").ok().as_deref());
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    let _ = subscriber(filter, format, std::io::stderr, ansi).try_init();
+}
+
+/// The subscriber [`init_logging_with`] installs, writing to `writer`.
+fn subscriber<W>(
+    filter: EnvFilter,
+    format: LogFormat,
+    writer: W,
+    ansi: bool,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_ansi(ansi);
+    match format {
+        LogFormat::Text => Box::new(builder.finish()),
+        LogFormat::Json => Box::new(builder.json().finish()),
+    }
+}
+
+/// The filter directives for `verbosity` and `extra` without `RUST_LOG`.
+fn directives_for(verbosity: u8, extra: &[&str]) -> String {
     let ours = level_for_verbosity(verbosity);
     let mut directives = LIBRARY_LEVEL.as_str().to_ascii_lowercase();
     if ours != LIBRARY_LEVEL {
@@ -81,15 +133,19 @@ fn directives_for(verbosity: u8) -> String {
             directives.push_str(&ours);
         }
     }
+    for directive in extra {
+        directives.push(',');
+        directives.push_str(directive);
+    }
     directives
 }
 
-/// The filter: `rust_log` when set and valid, else [`directives_for`] `verbosity`.
-fn filter_for(verbosity: u8, rust_log: Option<&str>) -> EnvFilter {
+/// The filter: `rust_log` when set and valid, else [`directives_for`] `verbosity` and `extra`.
+fn filter_for(verbosity: u8, extra: &[&str], rust_log: Option<&str>) -> EnvFilter {
     rust_log
         .filter(|v| !v.is_empty())
         .and_then(|v| EnvFilter::try_new(v).ok())
-        .unwrap_or_else(|| EnvFilter::new(directives_for(verbosity)))
+        .unwrap_or_else(|| EnvFilter::new(directives_for(verbosity, extra)))
 }
 
 #[cfg(test)]
@@ -109,15 +165,15 @@ mod tests {
 
     #[test]
     fn rust_log_overrides_verbosity() {
-        assert_eq!(filter_for(0, None).to_string(), "info");
-        assert_eq!(filter_for(0, Some("")).to_string(), "info");
+        assert_eq!(filter_for(0, &[], None).to_string(), "info");
+        assert_eq!(filter_for(0, &[], Some("")).to_string(), "info");
         assert_eq!(
-            filter_for(0, Some("sidecar=trace")).to_string(),
+            filter_for(0, &[], Some("sidecar=trace")).to_string(),
             "sidecar=trace"
         );
         // An unusable RUST_LOG falls back to -v rather than silencing the sidecar.
         assert!(
-            filter_for(5, Some("=[bad"))
+            filter_for(5, &[], Some("=[bad"))
                 .to_string()
                 .contains("attacher=trace")
         );
@@ -144,26 +200,74 @@ mod tests {
         }
     }
 
-    /// What a subscriber with the filter for `verbosity` prints for debug and trace events of
-    /// our crates and of libraries.
-    fn printed(verbosity: u8) -> String {
+    /// What the subscriber for `verbosity`, `format` and `extra` prints for debug and trace
+    /// events of our crates and of libraries.
+    fn printed_as(verbosity: u8, format: LogFormat, extra: &[&str]) -> String {
         let out = Captured::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_env_filter(filter_for(verbosity, None))
-            .with_writer(out.clone())
-            .with_ansi(false)
-            .finish();
+        let subscriber = subscriber(
+            filter_for(verbosity, extra, None),
+            format,
+            out.clone(),
+            false,
+        );
         tracing::subscriber::with_default(subscriber, || {
             tracing::debug!(target: "attacher::controller", "ours-debug");
             tracing::trace!(target: "sidecar::leader", "ours-trace");
             tracing::debug!(target: "h2::codec", "h2-debug");
             tracing::debug!(target: "rustls::client", "rustls-debug");
             tracing::debug!(target: "kube_client::client", "kube-debug");
+            tracing::debug!(target: "aws_sdk_ec2::operation", "aws-debug");
             tracing::info!(target: "kube_runtime::watcher", "kube-info");
             tracing::warn!(target: "hyper_util::client", "hyper-warn");
         });
         let text = out.0.lock().unwrap().clone();
         String::from_utf8(text).unwrap()
+    }
+
+    fn printed(verbosity: u8) -> String {
+        printed_as(verbosity, LogFormat::Text, &[])
+    }
+
+    #[test]
+    fn json_format_writes_one_object_per_line() {
+        let json = printed_as(0, LogFormat::Json, &[]);
+        let lines: Vec<&str> = json.lines().collect();
+        assert_eq!(lines.len(), 2, "{json}");
+        for line in lines {
+            assert!(
+                line.starts_with('{') && line.ends_with('}') && line.contains("\"level\":"),
+                "{line}"
+            );
+        }
+        assert!(
+            json.contains("\"level\":\"INFO\"") && json.contains("kube-info"),
+            "{json}"
+        );
+        let text = printed(0);
+        assert!(
+            text.contains("kube-info") && !text.starts_with('{'),
+            "{text}"
+        );
+        assert_eq!("json".parse::<LogFormat>(), Ok(LogFormat::Json));
+        assert_eq!("text".parse::<LogFormat>(), Ok(LogFormat::Text));
+        assert!("xml".parse::<LogFormat>().unwrap_err().contains("xml"));
+    }
+
+    #[test]
+    fn extra_directives_raise_named_libraries_only() {
+        let out = printed_as(0, LogFormat::Text, &["aws_sdk_ec2=debug"]);
+        assert!(out.contains("aws-debug"), "{out}");
+        assert!(
+            !out.contains("ours-debug") && !out.contains("h2-debug"),
+            "{out}"
+        );
+        assert!(!printed(0).contains("aws-debug"));
+        // With -v raising our crates, the extra directive still applies.
+        let out = printed_as(4, LogFormat::Text, &["aws_sdk_ec2=debug"]);
+        assert!(
+            out.contains("aws-debug") && out.contains("ours-debug"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -293,14 +293,15 @@ pub fn spawn_binary(
         .args(args)
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        // The log goes to stderr.
+        .stderr(Stdio::piped())
         .spawn()
         .expect("ec2-sim binary starts");
-    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
     let guard = ChildGuard(child);
     let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let mut lines = BufReader::new(stdout).lines();
+    let mut lines = BufReader::new(stderr).lines();
     let addr = loop {
         let line = lines.next().expect("log line before exit").unwrap();
         log.lock().unwrap().push(line.clone());
