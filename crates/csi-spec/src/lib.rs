@@ -117,3 +117,51 @@ pub enum Error {
         source: tonic::transport::Error,
     },
 }
+
+/// grpc-go's `codes.Code.String()`: the `grpc_status_code` / `code` label values the Go CSI
+/// sidecars and drivers write in their metrics (tonic's own names differ: `Ok`, `Cancelled`).
+pub fn go_code_name(code: tonic::Code) -> &'static str {
+    use tonic::Code;
+    match code {
+        Code::Ok => "OK",
+        Code::Cancelled => "Canceled",
+        Code::Unknown => "Unknown",
+        Code::InvalidArgument => "InvalidArgument",
+        Code::DeadlineExceeded => "DeadlineExceeded",
+        Code::NotFound => "NotFound",
+        Code::AlreadyExists => "AlreadyExists",
+        Code::PermissionDenied => "PermissionDenied",
+        Code::ResourceExhausted => "ResourceExhausted",
+        Code::FailedPrecondition => "FailedPrecondition",
+        Code::Aborted => "Aborted",
+        Code::OutOfRange => "OutOfRange",
+        Code::Unimplemented => "Unimplemented",
+        Code::Internal => "Internal",
+        Code::Unavailable => "Unavailable",
+        Code::DataLoss => "DataLoss",
+        Code::Unauthenticated => "Unauthenticated",
+    }
+}
+
+#[cfg(test)]
+mod go_code_name_tests {
+    use super::go_code_name;
+    use tonic::Code;
+
+    #[test]
+    fn names_are_grpc_go_s_not_tonic_s() {
+        assert_eq!(go_code_name(Code::Ok), "OK");
+        assert_eq!(go_code_name(Code::Cancelled), "Canceled");
+        assert_eq!(go_code_name(Code::FailedPrecondition), "FailedPrecondition");
+        // Every code by number: grpc-go's names are the tonic variant names except these two.
+        for n in 0..=16 {
+            let code = Code::from_i32(n);
+            let expected = match code {
+                Code::Ok => "OK".to_owned(),
+                Code::Cancelled => "Canceled".to_owned(),
+                other => format!("{other:?}"),
+            };
+            assert_eq!(go_code_name(code), expected, "code {n}");
+        }
+    }
+}

@@ -111,7 +111,7 @@ where
                     .headers()
                     .get("grpc-status")
                     .and_then(|v| v.to_str().ok())
-                    .map(|c| code_name(tonic::Code::from_i32(c.parse().unwrap_or(2))))
+                    .map(|c| csi_spec::go_code_name(tonic::Code::from_i32(c.parse().unwrap_or(2))))
                     .unwrap_or("OK"),
                 Err(_) => "transport error",
             };
@@ -121,42 +121,9 @@ where
     }
 }
 
-/// The canonical gRPC code name, as grpc-go's `codes.Code.String()` (and so the Go sidecars'
-/// `grpc_status_code` label) spells it.
-pub fn code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code;
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "Canceled",
-        Code::Unknown => "Unknown",
-        Code::InvalidArgument => "InvalidArgument",
-        Code::DeadlineExceeded => "DeadlineExceeded",
-        Code::NotFound => "NotFound",
-        Code::AlreadyExists => "AlreadyExists",
-        Code::PermissionDenied => "PermissionDenied",
-        Code::ResourceExhausted => "ResourceExhausted",
-        Code::FailedPrecondition => "FailedPrecondition",
-        Code::Aborted => "Aborted",
-        Code::OutOfRange => "OutOfRange",
-        Code::Unimplemented => "Unimplemented",
-        Code::Internal => "Internal",
-        Code::Unavailable => "Unavailable",
-        Code::DataLoss => "DataLoss",
-        Code::Unauthenticated => "Unauthenticated",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn code_names_are_grpc_go_s() {
-        assert_eq!(code_name(tonic::Code::Ok), "OK");
-        assert_eq!(code_name(tonic::Code::Cancelled), "Canceled");
-        assert_eq!(code_name(tonic::Code::InvalidArgument), "InvalidArgument");
-        assert_eq!(code_name(tonic::Code::from_i32(5)), "NotFound");
-    }
 
     #[test]
     fn rpc_metrics_are_named_once_csi() {
@@ -165,7 +132,7 @@ mod tests {
         m.register(&mut registry);
         m.record(
             "/csi.v1.Controller/CreateVolume",
-            code_name(tonic::Code::Ok),
+            csi_spec::go_code_name(tonic::Code::Ok),
             0.01,
         );
         let mut text = String::new();

@@ -56,35 +56,10 @@ impl OperationMetrics {
             .get_or_create(&OperationLabels {
                 driver_name: self.driver_name.clone(),
                 method_name: method.to_owned(),
-                grpc_status_code: go_code_name(code).to_owned(),
+                grpc_status_code: csi_spec::go_code_name(code).to_owned(),
                 migrated: migrated.to_string(),
             })
             .observe(elapsed.as_secs_f64());
-    }
-}
-
-/// grpc-go's `codes.Code.String()`: the label values the Go sidecars write (tonic's own names
-/// differ, e.g. `Ok` and `Cancelled`).
-pub fn go_code_name(code: tonic::Code) -> &'static str {
-    use tonic::Code;
-    match code {
-        Code::Ok => "OK",
-        Code::Cancelled => "Canceled",
-        Code::Unknown => "Unknown",
-        Code::InvalidArgument => "InvalidArgument",
-        Code::DeadlineExceeded => "DeadlineExceeded",
-        Code::NotFound => "NotFound",
-        Code::AlreadyExists => "AlreadyExists",
-        Code::PermissionDenied => "PermissionDenied",
-        Code::ResourceExhausted => "ResourceExhausted",
-        Code::FailedPrecondition => "FailedPrecondition",
-        Code::Aborted => "Aborted",
-        Code::OutOfRange => "OutOfRange",
-        Code::Unimplemented => "Unimplemented",
-        Code::Internal => "Internal",
-        Code::Unavailable => "Unavailable",
-        Code::DataLoss => "DataLoss",
-        Code::Unauthenticated => "Unauthenticated",
     }
 }
 
@@ -137,15 +112,5 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("le=\"600.0\""), "{text}");
-    }
-
-    #[test]
-    fn go_code_names() {
-        assert_eq!(go_code_name(tonic::Code::Ok), "OK");
-        assert_eq!(go_code_name(tonic::Code::Cancelled), "Canceled");
-        assert_eq!(
-            go_code_name(tonic::Code::FailedPrecondition),
-            "FailedPrecondition"
-        );
     }
 }
