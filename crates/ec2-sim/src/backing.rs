@@ -282,7 +282,10 @@ impl Disks {
             None => {
                 let image = self.volume_path(id);
                 let image_str = image.to_string_lossy().to_string();
-                match attached_loops(&image)?.into_iter().next() {
+                match attached_loops(&image)?
+                    .into_iter()
+                    .find(|dev| !detach_pending(dev))
+                {
                     Some(dev) => {
                         tracing::info!(volume_id = id, device = %dev, "re-adopted loop device");
                         dev
@@ -323,8 +326,15 @@ impl Disks {
             for link in &dev.links {
                 remove_link(link);
             }
-            losetup(&["-d", &dev.loop_dev])?;
-            tracing::info!(volume_id = id, device = %dev.loop_dev, "released loop device");
+            // Only if the device still serves this volume's image: were it freed behind our back
+            // (an autoclear detach) and taken for another image, `-d` would cut off that one.
+            let image = self.volume_path(id);
+            if attached_loops(&image)?.contains(&dev.loop_dev) {
+                losetup(&["-d", &dev.loop_dev])?;
+                tracing::info!(volume_id = id, device = %dev.loop_dev, "released loop device");
+            } else {
+                tracing::warn!(volume_id = id, device = %dev.loop_dev, "loop device no longer serves this volume; left alone");
+            }
         }
         Ok(())
     }
@@ -449,6 +459,19 @@ fn attached_loops(image: &Path) -> Result<Vec<String>, Error> {
         .filter_map(|l| l.split_once(':').map(|(dev, _)| dev.trim().to_string()))
         .filter(|d| d.starts_with("/dev/loop"))
         .collect())
+}
+
+/// Whether `losetup -d` was already asked of loop device `dev` while something still held it
+/// open: the kernel then only sets autoclear and frees the device at the last close, after
+/// which another process's `losetup --find` may take it for a different image. Re-adopting
+/// such a device would leave our device links pointing at whatever gets it next (seen with two
+/// test runs at once: the driver's identity check refused a link that resolved to another
+/// run's volume), so attach a fresh one instead.
+fn detach_pending(dev: &str) -> bool {
+    let name = dev.trim_start_matches("/dev/");
+    std::fs::read_to_string(format!("/sys/block/{name}/loop/autoclear"))
+        .map(|v| v.trim() == "1")
+        .unwrap_or(false)
 }
 
 /// Copies a file keeping holes (`cp --sparse=always`), so a 1 TiB empty volume stays empty.

@@ -196,6 +196,65 @@ async fn loop_attach_format_mount_detach_reattach_restart() {
     assert!(loops_of(&image).is_empty());
 }
 
+/// The backing file a loop device serves now (empty once it is free).
+fn backing_of(loop_dev: &Path) -> String {
+    let name = loop_dev.file_name().unwrap().to_string_lossy().to_string();
+    std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// A detach while something still holds the loop device open only marks it for release at the
+/// last close (autoclear). A re-attach in that window must not adopt the doomed device: at the
+/// close it would be freed, the volume's links would point at a free device (or at whatever
+/// image takes it next), and the next detach would cut off that other image.
+#[tokio::test]
+async fn reattach_while_the_old_device_is_still_open_gets_a_live_device() {
+    if let Some(why) = skip_reason() {
+        test_support::skip_or_fail(&format!("loop-device test: {why}"));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let Sim {
+        sim,
+        ec2,
+        dir: _sim_dir,
+    } = start_with(loop_config(dir.path())).await;
+    let i = ec2.run_instance("us-east-1a").await;
+    let v = ec2.create_volume("us-east-1a", "1", &[]).await;
+    let w = ec2.create_volume("us-east-1a", "1", &[]).await;
+    ec2.wait_status(&v, "available").await;
+    ec2.wait_status(&w, "available").await;
+    let v_image = dir.path().join(format!("state/volumes/{v}.img"));
+    let w_image = dir.path().join(format!("state/volumes/{w}.img"));
+    let _cleanup = (LoopCleanup(v_image.clone()), LoopCleanup(w_image.clone()));
+
+    attach(&ec2, &v, &i, "/dev/xvdba").await;
+    let first = PathBuf::from(sim.loop_device(&v).unwrap());
+    let held = std::fs::File::open(&first).unwrap();
+    detach(&ec2, &v).await;
+    attach(&ec2, &v, &i, "/dev/xvdbc").await;
+    let xvdbc = dir.path().join("dev/xvdbc");
+    drop(held); // the old device is freed now, if it was marked for release
+    let now = std::fs::read_link(&xvdbc).unwrap();
+    assert_eq!(
+        backing_of(&now),
+        v_image.to_string_lossy(),
+        "{} (the re-attached link) must still serve {v} after the old holder closed it",
+        now.display()
+    );
+
+    // Another volume attached now, and the first detached again: the second keeps its device.
+    attach(&ec2, &w, &i, "/dev/xvdbd").await;
+    let w_dev = PathBuf::from(sim.loop_device(&w).unwrap());
+    detach(&ec2, &v).await;
+    assert_eq!(backing_of(&w_dev), w_image.to_string_lossy());
+    detach(&ec2, &w).await;
+    sim.shutdown().await.unwrap();
+    assert!(loops_of(&v_image).is_empty() && loops_of(&w_image).is_empty());
+}
+
 /// Detaches every loop device of an image on drop (a crashed simulator's leftovers).
 struct LoopCleanup(PathBuf);
 
