@@ -3,8 +3,7 @@
 //!
 //! The Go `aws-ebs-csi-driver` takes its mode as a first positional word (`controller`, `node`,
 //! `all`, or `pre-stop-hook`) and parses flags with pflag/klog, where `-v=2`, `--v=2` and
-//! `-v 2` are the same flag. Kept apart from `sidecar`'s helper of the same kind so that the
-//! driver does not pull in a Kubernetes client.
+//! `-v 2` are the same flag. The flag rewriting is `telemetry`'s, shared with the sidecars.
 
 use std::ffi::OsString;
 
@@ -18,50 +17,18 @@ const MODES: &[&str] = &["controller", "node", "all", "pre-stop-hook"];
 ///   `-v` gets a second dash; other single letters (`-h`, `-V`) stay clap short flags;
 /// - values, double-dash flags and everything after `--` are left alone.
 pub fn normalize<I: IntoIterator<Item = OsString>>(args: I) -> Vec<OsString> {
-    let mut out = Vec::new();
-    let mut iter = args.into_iter().peekable();
-    if let Some(program) = iter.next() {
-        out.push(program);
+    let mut args: Vec<OsString> = args.into_iter().collect();
+    if args
+        .get(1)
+        .and_then(|a| a.to_str())
+        .is_some_and(|first| MODES.contains(&first))
+    {
+        let mode = args.remove(1);
+        let mut flag = OsString::from("--mode=");
+        flag.push(mode);
+        args.insert(1, flag);
     }
-    if let Some(first) = iter.peek().and_then(|a| a.to_str()) {
-        if MODES.contains(&first) {
-            out.push(OsString::from(format!("--mode={first}")));
-            iter.next();
-        }
-    }
-    let mut terminated = false;
-    for arg in iter {
-        let rewrite = !terminated
-            && arg.to_str().is_some_and(|text| {
-                if text == "--" {
-                    terminated = true;
-                    return false;
-                }
-                single_dash_name(text).is_some_and(|name| name.len() > 1 || name == "v")
-            });
-        if rewrite {
-            let mut long = OsString::from("-");
-            long.push(&arg);
-            out.push(long);
-        } else {
-            out.push(arg);
-        }
-    }
-    out
-}
-
-/// The name of `-name` / `-name=value` when it starts with a letter (so `-1`, `-`, `--x` are
-/// not single-dash flags).
-fn single_dash_name(text: &str) -> Option<&str> {
-    let rest = text.strip_prefix('-')?;
-    if rest.starts_with('-') {
-        return None;
-    }
-    let name = rest.split_once('=').map_or(rest, |(name, _)| name);
-    name.chars()
-        .next()
-        .filter(char::is_ascii_alphabetic)
-        .map(|_| name)
+    telemetry::normalize_go_args(args)
 }
 
 /// Parses pflag's `mapStringString` syntax, `k1=v1,k2=v2` (what `--extra-tags` takes).
