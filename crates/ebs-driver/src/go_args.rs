@@ -45,42 +45,6 @@ pub fn parse_map(s: &str) -> Result<Vec<(String, String)>, String> {
         .collect()
 }
 
-/// Parses a Go duration such as `2s`, `1m30s` or `500ms` (what
-/// `--modify-volume-request-handler-timeout` and `--log-flush-frequency` take).
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let invalid = || format!("invalid duration '{s}' (Go syntax, e.g. 2s, 1m30s, 500ms)");
-    if s == "0" {
-        return Ok(std::time::Duration::ZERO);
-    }
-    let mut rest = s;
-    let mut total = 0f64;
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(invalid)?;
-        let n: f64 = rest[..digits].parse().map_err(|_| invalid())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(invalid()),
-        };
-        total += n * scale;
-        rest = &rest[unit_len..];
-    }
-    Ok(std::time::Duration::from_secs_f64(total))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,10 +103,16 @@ mod tests {
             ]
         );
         assert!(parse_map("a").unwrap_err().contains("'a'"));
-        assert_eq!(parse_duration("2s").unwrap().as_millis(), 2000);
-        assert_eq!(parse_duration("1m30s").unwrap().as_secs(), 90);
-        assert_eq!(parse_duration("500ms").unwrap().as_millis(), 500);
-        assert!(parse_duration("2 s").is_err());
-        assert!(parse_duration("").is_err());
+        assert_eq!(
+            telemetry::parse_go_duration("2s").unwrap().as_millis(),
+            2000
+        );
+        assert_eq!(telemetry::parse_go_duration("1m30s").unwrap().as_secs(), 90);
+        assert_eq!(
+            telemetry::parse_go_duration("500ms").unwrap().as_millis(),
+            500
+        );
+        assert!(telemetry::parse_go_duration("2 s").is_err());
+        assert!(telemetry::parse_go_duration("").is_err());
     }
 }

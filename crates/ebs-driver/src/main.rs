@@ -154,7 +154,7 @@ struct Flags {
 
     /// Bound on how long ControllerModifyVolume waits for the modification to reach
     /// `optimizing` (Go duration; the RPC's own deadline wins when shorter). Default 5m.
-    #[arg(long, value_parser = go_args::parse_duration)]
+    #[arg(long, value_parser = telemetry::parse_go_duration)]
     modify_volume_timeout: Option<Duration>,
 
     /// Go flags accepted for drop-in compatibility; see docs/ebs-driver.md for why each is
@@ -203,7 +203,7 @@ struct IgnoredGoFlags {
     #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
           default_missing_value = "true", action = clap::ArgAction::Set)]
     enable_otel_tracing: Option<bool>,
-    #[arg(long, hide = true, value_parser = go_args::parse_duration)]
+    #[arg(long, hide = true, value_parser = telemetry::parse_go_duration)]
     modify_volume_request_handler_timeout: Option<Duration>,
     #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
           default_missing_value = "true", action = clap::ArgAction::Set)]
@@ -219,7 +219,7 @@ struct IgnoredGoFlags {
     #[arg(long, hide = true, num_args = 0..=1, require_equals = true,
           default_missing_value = "true", action = clap::ArgAction::Set)]
     logtostderr: Option<bool>,
-    #[arg(long, hide = true, value_parser = go_args::parse_duration)]
+    #[arg(long, hide = true, value_parser = telemetry::parse_go_duration)]
     log_flush_frequency: Option<Duration>,
     #[arg(long, hide = true)]
     vmodule: Option<String>,

@@ -13,7 +13,7 @@ pub mod http;
 pub mod logging;
 pub mod signals;
 
-pub use go_flags::normalize_go_args;
+pub use go_flags::{normalize_go_args, parse_go_bool, parse_go_duration};
 pub use http::{Health, HttpServer, METRICS_CONTENT_TYPE, ReadyCheck, serve_http};
 pub use logging::{LogFormat, OUR_TARGETS, init_logging, init_logging_with, level_for_verbosity};
 pub use signals::shutdown_on_signals;
