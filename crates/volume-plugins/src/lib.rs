@@ -20,6 +20,7 @@ pub mod names;
 pub mod object_cache;
 pub mod skip_attach;
 
+pub use aws_ebs::AwsEbsPlugin;
 pub use csi_plugin::{AttachSource, Attached, CsiPlugin, CsiVolume};
 pub use feature_gates::MigratedPlugins;
 pub use migration::{Backend, NodeMigrationInfo, decide};
@@ -87,6 +88,16 @@ pub enum Error {
     /// The node side of the in-tree aws-ebs plugin (find, format, check, mount).
     #[error(transparent)]
     Mount(#[from] mount_utils::Error),
+
+    /// The in-tree aws-ebs plugin will not mount a device at its staging path: something else
+    /// is mounted there, the device holds another filesystem than the spec asks for, a blank
+    /// device is to be mounted read-only (never formatted then), the path is no block device.
+    #[error("cannot mount {} at {}: {reason}", device.display(), staging_dir.display())]
+    MountDevice {
+        device: std::path::PathBuf,
+        staging_dir: std::path::PathBuf,
+        reason: String,
+    },
 
     /// A volume spec this plugin cannot serve (no volume ID, a node without an instance).
     #[error("{0}")]
