@@ -11,7 +11,7 @@ use apiserver::AuditRecord;
 use serde::Serialize;
 
 /// create, update, patch, delete, deletecollection.
-pub(crate) fn is_write(verb: &str) -> bool {
+pub fn is_write(verb: &str) -> bool {
     matches!(
         verb,
         "create" | "update" | "patch" | "delete" | "deletecollection"
@@ -19,7 +19,7 @@ pub(crate) fn is_write(verb: &str) -> bool {
 }
 
 /// "patch volumeattachments/status": the verb and the resource with its subresource.
-pub(crate) fn request_key(r: &AuditRecord) -> String {
+pub fn request_key(r: &AuditRecord) -> String {
     match &r.subresource {
         Some(sub) => format!("{} {}/{}", r.verb, r.resource, sub),
         None => format!("{} {}", r.verb, r.resource),
@@ -36,7 +36,7 @@ pub struct Writes {
 }
 
 impl Writes {
-    fn add(&mut self, r: &AuditRecord) {
+    pub fn add(&mut self, r: &AuditRecord) {
         self.total += 1;
         if r.code >= 400 {
             self.failed += 1;
@@ -58,7 +58,7 @@ impl Writes {
             .sum()
     }
 
-    pub(crate) fn merge(&mut self, other: &Writes) {
+    pub fn merge(&mut self, other: &Writes) {
         self.total += other.total;
         self.failed += other.failed;
         for (k, n) in &other.by_request {

@@ -11,11 +11,11 @@
 //! [`run`] does it all and returns a [`Report`]; the `attacher-load` binary prints it as a table
 //! or JSON. `docs/attacher-load.md` has usage and an example.
 
-mod accounting;
+pub mod accounting;
 mod client;
 mod driver;
 mod objects;
-mod process;
+pub mod process;
 mod report;
 mod wait;
 

@@ -70,13 +70,13 @@ pub fn cpu_time(pid: u32) -> Result<Duration, Error> {
 
 /// What was measured of the attacher process.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ProcessStats {
-    pub(crate) peak_rss_bytes: Option<u64>,
-    pub(crate) cpu: Option<Duration>,
+pub struct ProcessStats {
+    pub peak_rss_bytes: Option<u64>,
+    pub cpu: Option<Duration>,
 }
 
 /// The running attacher. Dropping it kills the process.
-pub(crate) struct AttacherProcess {
+pub struct AttacherProcess {
     child: Child,
     pid: u32,
     bin: PathBuf,
@@ -88,7 +88,7 @@ pub(crate) struct AttacherProcess {
 
 impl AttacherProcess {
     /// Starts `bin args...` with stdout and stderr appended to `log`.
-    pub(crate) fn spawn(bin: &Path, args: &[String], log: &Path) -> Result<Self, Error> {
+    pub fn spawn(bin: &Path, args: &[String], log: &Path) -> Result<Self, Error> {
         let io = |op: String| move |source| Error::Io { op, source };
         let out = std::fs::OpenOptions::new()
             .create(true)
@@ -129,12 +129,12 @@ impl AttacherProcess {
         self.pid
     }
 
-    pub(crate) fn bin(&self) -> &Path {
+    pub fn bin(&self) -> &Path {
         &self.bin
     }
 
     /// Resolves when the process exits (it should not, before [`Self::stop`]).
-    pub(crate) async fn exited(&mut self) -> Result<ExitStatus, Error> {
+    pub async fn exited(&mut self) -> Result<ExitStatus, Error> {
         self.child.wait().await.map_err(|source| Error::Io {
             op: format!("waiting for the attacher {}", self.bin.display()),
             source,
@@ -142,12 +142,12 @@ impl AttacherProcess {
     }
 
     /// The last `lines` lines of the log.
-    pub(crate) fn log_tail(&self, lines: usize) -> String {
+    pub fn log_tail(&self, lines: usize) -> String {
         log_tail(&self.log, lines)
     }
 
     /// Takes a last sample, then SIGTERM (SIGKILL after a grace period).
-    pub(crate) async fn stop(mut self) -> ProcessStats {
+    pub async fn stop(mut self) -> ProcessStats {
         record(self.pid, &self.peak_rss, &self.cpu_micros);
         self.sampler.abort();
         let stats = self.stats();

@@ -1,0 +1,169 @@
+//! `adc-load`: N pods with one CSI volume each against the attach/detach controller.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use adc_load::Scenario;
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ScenarioFlag {
+    AttachRequired,
+    ThroughAdc,
+    BypassAdc,
+    All,
+}
+
+impl ScenarioFlag {
+    fn scenarios(self) -> Vec<Scenario> {
+        match self {
+            ScenarioFlag::AttachRequired => vec![Scenario::AttachRequired],
+            ScenarioFlag::ThroughAdc => vec![Scenario::ThroughAdc],
+            ScenarioFlag::BypassAdc => vec![Scenario::BypassAdc],
+            ScenarioFlag::All => Scenario::ALL.to_vec(),
+        }
+    }
+}
+
+/// Runs an embedded Kubernetes API server with --nodes controller-managed Nodes and --pods pods
+/// (one bound CSI PVC each, already scheduled), starts the attach/detach controller (and, for
+/// attach-required, the attacher against a built-in csi-mock), and measures the time from the
+/// first pod create until every volume is in its node's status.volumesAttached, the API writes
+/// per volume of the ADC and of the attacher, and their peak RSS and CPU time.
+///
+/// Scenarios: attach-required (CSIDriver attachRequired true: VolumeAttachments), through-adc
+/// (attachRequired false, --skip-attach=through-adc: seed 000's no-op attach), bypass-adc
+/// (attachRequired false, --skip-attach=bypass-adc: the ADC should do nothing; it runs for
+/// --settle after the last pod and its writes are counted).
+///
+///   adc-load --adc-bin target/release/attach-detach-controller \
+///       --attacher-bin target/release/csi-attacher --attacher-arg=--kube-api-qps=-1
+#[derive(Debug, Parser)]
+#[command(name = "adc-load", version, verbatim_doc_comment)]
+struct Flags {
+    /// The attach/detach controller binary. It gets --kubeconfig, --skip-attach,
+    /// --reconciler-sync-period=100ms and --http-endpoint, then every --adc-arg.
+    #[arg(long)]
+    adc_bin: PathBuf,
+
+    /// An extra argument for the ADC (repeat for more), e.g. --adc-arg=--kube-api-qps=-1.
+    #[arg(long = "adc-arg", allow_hyphen_values = true)]
+    adc_args: Vec<String>,
+
+    /// The attacher for attach-required (gets --kubeconfig, --csi-address, --v=2, then every
+    /// --attacher-arg).
+    #[arg(long)]
+    attacher_bin: Option<PathBuf>,
+
+    /// An extra argument for the attacher (repeat for more), e.g. --attacher-arg=--kube-api-qps=-1.
+    #[arg(long = "attacher-arg", allow_hyphen_values = true)]
+    attacher_args: Vec<String>,
+
+    /// Which scenario(s) to run; all runs them one after the other.
+    #[arg(long, value_enum, default_value = "all")]
+    scenario: ScenarioFlag,
+
+    /// Pods, one volume each.
+    #[arg(long, default_value_t = 1000)]
+    pods: usize,
+
+    /// Nodes; pods go round robin.
+    #[arg(long, default_value_t = 10)]
+    nodes: usize,
+
+    /// adc-load's own API creates in flight at once.
+    #[arg(long, default_value_t = 32)]
+    parallelism: usize,
+
+    /// Limit for each phase, e.g. 10m, 90s.
+    #[arg(long, default_value = "10m", value_parser = sidecar::parse_go_duration)]
+    timeout: Duration,
+
+    /// How long the processes run on after the goal (bypass-adc: after the last pod create)
+    /// so that late writes are counted.
+    #[arg(long, default_value = "3s", value_parser = sidecar::parse_go_duration)]
+    settle: Duration,
+
+    /// Delay the built-in csi-mock adds to every ControllerPublish/Unpublish, e.g. 10ms.
+    #[arg(long, default_value = "0s", value_parser = sidecar::parse_go_duration)]
+    mock_delay: Duration,
+
+    /// Keep the processes' logs in this directory (SCENARIO-adc.log, SCENARIO-attacher.log).
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+
+    /// How to print the report.
+    #[arg(long, value_enum, default_value = "table")]
+    output: Output,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    sidecar::init_logging(0);
+    let f = Flags::parse();
+    let config = adc_load::LoadConfig {
+        adc_bin: f.adc_bin,
+        adc_args: f.adc_args,
+        attacher_bin: f.attacher_bin,
+        attacher_args: f.attacher_args,
+        scenarios: f.scenario.scenarios(),
+        pods: f.pods,
+        nodes: f.nodes,
+        parallelism: f.parallelism,
+        timeout: f.timeout,
+        settle: f.settle,
+        mock_delay: f.mock_delay,
+        log_dir: f.log_dir,
+    };
+    // SIGINT/SIGTERM drops the run: every guard (processes, API server, temp dirs) cleans up.
+    let shutdown = sidecar::shutdown_on_signals();
+    let report = tokio::select! {
+        r = adc_load::run(config) => r.context("adc-load")?,
+        _ = shutdown.cancelled() => anyhow::bail!("interrupted"),
+    };
+    match f.output {
+        Output::Table => print!("{}", report.table()),
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report")?
+        ),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_take_dashed_args_and_scenarios() {
+        let f = Flags::try_parse_from([
+            "adc-load",
+            "--adc-bin",
+            "/bin/adc",
+            "--adc-arg",
+            "--kube-api-qps=-1",
+            "--adc-arg=-v",
+            "--attacher-arg=--worker-threads=50",
+            "--scenario",
+            "through-adc",
+            "--settle=500ms",
+        ])
+        .unwrap();
+        assert_eq!(f.adc_args, vec!["--kube-api-qps=-1", "-v"]);
+        assert_eq!(f.attacher_args, vec!["--worker-threads=50"]);
+        assert_eq!(f.scenario.scenarios(), vec![Scenario::ThroughAdc]);
+        assert_eq!(f.settle, Duration::from_millis(500));
+        assert_eq!(f.pods, 1000);
+        assert_eq!(f.nodes, 10);
+        let all = Flags::try_parse_from(["adc-load", "--adc-bin", "x"]).unwrap();
+        assert_eq!(all.scenario.scenarios(), Scenario::ALL.to_vec());
+    }
+}
