@@ -31,16 +31,9 @@ fn skip_reason() -> Option<String> {
     if !Path::new("/dev/loop-control").exists() {
         return Some("no /dev/loop-control".into());
     }
-    for tool in ["losetup", "blkid", "mkfs.ext4", "e2fsck", "mount", "umount"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            return Some(format!("{tool} is not on PATH"));
-        }
-    }
-    None
+    ["losetup", "blkid", "mkfs.ext4", "e2fsck", "mount", "umount"]
+        .into_iter()
+        .find_map(skip_reason_for)
 }
 
 macro_rules! require_loop_devices {
@@ -59,9 +52,13 @@ struct LoopDevice {
 
 impl LoopDevice {
     fn new(dir: &Path, name: &str) -> Self {
+        Self::with_size(dir, name, SIZE)
+    }
+
+    fn with_size(dir: &Path, name: &str, size: u64) -> Self {
         let image = dir.join(format!("{name}.img"));
         std::fs::File::create(&image)
-            .and_then(|f| f.set_len(SIZE))
+            .and_then(|f| f.set_len(size))
             .expect("sparse image");
         let out = Command::new("losetup")
             .args(["--find", "--show"])
@@ -254,6 +251,43 @@ async fn another_device_at_the_staging_path_is_an_error_naming_both() {
     );
     assert_eq!(mounts_at(&staging), 1);
     unmount_device(&staging).await.unwrap();
+}
+
+/// xfs: formatted when blank, mounted again as it is (the kernel checks it, no fsck).
+#[tokio::test]
+async fn xfs_is_formatted_and_mounted_again_as_it_is() {
+    require_loop_devices!();
+    if skip_reason_for("mkfs.xfs").is_some() {
+        test_support::skip_or_fail("mkfs.xfs is not on PATH");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // Current xfsprogs refuse filesystems under 300 MiB.
+    let dev = LoopDevice::with_size(dir.path(), "vol-00000000000000010", 320 << 20);
+    let staging = dir.path().join("staging");
+    let _unmount = Unmount(staging.clone());
+    mount_device(&dev.path, &staging, "xfs", &[], false, WAIT)
+        .await
+        .unwrap();
+    assert_eq!(blkid(&dev.path, "TYPE"), "xfs");
+    let uuid = blkid(&dev.path, "UUID");
+    std::fs::write(staging.join("data"), b"xfs data").unwrap();
+    unmount_device(&staging).await.unwrap();
+    mount_device(&dev.path, &staging, "XFS", &[], false, WAIT)
+        .await
+        .unwrap();
+    assert_eq!(mount_at(&staging).unwrap().fs_type, "xfs");
+    assert_eq!(std::fs::read(staging.join("data")).unwrap(), b"xfs data");
+    assert_eq!(blkid(&dev.path, "UUID"), uuid, "not reformatted");
+    unmount_device(&staging).await.unwrap();
+}
+
+fn skip_reason_for(tool: &str) -> Option<String> {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    (!found).then(|| format!("{tool} is not on PATH"))
 }
 
 /// blkid sees nothing, but the device is not all zeros (a damaged filesystem, say): it is not
