@@ -76,21 +76,21 @@ fn startup_progress(
 ) -> String {
     let audit = api.audit();
     let records = from(&audit, mark);
-    let mut missing: Vec<String> = missing_watches(records, agents, Who::Adc, ADC_WATCHES)
-        .into_iter()
-        .map(|r| format!("{ADC}: {r}"))
-        .collect();
+    let mut parties = vec![(ADC, Who::Adc, ADC_WATCHES)];
     if attacher {
-        missing.extend(
-            missing_watches(records, agents, Who::Attacher, ATTACHER_WATCHES)
-                .into_iter()
-                .map(|r| format!("{ATTACHER}: {r}")),
-        );
+        parties.push((ATTACHER, Who::Attacher, ATTACHER_WATCHES));
     }
+    let missing: Vec<String> = parties
+        .into_iter()
+        .filter_map(|(name, who, resources)| {
+            let m = missing_watches(records, agents, who, resources);
+            (!m.is_empty()).then(|| format!("{name} on {}", m.join(", ")))
+        })
+        .collect();
     if missing.is_empty() {
         String::new()
     } else {
-        format!("no watch yet on {}", missing.join(", "))
+        format!("no watch yet: {}", missing.join("; "))
     }
 }
 
