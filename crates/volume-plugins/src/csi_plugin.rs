@@ -232,6 +232,8 @@ impl CsiPlugin {
     ) -> Result<bool> {
         let name = volume_attachment_name(volume_handle, driver, node);
         match self.vas.delete(&name, &DeleteParams::default()).await {
+            // No finalizer held it: gone already.
+            Ok(deleted) if deleted.is_right() => return Ok(true),
             Ok(_) => tracing::debug!(va = %name, node, "deleting VolumeAttachment"),
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(false),
             Err(source) => {
@@ -244,8 +246,20 @@ impl CsiPlugin {
         let deadline = Instant::now() + timeout;
         let mut changed = self.attachments.changed();
         loop {
-            let Some(va) = self.attachments.get(&name) else {
-                return Ok(true);
+            // The cache may not have seen a VolumeAttachment created a moment ago: absence
+            // there is confirmed with the API server before the detach counts as done.
+            let va = match self.attachments.get(&name) {
+                Some(va) => va,
+                None => match self.vas.get_opt(&name).await {
+                    Ok(None) => return Ok(true),
+                    Ok(Some(va)) => std::sync::Arc::new(va),
+                    Err(source) => {
+                        return Err(Error::Api {
+                            action: format!("get VolumeAttachment {name}"),
+                            source,
+                        });
+                    }
+                },
             };
             if let Some(message) = va
                 .status
