@@ -1,0 +1,377 @@
+//! Flags ([`Flags`], Go `flag` syntax through `sidecar::normalize_go_args`) and what the
+//! controller runs with ([`Config`], [`Options`]): tests and `crates/e2e` build those directly.
+//!
+//! Names follow kube-controller-manager where it has the flag (`--feature-gates`,
+//! `--disable-force-detach-on-timeout`, `--kube-api-qps`/`--kube-api-burst` with its defaults
+//! 20/30, `--cloud-provider`), the EBS driver for EC2 access (`--region`, `--ec2-endpoint`), and
+//! the CSI sidecars for the rest (`--http-endpoint`, `--leader-election*`, `-v`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use sidecar::{parse_go_bool, parse_go_duration};
+use volume_plugins::{MigratedPlugins, SkipAttachMode};
+
+use crate::Error;
+
+/// Accepts any string, including the empty one Go manifests pass for "unset".
+fn any_string(s: &str) -> Result<String, String> {
+    Ok(s.to_owned())
+}
+
+/// attach-detach-controller: attaches the volumes of scheduled pods to their nodes and detaches
+/// them once no pod on the node uses them (Kubernetes' attach/detach controller).
+#[derive(Parser, Debug, Clone)]
+#[command(name = "attach-detach-controller", version, about, long_about = None)]
+pub struct Flags {
+    /// Path to a kubeconfig file. Empty: in-cluster configuration, then $KUBECONFIG or
+    /// ~/.kube/config.
+    #[arg(long, value_name = "PATH", value_parser = any_string)]
+    pub kubeconfig: Option<String>,
+
+    /// What happens to CSI volumes whose CSIDriver says attachRequired: false. bypass-adc
+    /// (today's Kubernetes): this controller leaves them alone, no VolumeAttachment, not in
+    /// node.status.volumesAttached. through-adc (seed 000): a no-op attach, listed in
+    /// volumesAttached (the node agent must run with the same mode).
+    #[arg(long, default_value = "bypass-adc", value_name = "MODE")]
+    pub skip_attach: SkipAttachMode,
+
+    /// Kubernetes feature gates; only the CSIMigration* gates matter here
+    /// (e.g. CSIMigrationAWS=true sends kubernetes.io/aws-ebs volumes on nodes that migrated it
+    /// to the EBS CSI driver).
+    #[arg(long, default_value = "", value_name = "GATE=BOOL,...", value_parser = any_string)]
+    pub feature_gates: String,
+
+    /// How often the reconciler compares the desired and the actual state.
+    #[arg(long, default_value = "100ms", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub reconciler_sync_period: Duration,
+
+    /// How long a volume that is no longer needed but still in the node's
+    /// status.volumesInUse waits before it is detached anyway (a forced detach).
+    #[arg(long, default_value = "6m", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub max_wait_for_unmount: Duration,
+
+    /// Never force a detach: a volume the node still reports in use stays attached until the
+    /// node stops reporting it, however long that takes.
+    #[arg(
+        long,
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool,
+        value_name = "BOOL"
+    )]
+    pub disable_force_detach_on_timeout: bool,
+
+    /// How long one CSI attach waits for the external attacher to set the VolumeAttachment's
+    /// status.attached (Kubernetes' CSI plugin waits 2m) and one in-tree EBS attach waits for
+    /// EC2; a timed-out attach is retried with backoff.
+    #[arg(long, default_value = "2m", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub attach_timeout: Duration,
+
+    /// How long one detach waits for the VolumeAttachment to be gone (or EC2 to detach).
+    #[arg(long, default_value = "2m", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub detach_timeout: Duration,
+
+    /// Cloud provider of the in-tree volume plugins: "" (none: in-tree aws-ebs volumes that are
+    /// not migrated get a FailedAttachVolume Event saying so) or "aws".
+    #[arg(long, default_value = "", value_name = "PROVIDER", value_parser = any_string)]
+    pub cloud_provider: String,
+
+    /// AWS region of the in-tree aws-ebs plugin. Empty: AWS_REGION, the profile, or instance
+    /// metadata.
+    #[arg(long, value_name = "REGION", value_parser = any_string)]
+    pub region: Option<String>,
+
+    /// EC2 endpoint URL override (ec2-sim, a VPC endpoint); also AWS_EC2_ENDPOINT.
+    #[arg(long, env = "AWS_EC2_ENDPOINT", value_name = "URL", value_parser = any_string)]
+    pub ec2_endpoint: Option<String>,
+
+    /// Queries per second to the API server (client-go semantics: a negative value means
+    /// unlimited). kube-controller-manager's default.
+    #[arg(
+        long,
+        default_value_t = 20.0,
+        allow_negative_numbers = true,
+        value_name = "QPS"
+    )]
+    pub kube_api_qps: f32,
+
+    /// Burst of queries to the API server above --kube-api-qps.
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    pub kube_api_burst: u32,
+
+    /// Elect a leader on a Lease (named attachdetach-controller); only the leader works.
+    #[arg(
+        long,
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool,
+        value_name = "BOOL"
+    )]
+    pub leader_election: bool,
+
+    /// Namespace of the leader election Lease. Empty: the pod's own namespace.
+    #[arg(long, value_name = "NAMESPACE", value_parser = any_string)]
+    pub leader_election_namespace: Option<String>,
+
+    /// How long non-leaders wait after the last renewal before they may take the lease.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_election_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives up leadership.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_election_renew_deadline: Duration,
+
+    /// How often the leader renews and candidates retry.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_election_retry_period: Duration,
+
+    /// host:port (":8080": all interfaces) for /metrics, /healthz and /readyz. Empty: none.
+    #[arg(long, value_name = "ADDRESS", value_parser = any_string)]
+    pub http_endpoint: Option<String>,
+
+    /// Path the Prometheus metrics are served at on --http-endpoint.
+    #[arg(long, default_value = "/metrics", value_name = "PATH")]
+    pub metrics_path: String,
+
+    /// Log verbosity (klog levels): 0-3 info, 4 debug, 5 and above trace. RUST_LOG overrides.
+    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
+    pub v: u8,
+}
+
+/// The reconciler's settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub skip_attach: SkipAttachMode,
+    /// In-tree plugins this controller sends to their CSI drivers (`--feature-gates`).
+    pub migrated: MigratedPlugins,
+    pub reconciler_sync_period: Duration,
+    pub max_wait_for_unmount: Duration,
+    pub disable_force_detach_on_timeout: bool,
+    pub attach_timeout: Duration,
+    pub detach_timeout: Duration,
+    /// First retry delay of a failed operation; it doubles up to `backoff_max`.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// How long the start waits for the watch caches' first lists.
+    pub cache_sync_timeout: Duration,
+}
+
+impl Default for Options {
+    /// kube-controller-manager's defaults (backoff: its exponential backoff, 500 ms to 2m2s).
+    fn default() -> Self {
+        Self {
+            skip_attach: SkipAttachMode::default(),
+            migrated: MigratedPlugins::none(),
+            reconciler_sync_period: Duration::from_millis(100),
+            max_wait_for_unmount: Duration::from_secs(360),
+            disable_force_detach_on_timeout: false,
+            attach_timeout: Duration::from_secs(120),
+            detach_timeout: Duration::from_secs(120),
+            backoff_initial: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(122),
+            cache_sync_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Everything [`crate::run`] needs.
+#[derive(Clone)]
+pub struct Config {
+    pub kubeconfig: Option<PathBuf>,
+    pub kube_api_qps: f32,
+    pub kube_api_burst: u32,
+    /// `None`: no leader election.
+    pub leader_election: Option<sidecar::LeaderElectionConfig>,
+    pub http_endpoint: Option<String>,
+    pub metrics_path: String,
+    pub options: Options,
+    /// EC2 for the in-tree `kubernetes.io/aws-ebs` plugin (`--cloud-provider=aws`); `None`: no
+    /// cloud, in-tree volumes that are not migrated fail with an Event.
+    pub cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("kubeconfig", &self.kubeconfig)
+            .field("kube_api_qps", &self.kube_api_qps)
+            .field("kube_api_burst", &self.kube_api_burst)
+            .field("leader_election", &self.leader_election)
+            .field("http_endpoint", &self.http_endpoint)
+            .field("options", &self.options)
+            .field("cloud", &self.cloud.is_some())
+            .finish()
+    }
+}
+
+impl Config {
+    /// A config for an in-process controller: the given kubeconfig, no leader election, no
+    /// HTTP server, no cloud.
+    pub fn new(kubeconfig: Option<PathBuf>, options: Options) -> Self {
+        Self {
+            kubeconfig,
+            kube_api_qps: -1.0,
+            kube_api_burst: 0,
+            leader_election: None,
+            http_endpoint: None,
+            metrics_path: "/metrics".into(),
+            options,
+            cloud: None,
+        }
+    }
+}
+
+/// The lease the leader holds.
+pub const LEASE_NAME: &str = "attachdetach-controller";
+
+impl Flags {
+    /// Whether `--cloud-provider` asks for EC2 (checked: only "" and "aws" exist).
+    pub fn wants_aws_cloud(&self) -> Result<bool, Error> {
+        match self.cloud_provider.as_str() {
+            "" => Ok(false),
+            "aws" => Ok(true),
+            other => Err(Error::Config(format!(
+                "--cloud-provider={other}: want \"\" (no cloud) or \"aws\""
+            ))),
+        }
+    }
+
+    /// The checked [`Config`]; `cloud` is built by the binary from `--cloud-provider`,
+    /// `--region` and `--ec2-endpoint`.
+    pub fn config(&self, cloud: Option<Arc<dyn ebs_cloud::Cloud>>) -> Result<Config, Error> {
+        self.wants_aws_cloud()?;
+        let migrated = MigratedPlugins::from_feature_gates(&self.feature_gates)
+            .map_err(|e| Error::Config(e.to_string()))?;
+        for (flag, value) in [
+            ("--reconciler-sync-period", self.reconciler_sync_period),
+            ("--attach-timeout", self.attach_timeout),
+            ("--detach-timeout", self.detach_timeout),
+        ] {
+            if value.is_zero() {
+                return Err(Error::Config(format!("{flag} must be longer than 0")));
+            }
+        }
+        let leader_election = self.leader_election.then(|| sidecar::LeaderElectionConfig {
+            lease_name: LEASE_NAME.into(),
+            namespace: self
+                .leader_election_namespace
+                .clone()
+                .filter(|n| !n.is_empty())
+                .unwrap_or_else(sidecar::default_namespace),
+            identity: sidecar::default_identity(),
+            lease_duration: self.leader_election_lease_duration,
+            renew_deadline: self.leader_election_renew_deadline,
+            retry_period: self.leader_election_retry_period,
+        });
+        Ok(Config {
+            kubeconfig: self
+                .kubeconfig
+                .clone()
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from),
+            kube_api_qps: self.kube_api_qps,
+            kube_api_burst: self.kube_api_burst,
+            leader_election,
+            http_endpoint: self.http_endpoint.clone().filter(|s| !s.is_empty()),
+            metrics_path: self.metrics_path.clone(),
+            options: Options {
+                skip_attach: self.skip_attach,
+                migrated,
+                reconciler_sync_period: self.reconciler_sync_period,
+                max_wait_for_unmount: self.max_wait_for_unmount,
+                disable_force_detach_on_timeout: self.disable_force_detach_on_timeout,
+                attach_timeout: self.attach_timeout,
+                detach_timeout: self.detach_timeout,
+                ..Options::default()
+            },
+            cloud,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Flags {
+        let argv = std::iter::once("attach-detach-controller")
+            .chain(args.iter().copied())
+            .map(std::ffi::OsString::from);
+        Flags::try_parse_from(sidecar::normalize_go_args(argv)).expect("parses")
+    }
+
+    #[test]
+    fn defaults_are_kube_controller_managers() {
+        let c = parse(&[]).config(None).expect("valid");
+        let o = &c.options;
+        assert_eq!(o.skip_attach, SkipAttachMode::BypassAdc);
+        assert_eq!(o.migrated, MigratedPlugins::none());
+        assert_eq!(o.reconciler_sync_period, Duration::from_millis(100));
+        assert_eq!(o.max_wait_for_unmount, Duration::from_secs(360));
+        assert!(!o.disable_force_detach_on_timeout);
+        assert_eq!(o.attach_timeout, Duration::from_secs(120));
+        assert_eq!((c.kube_api_qps, c.kube_api_burst), (20.0, 30));
+        assert!(c.leader_election.is_none() && c.http_endpoint.is_none());
+        assert!(c.kubeconfig.is_none() && c.cloud.is_none());
+    }
+
+    #[test]
+    fn go_style_flags_parse() {
+        let f = parse(&[
+            "-skip-attach=through-adc",
+            "--feature-gates=CSIMigrationAWS=true",
+            "-reconciler-sync-period=1s",
+            "--max-wait-for-unmount",
+            "30s",
+            "-disable-force-detach-on-timeout",
+            "-attach-timeout=5s",
+            "--cloud-provider=aws",
+            "-region=us-east-1",
+            "-kubeconfig=/etc/kubeconfig",
+            "-leader-election",
+            "-leader-election-namespace=kube-system",
+            "-http-endpoint=:8080",
+            "-v=4",
+        ]);
+        assert!(f.wants_aws_cloud().expect("valid"));
+        assert_eq!(f.region.as_deref(), Some("us-east-1"));
+        assert_eq!(f.v, 4);
+        let c = f.config(None).expect("valid");
+        let o = &c.options;
+        assert_eq!(o.skip_attach, SkipAttachMode::ThroughAdc);
+        assert!(o.migrated.contains("kubernetes.io/aws-ebs"));
+        assert_eq!(o.reconciler_sync_period, Duration::from_secs(1));
+        assert_eq!(o.max_wait_for_unmount, Duration::from_secs(30));
+        assert!(o.disable_force_detach_on_timeout);
+        assert_eq!(o.attach_timeout, Duration::from_secs(5));
+        assert_eq!(c.kubeconfig, Some(PathBuf::from("/etc/kubeconfig")));
+        let lease = c.leader_election.expect("leader election on");
+        assert_eq!(lease.lease_name, LEASE_NAME);
+        assert_eq!(lease.namespace, "kube-system");
+        assert_eq!(c.http_endpoint.as_deref(), Some(":8080"));
+    }
+
+    #[test]
+    fn nonsense_is_refused_naming_the_flag() {
+        let e = parse(&["--cloud-provider=gce"]).config(None).unwrap_err();
+        assert!(e.to_string().contains("--cloud-provider=gce"), "{e}");
+        let e = parse(&["--feature-gates=CSIMigrationAWS=maybe"])
+            .config(None)
+            .unwrap_err();
+        assert!(e.to_string().contains("CSIMigrationAWS"), "{e}");
+        let e = parse(&["--reconciler-sync-period=0s"])
+            .config(None)
+            .unwrap_err();
+        assert!(e.to_string().contains("--reconciler-sync-period"), "{e}");
+        let argv = ["attach-detach-controller", "--skip-attach=seed"].map(std::ffi::OsString::from);
+        let e = Flags::try_parse_from(argv).unwrap_err().to_string();
+        assert!(e.contains("through-adc"), "{e}");
+    }
+}

@@ -1,0 +1,193 @@
+//! The controller on a given client: seven watch caches, the actual state rebuilt from them,
+//! then the reconciler every `--reconciler-sync-period` (and at once when an operation ends).
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, VolumeAttachment};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use volume_plugins::{CsiPlugin, ObjectCache};
+
+use crate::cache::ActualStateOfWorld;
+use crate::config::Options;
+use crate::events::EventRecorder;
+use crate::in_tree::InTree;
+use crate::metrics::Metrics;
+use crate::operations::OperationTable;
+use crate::reconciler::Reconciler;
+use crate::{Error, populator};
+
+/// The reflectors (client-go informers) of the seven kinds the controller reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Caches {
+    pub pods: ObjectCache<Pod>,
+    pub nodes: ObjectCache<Node>,
+    pub pvs: ObjectCache<PersistentVolume>,
+    pub pvcs: ObjectCache<PersistentVolumeClaim>,
+    pub csidrivers: ObjectCache<CSIDriver>,
+    pub csinodes: ObjectCache<CSINode>,
+    pub vas: ObjectCache<VolumeAttachment>,
+}
+
+impl Caches {
+    fn spawn(client: &Client, stop: &CancellationToken) -> Self {
+        let cfg = watcher::Config::default;
+        Self {
+            pods: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            nodes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            pvs: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            pvcs: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            csidrivers: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            csinodes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            vas: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+        }
+    }
+
+    async fn wait_until_ready(&self, timeout: Duration) -> Result<(), Error> {
+        let not_ready = |kind| Error::CacheNotReady {
+            kind,
+            waited: timeout,
+        };
+        if !self.pods.wait_until_ready(timeout).await {
+            return Err(not_ready("Pod"));
+        }
+        if !self.nodes.wait_until_ready(timeout).await {
+            return Err(not_ready("Node"));
+        }
+        if !self.pvs.wait_until_ready(timeout).await {
+            return Err(not_ready("PersistentVolume"));
+        }
+        if !self.pvcs.wait_until_ready(timeout).await {
+            return Err(not_ready("PersistentVolumeClaim"));
+        }
+        if !self.csidrivers.wait_until_ready(timeout).await {
+            return Err(not_ready("CSIDriver"));
+        }
+        if !self.csinodes.wait_until_ready(timeout).await {
+            return Err(not_ready("CSINode"));
+        }
+        if !self.vas.wait_until_ready(timeout).await {
+            return Err(not_ready("VolumeAttachment"));
+        }
+        Ok(())
+    }
+}
+
+/// What operations share with the reconciler: the actual state and the running operations.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub asw: ActualStateOfWorld,
+    pub ops: OperationTable,
+}
+
+/// Everything the reconciler and the operations need.
+pub(crate) struct Ctx {
+    pub client: Client,
+    pub caches: Caches,
+    pub csi: CsiPlugin,
+    pub in_tree: InTree,
+    pub options: Options,
+    pub metrics: Arc<Metrics>,
+    pub events: EventRecorder,
+    state: Mutex<State>,
+    /// Woken when an operation ends, so its result reaches node status without waiting a period.
+    pub wake: Notify,
+}
+
+impl Ctx {
+    /// The shared state; never held across an await.
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The attach/detach controller on one client.
+pub struct Controller {
+    client: Client,
+    options: Options,
+    cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("options", &self.options)
+            .field("cloud", &self.cloud.is_some())
+            .finish()
+    }
+}
+
+impl Controller {
+    /// A controller whose metrics go to `registry`.
+    pub fn new(
+        client: Client,
+        options: Options,
+        cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
+        registry: &mut Registry,
+    ) -> Self {
+        Self {
+            client,
+            options,
+            cloud,
+            metrics: Arc::new(Metrics::register(registry)),
+        }
+    }
+
+    /// Runs until `shutdown`: operations in flight are abandoned (each is one idempotent step,
+    /// the next leader finds their results in node status and VolumeAttachments).
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let stop = shutdown.child_token();
+        let _stop_caches = stop.clone().drop_guard();
+        let caches = Caches::spawn(&self.client, &stop);
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            r = caches.wait_until_ready(self.options.cache_sync_timeout) => r?,
+        }
+        let csi = CsiPlugin::new(
+            self.client.clone(),
+            caches.csidrivers.clone(),
+            caches.vas.clone(),
+            self.options.skip_attach,
+        );
+        let ctx = Arc::new(Ctx {
+            events: EventRecorder::new(self.client.clone(), self.metrics.clone()),
+            client: self.client,
+            caches,
+            csi,
+            in_tree: InTree::new(self.cloud),
+            options: self.options,
+            metrics: self.metrics,
+            state: Mutex::new(State::default()),
+            wake: Notify::new(),
+        });
+        let asw = populator::actual_state(&ctx);
+        tracing::info!(
+            attachments = asw.attachments.len(),
+            mode = %ctx.options.skip_attach,
+            migrated = %ctx.options.migrated,
+            "actual state rebuilt from node status and VolumeAttachments"
+        );
+        ctx.state().asw = asw;
+        let mut reconciler = Reconciler::new(&ctx);
+        let mut operations = JoinSet::new();
+        loop {
+            reconciler.pass(&ctx, &mut operations).await;
+            // Reap finished operation tasks (their results are already in the state).
+            while operations.try_join_next().is_some() {}
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(ctx.options.reconciler_sync_period) => {}
+                () = ctx.wake.notified() => {}
+            }
+        }
+        operations.abort_all();
+        Ok(())
+    }
+}

@@ -1,0 +1,41 @@
+//! `attach-detach-controller`: flags in, `attach_detach::run` until SIGTERM/SIGINT.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use attach_detach::Flags;
+use clap::Parser;
+
+/// EC2 for the in-tree aws-ebs plugin (`--cloud-provider=aws`), as the EBS driver builds it.
+async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cloud>>> {
+    if !flags.wants_aws_cloud()? {
+        return Ok(None);
+    }
+    let config = ebs_cloud_aws::AwsConfig {
+        region: flags.region.clone().filter(|r| !r.is_empty()),
+        endpoint: flags.ec2_endpoint.clone().filter(|e| !e.is_empty()),
+        app_name: Some("attach-detach-controller".into()),
+        ..ebs_cloud_aws::AwsConfig::default()
+    };
+    let cloud = ebs_cloud_aws::AwsCloud::new(config, ebs_cloud::CloudMetrics::default())
+        .await
+        .context("--cloud-provider=aws: setting up EC2 access (--region, --ec2-endpoint)")?;
+    Ok(Some(Arc::new(cloud)))
+}
+
+fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse_from(sidecar::normalize_go_args(std::env::args_os()));
+    sidecar::init_logging(flags.v);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?
+        .block_on(async {
+            sidecar::install_crypto_provider();
+            let cloud = aws_cloud(&flags).await?;
+            let config = flags.config(cloud)?;
+            let shutdown = sidecar::shutdown_on_signals();
+            attach_detach::run(config, shutdown).await?;
+            Ok(())
+        })
+}

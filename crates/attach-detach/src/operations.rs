@@ -1,0 +1,364 @@
+//! Attach and detach operations (kube-controller-manager's operation executor and nested
+//! pending operations): one tokio task each, never two at once on the same volume (on the same
+//! volume and node for a multi-attachable one), and exponential backoff after a failure
+//! (500 ms doubling up to 2m2s by default) per volume and node.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+use volume_plugins::names::volume_attachment_name;
+
+use crate::cache::{Attachment, Backend, DetachHow, PodRef, VolumeNode, VolumeToAttach};
+use crate::controller::Ctx;
+use crate::events::{FAILED_ATTACH, SUCCESSFUL_ATTACH, attach_failed, attach_succeeded};
+use crate::in_tree::{InTree, instance_of};
+
+/// The driver whose VolumeAttachment an in-tree EBS detach also deletes (seed 003's caveat).
+const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
+
+/// Running operations and backoffs.
+#[derive(Debug, Default)]
+pub(crate) struct OperationTable {
+    /// volume → nodes with a running operation (`None`: the operation holds the whole volume).
+    running: HashMap<String, Vec<Option<String>>>,
+    /// (volume, node) → (failures in a row, no retry before).
+    backoff: HashMap<VolumeNode, (u32, Instant)>,
+}
+
+impl OperationTable {
+    /// Whether an operation on `volume` at `node` would overlap a running one.
+    pub(crate) fn busy(&self, volume: &str, node: &str, per_node: bool) -> bool {
+        self.running.get(volume).is_some_and(|nodes| {
+            !per_node || nodes.iter().any(|n| n.as_deref().is_none_or(|n| n == node))
+        })
+    }
+
+    /// Whether a failed operation on (volume, node) is still waiting out its backoff.
+    pub(crate) fn in_backoff(&self, volume: &str, node: &str, now: Instant) -> bool {
+        self.backoff
+            .get(&(volume.to_string(), node.to_string()))
+            .is_some_and(|(_, until)| now < *until)
+    }
+
+    pub(crate) fn start(&mut self, volume: &str, node: &str, per_node: bool) {
+        self.running
+            .entry(volume.to_string())
+            .or_default()
+            .push(per_node.then(|| node.to_string()));
+    }
+
+    pub(crate) fn finish(&mut self, volume: &str, node: &str, per_node: bool) {
+        let key = per_node.then(|| node.to_string());
+        if let Some(nodes) = self.running.get_mut(volume) {
+            if let Some(i) = nodes.iter().position(|n| *n == key) {
+                nodes.swap_remove(i);
+            }
+            if nodes.is_empty() {
+                self.running.remove(volume);
+            }
+        }
+    }
+
+    fn succeeded(&mut self, volume: &str, node: &str) {
+        self.backoff.remove(&(volume.to_string(), node.to_string()));
+    }
+
+    /// Records a failure; returns the delay before the next try.
+    fn failed(&mut self, volume: &str, node: &str, initial: Duration, max: Duration) -> Duration {
+        let entry = self
+            .backoff
+            .entry((volume.to_string(), node.to_string()))
+            .or_insert((0, Instant::now()));
+        let delay = initial
+            .saturating_mul(2u32.saturating_pow(entry.0.min(31)))
+            .min(max);
+        entry.0 = entry.0.saturating_add(1);
+        entry.1 = Instant::now() + delay;
+        delay
+    }
+
+    /// Forgets backoffs of (volume, node) pairs for which `keep` is false.
+    pub(crate) fn retain_backoff(&mut self, keep: impl Fn(&VolumeNode) -> bool) {
+        self.backoff.retain(|k, _| keep(k));
+    }
+}
+
+/// Starts attaching `volume` to `node` for `pods` (the caller checked `busy` and backoff and
+/// registered the operation with [`OperationTable::start`] under the same lock).
+pub(crate) fn start_attach(
+    ctx: &Arc<Ctx>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    volume: VolumeToAttach,
+    node: String,
+    pods: Vec<PodRef>,
+) {
+    let span = tracing::info_span!("attach", volume = %volume.unique_name, node = %node);
+    tasks.spawn(attach(ctx.clone(), volume, node, pods).instrument(span));
+}
+
+/// Starts detaching (the caller registered the operation, removed the volume from the node's
+/// reported list and wrote node status).
+pub(crate) fn start_detach(
+    ctx: &Arc<Ctx>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    volume: String,
+    node: String,
+    attachment: Attachment,
+) {
+    let span = tracing::info_span!("detach", volume = %volume, node = %node);
+    tasks.spawn(detach(ctx.clone(), volume, node, attachment).instrument(span));
+}
+
+/// Whether a failed attach may have left something attached (a VolumeAttachment, an EC2
+/// attachment in progress): such a volume is detached when no longer wanted.
+fn may_be_attached(e: &volume_plugins::Error) -> bool {
+    !matches!(
+        e,
+        volume_plugins::Error::Api { .. }
+            | volume_plugins::Error::NoCloud { .. }
+            | volume_plugins::Error::InvalidSpec(_)
+    )
+}
+
+async fn attach(ctx: Arc<Ctx>, volume: VolumeToAttach, node: String, pods: Vec<PodRef>) {
+    let started = Instant::now();
+    let timeout = ctx.options.attach_timeout;
+    let result: Result<Attachment, volume_plugins::Error> =
+        match &volume.backend {
+            Backend::Csi { volume: v, .. } => {
+                let how = DetachHow::Csi {
+                    driver: v.driver.clone(),
+                    handle: v.volume_handle.clone(),
+                };
+                let va_name = volume_attachment_name(&v.volume_handle, &v.driver, &node);
+                let creates = ctx.csi.attach_path(&v.driver).creates_volume_attachment();
+                let existing = ctx
+                    .caches
+                    .vas
+                    .get(&va_name)
+                    .is_some_and(|va| va.metadata.deletion_timestamp.is_none());
+                // A VolumeAttachment from before (a restart, an attach that timed out) is waited
+                // for, not created again.
+                let r = if creates && existing {
+                    ctx.csi
+                        .wait_for_attach(&v.driver, &v.volume_handle, &node, timeout)
+                        .await
+                } else {
+                    if creates {
+                        ctx.metrics.api_write("create", "volumeattachments");
+                    }
+                    ctx.csi.attach(v, &node, timeout).await
+                };
+                r.map(|a| Attachment::new(how, a.device_path, true))
+            }
+            Backend::AwsEbs { volume_id } => {
+                let how = DetachHow::AwsEbs {
+                    volume_id: volume_id.clone(),
+                };
+                match ctx.caches.nodes.get(&node).ok_or_else(|| {
+                    volume_plugins::Error::InvalidSpec(format!("node {node} not found"))
+                }) {
+                    Ok(n) => match instance_of(&n) {
+                        Ok(instance) => ctx
+                            .in_tree
+                            .attach(volume_id, &instance, timeout)
+                            .await
+                            .map(|device| {
+                                let mut a = Attachment::new(how, device, true);
+                                a.instance_id = Some(instance);
+                                a
+                            }),
+                        Err(e) => Err(e),
+                    },
+                    Err(e) => Err(e),
+                }
+            }
+        };
+    let ok = result.is_ok();
+    ctx.metrics.operation(
+        "volume_attach",
+        &volume.plugin_label(),
+        ok,
+        volume.migrated(),
+        started.elapsed(),
+    );
+    let message = {
+        let mut state = ctx.state();
+        state
+            .ops
+            .finish(&volume.unique_name, &node, volume.multi_attach);
+        match result {
+            Ok(mut attachment) => {
+                attachment.multi_attach = volume.multi_attach;
+                attachment.migrated = volume.migrated();
+                state.ops.succeeded(&volume.unique_name, &node);
+                state
+                    .asw
+                    .mark_attached(&volume.unique_name, &node, attachment);
+                tracing::info!(volume = %volume.unique_name, node = %node, "attached");
+                Ok(attach_succeeded(&volume.spec_name))
+            }
+            Err(e) => {
+                let delay = state.ops.failed(
+                    &volume.unique_name,
+                    &node,
+                    ctx.options.backoff_initial,
+                    ctx.options.backoff_max,
+                );
+                if may_be_attached(&e) {
+                    let how = match &volume.backend {
+                        Backend::Csi { volume: v, .. } => DetachHow::Csi {
+                            driver: v.driver.clone(),
+                            handle: v.volume_handle.clone(),
+                        },
+                        Backend::AwsEbs { volume_id } => DetachHow::AwsEbs {
+                            volume_id: volume_id.clone(),
+                        },
+                    };
+                    let mut a = Attachment::new(how, String::new(), false);
+                    a.mounted = false;
+                    a.multi_attach = volume.multi_attach;
+                    a.migrated = volume.migrated();
+                    state.asw.mark_uncertain(&volume.unique_name, &node, a);
+                }
+                tracing::warn!(volume = %volume.unique_name, node = %node, error = %e, retry_in = ?delay, "attach failed");
+                Err(attach_failed(&volume.spec_name, &e.to_string()))
+            }
+        }
+    };
+    ctx.wake.notify_one();
+    for pod in &pods {
+        match &message {
+            Ok(m) => ctx.events.pod_event(pod, false, SUCCESSFUL_ATTACH, m).await,
+            Err(m) => ctx.events.pod_event(pod, true, FAILED_ATTACH, m).await,
+        }
+    }
+}
+
+async fn detach(ctx: Arc<Ctx>, volume: String, node: String, attachment: Attachment) {
+    let started = Instant::now();
+    let timeout = ctx.options.detach_timeout;
+    let result: Result<(), volume_plugins::Error> = match &attachment.how {
+        DetachHow::Csi { driver, handle } => {
+            ctx.metrics.api_write("delete", "volumeattachments");
+            ctx.csi
+                .detach(driver, handle, &node, timeout)
+                .await
+                .map(|_| ())
+        }
+        DetachHow::AwsEbs { volume_id } => {
+            detach_in_tree(&ctx, volume_id, &node, &attachment).await
+        }
+    };
+    let ok = result.is_ok();
+    ctx.metrics.operation(
+        "volume_detach",
+        &attachment.how.plugin_label(),
+        ok,
+        attachment.migrated,
+        started.elapsed(),
+    );
+    {
+        let mut state = ctx.state();
+        state.ops.finish(&volume, &node, attachment.multi_attach);
+        match result {
+            Ok(()) => {
+                state.ops.succeeded(&volume, &node);
+                state.asw.remove(&volume, &node);
+                tracing::info!(volume = %volume, node = %node, "detached");
+            }
+            Err(e) => {
+                let delay = state.ops.failed(
+                    &volume,
+                    &node,
+                    ctx.options.backoff_initial,
+                    ctx.options.backoff_max,
+                );
+                // Still attached: the node lists it again (Kubernetes re-adds it to the
+                // volumes to report as attached).
+                if let Some(a) = state.asw.get_mut(&volume, &node) {
+                    a.report = a.confirmed;
+                }
+                tracing::warn!(volume = %volume, node = %node, error = %e, retry_in = ?delay, "detach failed");
+            }
+        }
+    }
+    ctx.wake.notify_one();
+}
+
+/// The in-tree detach through EC2, then the VolumeAttachment the CSI path would have created
+/// (seed 003: a plugin that may have been migrated leaves no orphan).
+async fn detach_in_tree(
+    ctx: &Ctx,
+    volume_id: &str,
+    node: &str,
+    attachment: &Attachment,
+) -> Result<(), volume_plugins::Error> {
+    let instance = match &attachment.instance_id {
+        Some(i) => i.clone(),
+        None => {
+            let n = ctx.caches.nodes.get(node).ok_or_else(|| {
+                volume_plugins::Error::InvalidSpec(format!(
+                    "node {node} is gone and its EC2 instance is not known: cannot detach {volume_id}"
+                ))
+            })?;
+            instance_of(&n)?
+        }
+    };
+    ctx.in_tree
+        .detach(volume_id, &instance, ctx.options.detach_timeout)
+        .await?;
+    let handle = InTree::volume_id(volume_id)?;
+    ctx.csi
+        .detach(EBS_CSI_DRIVER, &handle, node, ctx.options.detach_timeout)
+        .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_operation_per_volume_or_per_volume_and_node() {
+        let mut t = OperationTable::default();
+        t.start("rwo", "n1", false);
+        assert!(t.busy("rwo", "n1", false) && t.busy("rwo", "n2", false));
+        assert!(
+            t.busy("rwo", "n2", true),
+            "a whole-volume operation blocks per-node ones"
+        );
+        t.finish("rwo", "n1", false);
+        assert!(!t.busy("rwo", "n1", false));
+        t.start("rwx", "n1", true);
+        assert!(t.busy("rwx", "n1", true));
+        assert!(
+            !t.busy("rwx", "n2", true),
+            "other nodes of a multi-attach volume run"
+        );
+        assert!(
+            t.busy("rwx", "n2", false),
+            "a whole-volume operation waits for all"
+        );
+        t.finish("rwx", "n1", true);
+        assert!(!t.busy("rwx", "n1", true));
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_max_and_resets_on_success() {
+        let mut t = OperationTable::default();
+        let (initial, max) = (Duration::from_millis(500), Duration::from_secs(122));
+        let delays: Vec<Duration> = (0..10).map(|_| t.failed("v", "n", initial, max)).collect();
+        assert_eq!(delays[0], Duration::from_millis(500));
+        assert_eq!(delays[1], Duration::from_secs(1));
+        assert_eq!(delays[2], Duration::from_secs(2));
+        assert_eq!(delays[9], max);
+        assert!(t.in_backoff("v", "n", Instant::now()));
+        assert!(!t.in_backoff("v", "other", Instant::now()));
+        t.succeeded("v", "n");
+        assert!(!t.in_backoff("v", "n", Instant::now()));
+    }
+}

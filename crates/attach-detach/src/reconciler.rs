@@ -1,0 +1,280 @@
+//! One reconcile pass (kube-controller-manager's reconciler): detach what is attached but no
+//! longer desired (once the node stops reporting it in `status.volumesInUse`, or after
+//! `--max-wait-for-unmount` on a node that is not Ready), then attach what is desired but not
+//! attached (refusing a second node for a volume that is not multi-attachable), then write the
+//! node status that changed. Every few passes' worth of cache changes, attachments are checked
+//! against the plugins (`VolumesAreAttached`): a CSI volume whose VolumeAttachment went away
+//! (or whose driver became attachable, seed 000's downgrade) is attached again.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use crate::cache::{Attachment, DetachHow, PodRef, VolumeNode, VolumeToAttach};
+use crate::controller::{Ctx, State};
+use crate::events::{FAILED_ATTACH, FORCED_DETACH, attach_failed, multi_attach};
+use crate::metrics::{ACTUAL, DESIRED};
+use crate::operations::{start_attach, start_detach};
+use crate::populator::{self, Desired};
+use crate::statusupdater::NodeStatusUpdater;
+
+/// What one pass decided under the state lock.
+#[derive(Default)]
+struct Plan {
+    detaches: Vec<(String, String, Attachment, bool)>,
+    attaches: Vec<(VolumeToAttach, String, Vec<PodRef>)>,
+    /// (pod, message) of Multi-Attach errors not reported before.
+    multi_attach_events: Vec<(PodRef, String)>,
+}
+
+pub(crate) struct Reconciler {
+    status: NodeStatusUpdater,
+    /// (volume, node) whose Multi-Attach error was reported (once, as Kubernetes does).
+    multi_attach_reported: HashSet<VolumeNode>,
+    /// (pod UID, volume, reason) of spec failures already reported.
+    failures_reported: HashSet<(String, String, String)>,
+    /// Cache generations (VolumeAttachments, CSIDrivers) at the last attachment check.
+    synced: Option<(u64, u64)>,
+}
+
+/// A Ready node is healthy: a volume it still uses is never force-detached from it (as
+/// Kubernetes does since 1.26); a node that is gone or not Ready may be.
+fn node_healthy(node: Option<&Node>) -> bool {
+    node.and_then(|n| n.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+impl Reconciler {
+    pub(crate) fn new(ctx: &Ctx) -> Self {
+        Self {
+            status: NodeStatusUpdater::from_nodes(&ctx.caches.nodes.list()),
+            multi_attach_reported: HashSet::new(),
+            failures_reported: HashSet::new(),
+            synced: None,
+        }
+    }
+
+    pub(crate) async fn pass(&mut self, ctx: &Arc<Ctx>, tasks: &mut JoinSet<()>) {
+        let desired = {
+            let state = ctx.state();
+            populator::desired_state(ctx, &state.asw)
+        };
+        self.report_failures(ctx, &desired).await;
+        let plan = {
+            let mut state = ctx.state();
+            populator::refresh_mounted(ctx, &mut state.asw);
+            self.sync_states(ctx, &mut state);
+            record_totals(ctx, &desired, &state);
+            let mut plan = Plan::default();
+            self.plan_detaches(ctx, &desired, &mut state, &mut plan);
+            self.plan_attaches(&desired, &mut state, &mut plan);
+            let dsw = &desired.dsw;
+            let State { asw, ops } = &mut *state;
+            ops.retain_backoff(|(v, n)| dsw.contains(v, n) || asw.get(v, n).is_some());
+            plan
+        };
+        for (pod, message) in &plan.multi_attach_events {
+            ctx.events
+                .pod_event(pod, true, FAILED_ATTACH, message)
+                .await;
+        }
+        self.detach(ctx, tasks, plan.detaches).await;
+        for (volume, node, pods) in plan.attaches {
+            start_attach(ctx, tasks, volume, node, pods);
+        }
+        self.write_status(ctx).await;
+    }
+
+    async fn report_failures(&mut self, ctx: &Ctx, desired: &Desired) {
+        for (pod, volume, reason) in &desired.failures {
+            let key = (pod.uid.clone(), volume.clone(), reason.clone());
+            if self.failures_reported.insert(key) {
+                tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), volume = %volume, reason = %reason, "volume will not be attached");
+                ctx.events
+                    .pod_event(pod, true, FAILED_ATTACH, &attach_failed(volume, reason))
+                    .await;
+            }
+        }
+        self.failures_reported
+            .retain(|(uid, _, _)| desired.live_pods.contains(uid));
+        ctx.events.retain(&desired.live_pods);
+    }
+
+    /// Kubernetes' `VolumesAreAttached` sync, run when VolumeAttachments or CSIDrivers changed.
+    fn sync_states(&mut self, ctx: &Ctx, state: &mut State) {
+        let generations = (
+            *ctx.caches.vas.changed().borrow(),
+            *ctx.caches.csidrivers.changed().borrow(),
+        );
+        if self.synced == Some(generations) {
+            return;
+        }
+        self.synced = Some(generations);
+        let State { asw, ops } = state;
+        let gone: Vec<VolumeNode> = asw
+            .attachments
+            .iter()
+            .filter(|((v, n), a)| a.confirmed && !ops.busy(v, n, a.multi_attach))
+            .filter_map(|((v, n), a)| match &a.how {
+                DetachHow::Csi { driver, handle } => {
+                    let attached = ctx
+                        .csi
+                        .volumes_are_attached(&[(driver.clone(), handle.clone())], n);
+                    (attached.first() == Some(&false)).then(|| (v.clone(), n.clone()))
+                }
+                DetachHow::AwsEbs { .. } => None,
+            })
+            .collect();
+        for (v, n) in gone {
+            tracing::info!(volume = %v, node = %n, "the plugin says the volume is not attached (VolumeAttachment gone or not attached); it is attached again if still needed");
+            asw.remove(&v, &n);
+        }
+    }
+
+    fn plan_detaches(&mut self, ctx: &Ctx, desired: &Desired, state: &mut State, plan: &mut Plan) {
+        let now = Instant::now();
+        let max_wait = ctx.options.max_wait_for_unmount;
+        let State { asw, ops } = state;
+        for ((v, n), a) in asw.attachments.iter_mut() {
+            if desired.dsw.contains(v, n) {
+                a.detach_requested = None;
+                continue;
+            }
+            if ops.busy(v, n, a.multi_attach) || ops.in_backoff(v, n, now) {
+                continue;
+            }
+            let since = *a.detach_requested.get_or_insert(now);
+            let mut forced = false;
+            if a.confirmed && a.mounted {
+                let waited_out = now.duration_since(since) >= max_wait;
+                if !waited_out
+                    || ctx.options.disable_force_detach_on_timeout
+                    || node_healthy(ctx.caches.nodes.get(n).as_deref())
+                {
+                    continue;
+                }
+                forced = true;
+            }
+            a.report = false;
+            ops.start(v, n, a.multi_attach);
+            plan.detaches
+                .push((v.clone(), n.clone(), a.clone(), forced));
+        }
+    }
+
+    fn plan_attaches(&mut self, desired: &Desired, state: &mut State, plan: &mut Plan) {
+        let now = Instant::now();
+        let State { asw, ops } = state;
+        for ((v, n), d) in &desired.dsw.volumes {
+            if asw.get(v, n).is_some_and(|a| a.confirmed) || !d.volume.attachable {
+                continue;
+            }
+            let multi = d.volume.multi_attach;
+            if ops.busy(v, n, multi) || ops.in_backoff(v, n, now) {
+                continue;
+            }
+            if !multi && !asw.other_nodes(v, n).is_empty() {
+                if self.multi_attach_reported.insert((v.clone(), n.clone())) {
+                    let others = desired.dsw.pods_on_other_nodes(v, n);
+                    for pod in &d.pods {
+                        let message = multi_attach(&d.volume.spec_name, pod, &others);
+                        plan.multi_attach_events.push((pod.clone(), message));
+                    }
+                }
+                continue;
+            }
+            ops.start(v, n, multi);
+            plan.attaches
+                .push((d.volume.clone(), n.clone(), d.pods.clone()));
+        }
+        let dsw = &desired.dsw;
+        self.multi_attach_reported
+            .retain(|(v, n)| dsw.contains(v, n) && !asw.get(v, n).is_some_and(|a| a.confirmed));
+    }
+
+    /// Writes the nodes' status without the volumes first (as Kubernetes does: the kubelet
+    /// must not see a volume as attached while it is being detached), then starts the
+    /// detaches whose node status was written.
+    async fn detach(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        tasks: &mut JoinSet<()>,
+        detaches: Vec<(String, String, Attachment, bool)>,
+    ) {
+        if detaches.is_empty() {
+            return;
+        }
+        let nodes: BTreeSet<String> = detaches.iter().map(|(_, n, _, _)| n.clone()).collect();
+        let mut failed_nodes = BTreeSet::new();
+        for node in nodes {
+            if ctx.caches.nodes.get(&node).is_none() {
+                continue;
+            }
+            let reported = ctx.state().asw.reported(&node);
+            if let Err(e) = self.status.write(ctx, &node, reported).await {
+                tracing::warn!(node = %node, error = %e, "node status not written; the detach waits for the next pass");
+                failed_nodes.insert(node);
+            }
+        }
+        for (volume, node, attachment, forced) in detaches {
+            if failed_nodes.contains(&node) {
+                let mut state = ctx.state();
+                state.ops.finish(&volume, &node, attachment.multi_attach);
+                if let Some(a) = state.asw.get_mut(&volume, &node) {
+                    a.report = a.confirmed;
+                }
+                continue;
+            }
+            if forced {
+                ctx.metrics.forced_detach();
+                let max_wait = ctx.options.max_wait_for_unmount;
+                tracing::warn!(volume = %volume, node = %node, ?max_wait, "forced detach: the node still reports the volume in use");
+                let uid = ctx
+                    .caches
+                    .nodes
+                    .get(&node)
+                    .and_then(|n| n.metadata.uid.clone());
+                ctx.events
+                    .node_warning(
+                        &node,
+                        uid,
+                        FORCED_DETACH,
+                        &format!(
+                            "Volume {volume:?} is detached from node {node} although the node still reports it in status.volumesInUse: it waited {max_wait:?} (--max-wait-for-unmount) and the node is not Ready"
+                        ),
+                    )
+                    .await;
+            }
+            start_detach(ctx, tasks, volume, node, attachment);
+        }
+    }
+
+    async fn write_status(&mut self, ctx: &Ctx) {
+        let changed = {
+            let state = ctx.state();
+            self.status.changed(ctx, &state.asw)
+        };
+        for (node, reported) in changed {
+            if let Err(e) = self.status.write(ctx, &node, reported).await {
+                tracing::warn!(node = %node, error = %e, "node status not written; retried next pass");
+            }
+        }
+    }
+}
+
+fn record_totals(ctx: &Ctx, desired: &Desired, state: &State) {
+    let mut counts: BTreeMap<(String, &'static str), i64> = BTreeMap::new();
+    for d in desired.dsw.volumes.values() {
+        *counts
+            .entry((d.volume.plugin_label(), DESIRED))
+            .or_default() += 1;
+    }
+    for a in state.asw.attachments.values() {
+        *counts.entry((a.how.plugin_label(), ACTUAL)).or_default() += 1;
+    }
+    ctx.metrics.set_total_volumes(&counts);
+}
