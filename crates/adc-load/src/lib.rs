@@ -225,6 +225,12 @@ impl LoadConfig {
 pub async fn run(config: LoadConfig) -> Result<Report, Error> {
     config.validate()?;
     apiserver::install_crypto_provider();
+    if let Some(dir) = &config.log_dir {
+        std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+            op: format!("creating the log directory {}", dir.display()),
+            source,
+        })?;
+    }
     let mut scenarios = Vec::with_capacity(config.scenarios.len());
     for &s in &config.scenarios {
         tracing::info!(scenario = %s, pods = config.pods, nodes = config.nodes, "scenario starts");

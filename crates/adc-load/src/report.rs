@@ -82,6 +82,25 @@ pub struct Report {
 /// One table cell from a scenario's numbers.
 type Cell = Box<dyn Fn(&ScenarioReport) -> String>;
 
+/// The binary and the arguments that are the same in every scenario (not the temp paths,
+/// ports and the scenario's --skip-attach: the JSON has those).
+fn command(c: &Component) -> String {
+    let varying = [
+        "--kubeconfig=",
+        "--csi-address=",
+        "--http-endpoint=",
+        "--skip-attach=",
+    ];
+    let mut parts = vec![c.bin.as_str()];
+    parts.extend(
+        c.args
+            .iter()
+            .map(String::as_str)
+            .filter(|a| !varying.iter().any(|v| a.starts_with(v))),
+    );
+    parts.join(" ")
+}
+
 fn per(n: u64, count: usize) -> f64 {
     if count == 0 {
         0.0
@@ -129,10 +148,10 @@ impl Report {
             self.pods, self.driver, self.nodes
         );
         if let Some(first) = self.scenarios.first() {
-            let _ = writeln!(out, "ADC:      {}", first.adc.bin);
+            let _ = writeln!(out, "ADC:      {}", command(&first.adc));
         }
         if let Some(a) = self.scenarios.iter().find_map(|s| s.attacher.as_ref()) {
-            let _ = writeln!(out, "attacher: {} {}", a.bin, a.args.join(" "));
+            let _ = writeln!(out, "attacher: {}", command(a));
         }
         let _ = writeln!(out);
         let n = self.pods;
@@ -314,7 +333,11 @@ mod tests {
             },
             attacher: attacher.map(|w| Component {
                 bin: "/t/csi-attacher".into(),
-                args: vec!["--kube-api-qps=-1".into()],
+                args: vec![
+                    "--kubeconfig=/tmp/x/kubeconfig".into(),
+                    "--v=2".into(),
+                    "--kube-api-qps=-1".into(),
+                ],
                 writes: w,
                 ..Component::default()
             }),
@@ -356,6 +379,10 @@ mod tests {
         );
         assert_eq!(report.through_adc_speedup, Some(4.0));
         let t = report.table();
+        assert!(
+            t.contains("attacher: /t/csi-attacher --v=2 --kube-api-qps=-1\n"),
+            "{t}"
+        );
         let row = |label: &str| {
             t.lines()
                 .find(|l| l.starts_with(label))
