@@ -44,15 +44,29 @@ impl InTree {
         }
     }
 
-    /// Attaches the volume (`volumeID` as in the spec) to the instance; returns the devicePath.
+    /// Attaches the volume (`volumeID` as in the spec) to the node's instance; returns the
+    /// devicePath and the instance. Without a cloud that is the plugin's NoCloud error first,
+    /// whatever the node looks like: it says what to configure.
     pub(crate) async fn attach(
         &self,
         spec_volume_id: &str,
-        instance_id: &str,
+        node_name: &str,
+        node: Option<&Node>,
         timeout: Duration,
-    ) -> Result<String, volume_plugins::Error> {
+    ) -> Result<(String, String), volume_plugins::Error> {
         let volume_id = aws_ebs::volume_id_from_spec(spec_volume_id)?;
-        self.plugin.attach(&volume_id, instance_id, timeout).await
+        if !self.plugin.has_cloud() {
+            return Err(volume_plugins::Error::NoCloud {
+                operation: "attach",
+                volume_id,
+            });
+        }
+        let node = node.ok_or_else(|| {
+            volume_plugins::Error::InvalidSpec(format!("node {node_name} not found"))
+        })?;
+        let instance = instance_of(node)?;
+        let device = self.plugin.attach(&volume_id, &instance, timeout).await?;
+        Ok((device, instance))
     }
 
     /// Detaches the volume from the instance.

@@ -126,57 +126,48 @@ fn may_be_attached(e: &volume_plugins::Error) -> bool {
 async fn attach(ctx: Arc<Ctx>, volume: VolumeToAttach, node: String, pods: Vec<PodRef>) {
     let started = Instant::now();
     let timeout = ctx.options.attach_timeout;
-    let result: Result<Attachment, volume_plugins::Error> =
-        match &volume.backend {
-            Backend::Csi { volume: v, .. } => {
-                let how = DetachHow::Csi {
-                    driver: v.driver.clone(),
-                    handle: v.volume_handle.clone(),
-                };
-                let va_name = volume_attachment_name(&v.volume_handle, &v.driver, &node);
-                let creates = ctx.csi.attach_path(&v.driver).creates_volume_attachment();
-                let existing = ctx
-                    .caches
-                    .vas
-                    .get(&va_name)
-                    .is_some_and(|va| va.metadata.deletion_timestamp.is_none());
-                // A VolumeAttachment from before (a restart, an attach that timed out) is waited
-                // for, not created again.
-                let r = if creates && existing {
-                    ctx.csi
-                        .wait_for_attach(&v.driver, &v.volume_handle, &node, timeout)
-                        .await
-                } else {
-                    if creates {
-                        ctx.metrics.api_write("create", "volumeattachments");
-                    }
-                    ctx.csi.attach(v, &node, timeout).await
-                };
-                r.map(|a| Attachment::new(how, a.device_path, true))
-            }
-            Backend::AwsEbs { volume_id } => {
-                let how = DetachHow::AwsEbs {
-                    volume_id: volume_id.clone(),
-                };
-                match ctx.caches.nodes.get(&node).ok_or_else(|| {
-                    volume_plugins::Error::InvalidSpec(format!("node {node} not found"))
-                }) {
-                    Ok(n) => match instance_of(&n) {
-                        Ok(instance) => ctx
-                            .in_tree
-                            .attach(volume_id, &instance, timeout)
-                            .await
-                            .map(|device| {
-                                let mut a = Attachment::new(how, device, true);
-                                a.instance_id = Some(instance);
-                                a
-                            }),
-                        Err(e) => Err(e),
-                    },
-                    Err(e) => Err(e),
+    let result: Result<Attachment, volume_plugins::Error> = match &volume.backend {
+        Backend::Csi { volume: v, .. } => {
+            let how = DetachHow::Csi {
+                driver: v.driver.clone(),
+                handle: v.volume_handle.clone(),
+            };
+            let va_name = volume_attachment_name(&v.volume_handle, &v.driver, &node);
+            let creates = ctx.csi.attach_path(&v.driver).creates_volume_attachment();
+            let existing = ctx
+                .caches
+                .vas
+                .get(&va_name)
+                .is_some_and(|va| va.metadata.deletion_timestamp.is_none());
+            // A VolumeAttachment from before (a restart, an attach that timed out) is waited
+            // for, not created again.
+            let r = if creates && existing {
+                ctx.csi
+                    .wait_for_attach(&v.driver, &v.volume_handle, &node, timeout)
+                    .await
+            } else {
+                if creates {
+                    ctx.metrics.api_write("create", "volumeattachments");
                 }
-            }
-        };
+                ctx.csi.attach(v, &node, timeout).await
+            };
+            r.map(|a| Attachment::new(how, a.device_path, true))
+        }
+        Backend::AwsEbs { volume_id } => {
+            let how = DetachHow::AwsEbs {
+                volume_id: volume_id.clone(),
+            };
+            let n = ctx.caches.nodes.get(&node);
+            ctx.in_tree
+                .attach(volume_id, &node, n.as_deref(), timeout)
+                .await
+                .map(|(device, instance)| {
+                    let mut a = Attachment::new(how, device, true);
+                    a.instance_id = Some(instance);
+                    a
+                })
+        }
+    };
     let ok = result.is_ok();
     ctx.metrics.operation(
         "volume_attach",
