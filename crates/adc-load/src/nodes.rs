@@ -9,6 +9,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -62,46 +63,35 @@ impl AttachedTracker {
         let (tx, rx) = watch::channel(Attached::default());
         let config = watcher::Config::default().labels(label_selector);
         let task = tokio::spawn(async move {
-            let mut state: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-            let mut pending: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+            // The reflector keeps the Nodes; every event recounts them (10 nodes: cheap, and
+            // a re-list after a watch error needs no special case).
+            let (store, writer) = reflector::store::<Node>();
+            let mut events =
+                reflector(writer, watcher::watcher(api, config).default_backoff()).boxed();
             let mut now = Attached::default();
-            let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-            while let Some(event) = stream.next().await {
-                let count = |n: &Node| {
-                    let name = n.metadata.name.clone().unwrap_or_default();
-                    let c = count_listed(n, expected.get(&name));
-                    (name, c)
-                };
+            while let Some(event) = events.next().await {
                 match event {
-                    Ok(Event::Init) => pending.clear(),
-                    Ok(Event::InitApply(n)) => {
-                        let (name, c) = count(&n);
-                        pending.insert(name, c);
-                        continue;
-                    }
-                    Ok(Event::InitDone) => {
-                        state = std::mem::take(&mut pending);
-                        now.synced = true;
-                    }
-                    Ok(Event::Apply(n)) => {
-                        let (name, c) = count(&n);
-                        state.insert(name, c);
-                    }
-                    Ok(Event::Delete(n)) => {
-                        state.remove(&n.metadata.name.unwrap_or_default());
-                    }
+                    Ok(Event::Init | Event::InitApply(_)) => continue,
+                    Ok(Event::InitDone) => now.synced = true,
+                    Ok(Event::Apply(_) | Event::Delete(_)) => {}
                     Err(e) => {
-                        // The watcher re-lists after a backoff; the numbers stay as they were.
                         tracing::warn!(error = %e, "node watch failed; retrying");
                         continue;
                     }
                 }
-                now.listed = state.values().map(|c| c.0).sum();
-                now.unexpected = state.values().map(|c| c.1).sum();
-                if now.listed > 0 && now.first_at.is_none() {
+                let (mut listed, mut unexpected) = (0, 0);
+                for node in store.state() {
+                    let name = node.metadata.name.as_deref().unwrap_or_default();
+                    let (l, u) = count_listed(&node, expected.get(name));
+                    listed += l;
+                    unexpected += u;
+                }
+                now.listed = listed;
+                now.unexpected = unexpected;
+                if listed > 0 && now.first_at.is_none() {
                     now.first_at = Some(Instant::now());
                 }
-                if total > 0 && now.listed >= total && now.all_at.is_none() {
+                if total > 0 && listed >= total && now.all_at.is_none() {
                     now.all_at = Some(Instant::now());
                 }
                 tx.send_replace(now);

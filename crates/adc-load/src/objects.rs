@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use futures::{StreamExt, TryStreamExt, stream};
+use futures::{TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -73,7 +73,7 @@ pub(crate) fn expected(driver: &str, pods: usize, nodes: usize) -> Expected {
     map
 }
 
-/// Runs `f` over `items` with at most `parallelism` in flight; the first error wins.
+/// Runs `f` over `items` with at most `parallelism` in flight; the first error ends it.
 async fn bounded<T, F, Fut>(
     items: impl Iterator<Item = T>,
     parallelism: usize,
@@ -83,10 +83,8 @@ where
     F: Fn(T) -> Fut,
     Fut: Future<Output = Result<(), Error>>,
 {
-    stream::iter(items)
-        .map(f)
-        .buffer_unordered(parallelism.max(1))
-        .try_for_each(|()| async { Ok(()) })
+    stream::iter(items.map(Ok))
+        .try_for_each_concurrent(parallelism.max(1), f)
         .await
 }
 
