@@ -2,6 +2,7 @@
 //! Kubernetes; through-adc: the seed's), with the real csi-attacher and csi-mock fulfilling
 //! VolumeAttachments. Each case asserts the VolumeAttachments the controller created (audit
 //! trail), `node.status.volumesAttached` and the pod's Events.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 

@@ -86,12 +86,18 @@ impl Env {
 
     /// Starts csi-mock named `driver` and the real csi-attacher library for it.
     pub async fn start_attacher(&mut self, driver: &str) {
+        self.start_attacher_with_delay(driver, Duration::ZERO).await;
+    }
+
+    /// [`Self::start_attacher`] with every ControllerPublish/Unpublish taking `delay`.
+    pub async fn start_attacher_with_delay(&mut self, driver: &str, delay: Duration) {
         let sock_dir = self.dir.path().join(format!("mock-{}", self.mocks.len()));
         std::fs::create_dir_all(&sock_dir).unwrap();
         let mock = csi_mock::start(
             &sock_dir,
             MockConfig {
                 name: driver.into(),
+                delay,
                 ..MockConfig::default()
             },
         )
