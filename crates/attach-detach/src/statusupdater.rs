@@ -12,6 +12,7 @@ use serde_json::json;
 use crate::Error;
 use crate::cache::ActualStateOfWorld;
 use crate::controller::Ctx;
+use crate::populator::is_managed;
 
 /// What the node's list holds: (name, devicePath).
 type Reported = Vec<(String, String)>;
@@ -53,10 +54,12 @@ pub(crate) fn patch_body(reported: &Reported) -> serde_json::Value {
 }
 
 impl NodeStatusUpdater {
-    /// Starts from what the nodes say now (after a restart nothing is rewritten needlessly).
+    /// Starts from what the managed nodes say now (after a restart nothing is rewritten
+    /// needlessly).
     pub(crate) fn from_nodes(nodes: &[std::sync::Arc<Node>]) -> Self {
         let written = nodes
             .iter()
+            .filter(|n| is_managed(n))
             .filter_map(|n| {
                 let name = n.metadata.name.clone()?;
                 Some((name, (node_uid(n), listed(n))))

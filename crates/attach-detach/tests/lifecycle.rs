@@ -193,3 +193,38 @@ async fn a_deleted_node_has_its_volumes_detached_a_mounted_one_forced_after_the_
         .await;
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn nodes_without_the_annotation_are_left_to_their_kubelet() {
+    let mut env = two_nodes().await;
+    env.create_unmanaged_node("node-self").await;
+    let kubelet_volume = csi_name(DRIVER, "h-self");
+    env.set_volumes_attached("node-self", &[&kubelet_volume])
+        .await;
+    env.create_csi_pv("pv-self", "self", DRIVER, "h-self", "ReadWriteOnce")
+        .await;
+    env.create_pod("pod-self", "node-self", "self").await;
+    env.create_csi_pv("pv-ours", "ours", DRIVER, "h-ours", "ReadWriteOnce")
+        .await;
+    env.create_pod("pod-ours", A, "ours").await;
+    env.start_adc(fast_options(BypassAdc));
+    env.wait_volumes_attached(A, &[&csi_name(DRIVER, "h-ours")])
+        .await;
+    stays(
+        "the unmanaged node is untouched",
+        Duration::from_millis(500),
+        || async {
+            !env.va_exists("h-self", DRIVER, "node-self").await
+                && env.volumes_attached("node-self").await
+                    == vec![(kubelet_volume.clone(), "/dev/kubelet".to_string())]
+        },
+    )
+    .await;
+    assert!(
+        env.adc_requests("patch", "nodes")
+            .iter()
+            .all(|r| r.name.as_deref() != Some("node-self")),
+        "no status write to the unmanaged node"
+    );
+    env.shutdown().await;
+}

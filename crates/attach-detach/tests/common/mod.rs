@@ -223,6 +223,31 @@ impl Env {
         .await;
     }
 
+    /// A node whose kubelet attaches its own volumes (no controller-managed annotation).
+    pub async fn create_unmanaged_node(&self, name: &str) {
+        self.create::<Node>(
+            Api::all(self.kube.clone()),
+            json!({"metadata": {"name": name}}),
+        )
+        .await;
+    }
+
+    /// Writes `status.volumesAttached` as a kubelet that attaches itself would.
+    pub async fn set_volumes_attached(&self, node: &str, volumes: &[&str]) {
+        let list: Vec<Value> = volumes
+            .iter()
+            .map(|v| json!({"name": v, "devicePath": "/dev/kubelet"}))
+            .collect();
+        Api::<Node>::all(self.kube.clone())
+            .patch_status(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"volumesAttached": list}})),
+            )
+            .await
+            .expect("patch volumesAttached");
+    }
+
     pub async fn create_csidriver(&self, name: &str, attach_required: bool) {
         self.create::<CSIDriver>(
             Api::all(self.kube.clone()),
