@@ -1,0 +1,177 @@
+//! The `attach-detach-controller` binary: Go-style flags, refusal of bad ones, and a run against
+//! the embedded API server with leader election, metrics and health on `--http-endpoint`, and a
+//! clean exit on SIGTERM.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BIN: &str = env!("CARGO_BIN_EXE_attach-detach-controller");
+
+/// Kills the child on drop (a failed test leaves no process behind).
+struct ChildGuard(Option<Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// (status code, body) of a plain HTTP GET.
+async fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())?;
+    Some((code, body))
+}
+
+#[test]
+fn help_names_the_flags_and_bad_values_are_refused() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--kubeconfig",
+        "--skip-attach",
+        "--feature-gates",
+        "--reconciler-sync-period",
+        "--max-wait-for-unmount",
+        "--disable-force-detach-on-timeout",
+        "--attach-timeout",
+        "--cloud-provider",
+        "--region",
+        "--ec2-endpoint",
+        "--http-endpoint",
+        "--leader-election",
+        "--kube-api-qps",
+        "--kube-api-burst",
+    ] {
+        assert!(help.contains(flag), "{flag} missing in --help:\n{help}");
+    }
+    for (args, needle) in [
+        (&["-skip-attach=seed"][..], "through-adc"),
+        (&["--cloud-provider=gce"], "--cloud-provider=gce"),
+        (
+            &["--feature-gates=CSIMigrationAWS=maybe"],
+            "CSIMigrationAWS",
+        ),
+        (&["-max-wait-for-unmount=10"], "--max-wait-for-unmount"),
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .arg("--kubeconfig=/nonexistent")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[tokio::test]
+async fn the_binary_attaches_serves_metrics_and_stops_on_sigterm() {
+    let env = Env::new().await;
+    env.create_node("node-1", &[DRIVER], None).await;
+    env.create_csi_pv("pv-b", "b", DRIVER, "h-b", "ReadWriteOnce")
+        .await;
+    env.create_pod("pod-b", "node-1", "b").await;
+    let port = free_port();
+    let log = std::fs::File::create(env.dir.path().join("adc.log")).unwrap();
+    let mut child = ChildGuard(Some(
+        Command::new(BIN)
+            .arg(format!("-kubeconfig={}", env.kubeconfig_file().display()))
+            .arg(format!("-http-endpoint=127.0.0.1:{port}"))
+            .args([
+                "-leader-election",
+                "-leader-election-namespace=default",
+                "-reconciler-sync-period=50ms",
+                "-skip-attach=through-adc",
+                "-v=2",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    ));
+
+    // No attacher runs: the VolumeAttachment is created and waited for.
+    eventually("the binary creates the VolumeAttachment", || async {
+        env.va_exists("h-b", DRIVER, "node-1").await.then_some(())
+    })
+    .await;
+    assert_eq!(env.va_creates(), 1);
+    let lease = eventually("the lease is held", || async {
+        let lease = Api::<Lease>::namespaced(env.kube.clone(), NS)
+            .get_opt("attachdetach-controller")
+            .await
+            .ok()??;
+        lease.spec.as_ref()?.holder_identity.clone()?;
+        Some(lease)
+    })
+    .await;
+    assert!(lease.spec.unwrap().holder_identity.is_some());
+    let (code, _) = eventually("/healthz answers", || get(port, "/healthz")).await;
+    assert_eq!(code, 200);
+    let metrics = eventually("metrics report the desired volume", || async {
+        let (code, body) = get(port, "/metrics").await?;
+        (code == 200
+            && body.contains("attachdetach_controller_total_volumes{plugin_name=\"kubernetes.io/csi:mock.csi.rs\",state=\"desired_state_of_world\"} 1"))
+        .then_some(body)
+    })
+    .await;
+    assert!(
+        metrics.contains("attachdetach_controller_api_writes_total"),
+        "{metrics}"
+    );
+
+    let pid = child.0.as_ref().unwrap().id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = child.0.as_mut().unwrap().try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the binary ignored SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    child.0 = None;
+    let log = std::fs::read_to_string(env.dir.path().join("adc.log")).unwrap_or_default();
+    assert!(status.success(), "exit {status:?}; log:\n{log}");
+    env.shutdown().await;
+}
