@@ -228,3 +228,108 @@ async fn nodes_without_the_annotation_are_left_to_their_kubelet() {
     );
     env.shutdown().await;
 }
+
+#[tokio::test]
+async fn attach_errors_reach_the_pod_and_the_attach_is_retried() {
+    let mut env = two_nodes().await;
+    env.mock(0).script(
+        csi_mock::Method::ControllerPublishVolume,
+        "h-err",
+        vec![
+            csi_mock::Step::Fail(
+                tonic::Code::ResourceExhausted,
+                "no free slot on the node".into(),
+            ),
+            csi_mock::Step::Fail(
+                tonic::Code::ResourceExhausted,
+                "no free slot on the node".into(),
+            ),
+        ],
+    );
+    env.create_csi_pv("pv-err", "err", DRIVER, "h-err", "ReadWriteOnce")
+        .await;
+    env.create_pod("pod-err", A, "err").await;
+    env.start_adc(fast_options(BypassAdc));
+    let message = env
+        .wait_pod_event("pod-err", "FailedAttachVolume", "no free slot on the node")
+        .await;
+    assert!(
+        message.starts_with("AttachVolume.Attach failed for volume \"pv-err\" : rpc error: "),
+        "{message}"
+    );
+    env.wait_va_attached("h-err", DRIVER, A).await;
+    env.wait_volumes_attached(A, &[&csi_name(DRIVER, "h-err")])
+        .await;
+    env.wait_pod_event("pod-err", "SuccessfulAttachVolume", "\"pv-err\"")
+        .await;
+    assert_eq!(
+        env.va_creates(),
+        1,
+        "the failed VolumeAttachment is reused, not created again"
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_pending_claim_is_attached_once_it_binds() {
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    use kube::api::{Patch, PatchParams};
+    use serde_json::json;
+
+    let mut env = two_nodes().await;
+    env.create::<PersistentVolume>(
+        kube::Api::all(env.kube.clone()),
+        json!({"metadata": {"name": "pv-late"}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
+            "csi": {"driver": DRIVER, "volumeHandle": "h-late"}}}),
+    )
+    .await;
+    env.create::<PersistentVolumeClaim>(
+        kube::Api::namespaced(env.kube.clone(), NS),
+        json!({"metadata": {"name": "late", "namespace": NS}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+            "storageClassName": ""}}),
+    )
+    .await;
+    env.create_pod("pod-late", A, "late").await;
+    env.start_adc(fast_options(BypassAdc));
+    stays(
+        "nothing attached for a pending claim",
+        Duration::from_millis(500),
+        || async { env.vas().await.is_empty() },
+    )
+    .await;
+    assert!(
+        env.pod_events("pod-late").await.is_empty(),
+        "a pending claim is no error"
+    );
+    // The PV controller binds them.
+    let pvs = kube::Api::<PersistentVolume>::all(env.kube.clone());
+    let claim_ref = json!({"spec": {"claimRef": {"namespace": NS, "name": "late"}}});
+    pvs.patch(
+        "pv-late",
+        &PatchParams::default(),
+        &Patch::Merge(&claim_ref),
+    )
+    .await
+    .unwrap();
+    let pvcs = kube::Api::<PersistentVolumeClaim>::namespaced(env.kube.clone(), NS);
+    pvcs.patch(
+        "late",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"volumeName": "pv-late"}})),
+    )
+    .await
+    .unwrap();
+    let bound = json!({"status": {"phase": "Bound"}});
+    pvs.patch_status("pv-late", &PatchParams::default(), &Patch::Merge(&bound))
+        .await
+        .unwrap();
+    pvcs.patch_status("late", &PatchParams::default(), &Patch::Merge(&bound))
+        .await
+        .unwrap();
+    env.wait_va_attached("h-late", DRIVER, A).await;
+    env.wait_volumes_attached(A, &[&csi_name(DRIVER, "h-late")])
+        .await;
+    env.shutdown().await;
+}

@@ -133,6 +133,11 @@ impl Env {
         self.attachers.push(Task { stop, task });
     }
 
+    /// The `i`th csi-mock started.
+    pub fn mock(&self, i: usize) -> &MockDriver {
+        &self.mocks[i]
+    }
+
     async fn client_with_agent(&self, agent: &str) -> Client {
         let kc = kube::config::Kubeconfig::from_yaml(&self.server.kubeconfig_yaml()).unwrap();
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
@@ -182,7 +187,7 @@ impl Env {
 
     // ---- objects ----
 
-    async fn create<K>(&self, api: Api<K>, obj: Value) -> K
+    pub async fn create<K>(&self, api: Api<K>, obj: Value) -> K
     where
         K: kube::Resource
             + Clone
