@@ -40,12 +40,29 @@ pub(crate) struct Reconciler {
     synced: Option<(u64, u64)>,
 }
 
+/// The taint an operator puts on a node that is shut down for good: its volumes are detached at
+/// once, mounted or not (Kubernetes' non-graceful node shutdown).
+const OUT_OF_SERVICE_TAINT: &str = "node.kubernetes.io/out-of-service";
+
 /// A Ready node is healthy: a volume it still uses is never force-detached from it (as
 /// Kubernetes does since 1.26); a node that is gone or not Ready may be.
 fn node_healthy(node: Option<&Node>) -> bool {
     node.and_then(|n| n.status.as_ref())
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn out_of_service(node: Option<&Node>) -> bool {
+    node.and_then(|n| n.spec.as_ref())
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == OUT_OF_SERVICE_TAINT))
+}
+
+/// Whether a volume the node still reports in use is detached anyway: after
+/// `--max-wait-for-unmount` from a node that is gone or not Ready (unless
+/// `--disable-force-detach-on-timeout`), or at once from an out-of-service node.
+fn force_detach(node: Option<&Node>, waited_out: bool, disabled: bool) -> bool {
+    out_of_service(node) || (waited_out && !disabled && !node_healthy(node))
 }
 
 impl Reconciler {
@@ -151,10 +168,9 @@ impl Reconciler {
             let mut forced = false;
             if a.confirmed && a.mounted {
                 let waited_out = now.duration_since(since) >= max_wait;
-                if !waited_out
-                    || ctx.options.disable_force_detach_on_timeout
-                    || node_healthy(ctx.caches.nodes.get(n).as_deref())
-                {
+                let node = ctx.caches.nodes.get(n);
+                let disabled = ctx.options.disable_force_detach_on_timeout;
+                if !force_detach(node.as_deref(), waited_out, disabled) {
                     continue;
                 }
                 forced = true;
@@ -244,7 +260,7 @@ impl Reconciler {
                         uid,
                         FORCED_DETACH,
                         &format!(
-                            "Volume {volume:?} is detached from node {node} although the node still reports it in status.volumesInUse: it waited {max_wait:?} (--max-wait-for-unmount) and the node is not Ready"
+                            "Volume {volume:?} is detached from node {node} although the node still reports it in status.volumesInUse: the node is out of service, or it waited {max_wait:?} (--max-wait-for-unmount) and the node is not Ready"
                         ),
                     )
                     .await;
@@ -277,4 +293,45 @@ fn record_totals(ctx: &Ctx, desired: &Desired, state: &State) {
         *counts.entry((a.how.plugin_label(), ACTUAL)).or_default() += 1;
     }
     ctx.metrics.set_total_volumes(&counts);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(ready: bool, taint: bool) -> Node {
+        let taints = if taint {
+            json!([{"key": OUT_OF_SERVICE_TAINT, "value": "nodeshutdown", "effect": "NoExecute"}])
+        } else {
+            json!([])
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "spec": {"taints": taints},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
+        }))
+        .expect("node")
+    }
+
+    #[test]
+    fn forced_detach_rules() {
+        let ready = node(true, false);
+        let not_ready = node(false, false);
+        let tainted = node(true, true);
+        // (node, waited out, disabled) → force
+        let rows: [(Option<&Node>, bool, bool, bool); 8] = [
+            (Some(&ready), false, false, false),
+            (Some(&ready), true, false, false),
+            (Some(&not_ready), false, false, false),
+            (Some(&not_ready), true, false, true),
+            (Some(&not_ready), true, true, false),
+            (None, true, false, true),
+            (Some(&tainted), false, false, true),
+            (Some(&tainted), false, true, true),
+        ];
+        for (i, (n, waited, disabled, want)) in rows.into_iter().enumerate() {
+            assert_eq!(force_detach(n, waited, disabled), want, "row {i}");
+        }
+    }
 }
