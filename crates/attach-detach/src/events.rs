@@ -28,9 +28,11 @@ const CLUSTER_EVENT_NAMESPACE: &str = "default";
 /// Bound on remembered Events (more distinct ones just create new Events).
 const MAX_REMEMBERED: usize = 4096;
 
-/// `AttachVolume.Attach succeeded for volume "<name>"`.
+/// `AttachVolume.Attach succeeded for volume "<name>" `: with the trailing space Kubernetes'
+/// message has (its prefix, volume and an empty suffix joined by spaces), so the two compare
+/// equal.
 pub(crate) fn attach_succeeded(spec_name: &str) -> String {
-    format!("AttachVolume.Attach succeeded for volume {spec_name:?}")
+    format!("AttachVolume.Attach succeeded for volume {spec_name:?} ")
 }
 
 /// `AttachVolume.Attach failed for volume "<name>" : <error>`.
@@ -216,7 +218,7 @@ mod tests {
     fn kubernetes_wording() {
         assert_eq!(
             attach_succeeded("pv-1"),
-            "AttachVolume.Attach succeeded for volume \"pv-1\""
+            "AttachVolume.Attach succeeded for volume \"pv-1\" "
         );
         assert_eq!(
             attach_failed("pv-1", "rpc error: boom"),

@@ -70,14 +70,6 @@ pub enum Error {
         source: kube::Error,
     },
 
-    /// A volume plugin refused or failed (its message goes into the pod Event).
-    #[error(transparent)]
-    Plugin(#[from] volume_plugins::Error),
-
-    /// A pod volume that cannot be attached as written (a malformed or unsupported spec).
-    #[error("{0}")]
-    InvalidVolume(String),
-
     /// Start-up and plumbing errors of the shared sidecar crate.
     #[error(transparent)]
     Sidecar(#[from] sidecar::Error),
@@ -103,10 +95,11 @@ mod tests {
             waited: std::time::Duration::from_secs(60),
         };
         assert!(e.to_string().contains("list and watch Node"), "{e}");
-        let e = Error::Plugin(volume_plugins::Error::NoCloud {
-            operation: "attach",
-            volume_id: "vol-1".into(),
-        });
-        assert!(e.to_string().contains("no cloud configured"), "{e}");
+        let e = Error::Config("--cloud-provider=gce: want \"\" or \"aws\"".into());
+        assert!(
+            e.to_string()
+                .starts_with("invalid configuration: --cloud-provider"),
+            "{e}"
+        );
     }
 }

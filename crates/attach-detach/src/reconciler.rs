@@ -193,9 +193,14 @@ impl Reconciler {
             if ops.busy(v, n, multi) || ops.in_backoff(v, n, now) {
                 continue;
             }
-            if !multi && !asw.other_nodes(v, n).is_empty() {
+            let elsewhere = if multi {
+                Vec::new()
+            } else {
+                asw.other_nodes(v, n)
+            };
+            if !elsewhere.is_empty() {
                 if self.multi_attach_reported.insert((v.clone(), n.clone())) {
-                    let others = desired.dsw.pods_on_other_nodes(v, n);
+                    let others = desired.dsw.pods_on_nodes(v, &elsewhere);
                     for pod in &d.pods {
                         let message = multi_attach(&d.volume.spec_name, pod, &others);
                         plan.multi_attach_events.push((pod.clone(), message));

@@ -97,12 +97,13 @@ impl DesiredStateOfWorld {
         self.volumes.get(&(volume.to_string(), node.to_string()))
     }
 
-    /// Pods that want `volume` on nodes other than `node` (the Multi-Attach message).
-    pub fn pods_on_other_nodes(&self, volume: &str, node: &str) -> Vec<PodRef> {
-        self.volumes
+    /// Pods that want `volume` on `nodes` (the Multi-Attach message names the pods on the
+    /// nodes the volume is attached to).
+    pub fn pods_on_nodes(&self, volume: &str, nodes: &[String]) -> Vec<PodRef> {
+        nodes
             .iter()
-            .filter(|((v, n), _)| v == volume && n != node)
-            .flat_map(|(_, d)| d.pods.iter().cloned())
+            .filter_map(|n| self.get(volume, n))
+            .flat_map(|d| d.pods.iter().cloned())
             .collect()
     }
 }
@@ -147,7 +148,8 @@ mod tests {
         let unique = "kubernetes.io/csi/d^a";
         assert_eq!(dsw.get(unique, "n1").map(|d| d.pods.len()), Some(2));
         assert!(dsw.contains(unique, "n2") && !dsw.contains(unique, "n3"));
-        assert_eq!(dsw.pods_on_other_nodes(unique, "n1"), vec![pod("p3")]);
+        assert_eq!(dsw.pods_on_nodes(unique, &["n2".into()]), vec![pod("p3")]);
+        assert!(dsw.pods_on_nodes(unique, &["n3".into()]).is_empty());
         assert_eq!(volume("a", false).plugin_label(), "kubernetes.io/csi:d");
     }
 }
