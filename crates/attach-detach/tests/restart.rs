@@ -17,7 +17,7 @@ const NODES: [&str; 2] = ["node-a", "node-b"];
 async fn a_restart_mid_reconcile_attaches_nothing_twice_and_leaks_nothing() {
     let mut env = Env::new().await;
     // A slow driver, so the first controller stops with attaches in flight.
-    env.start_attacher_with_delay(DRIVER, Duration::from_millis(100))
+    env.start_attacher_with_delay(DRIVER, Duration::from_millis(300))
         .await;
     for node in NODES {
         env.create_node(node, &[DRIVER], None).await;
