@@ -136,12 +136,15 @@ impl ActualStateOfWorld {
             .remove(&(volume.to_string(), node.to_string()))
     }
 
-    /// Nodes other than `node` that have `volume` (confirmed or not).
+    /// Nodes other than `node` that have `volume` (confirmed or not). A range of the map
+    /// (keys sort by volume first), not a scan: the reconciler asks this for every desired
+    /// volume on every pass.
     pub fn other_nodes(&self, volume: &str, node: &str) -> Vec<String> {
         self.attachments
-            .keys()
-            .filter(|(v, n)| v == volume && n != node)
-            .map(|(_, n)| n.clone())
+            .range((volume.to_string(), String::new())..)
+            .take_while(|((v, _), _)| v == volume)
+            .filter(|((_, n), _)| n != node)
+            .map(|((_, n), _)| n.clone())
             .collect()
     }
 
@@ -226,6 +229,15 @@ mod tests {
         }
         assert_eq!(asw.reported("n1").len(), 1);
         assert_eq!(asw.other_nodes("v-a", "n1"), vec!["n2".to_string()]);
+        assert_eq!(
+            asw.other_nodes("v-a", "n0"),
+            vec!["n1".to_string(), "n2".to_string()]
+        );
+        assert!(
+            asw.other_nodes("v-", "n0").is_empty(),
+            "a prefix is another volume"
+        );
+        assert!(asw.other_nodes("v-z", "n0").is_empty());
         let in_use = BTreeSet::from(["v-a".to_string()]);
         asw.set_mounted_by_node("n1", &in_use);
         assert!(asw.get("v-a", "n1").is_some_and(|a| a.mounted));

@@ -46,8 +46,13 @@ impl World {
                 pvc("pending", "", false),
                 pvc("ebs-claim", "pv-ebs", true),
                 pvc("gce-claim", "pv-gce", true),
+                pvc("thief", "pv-owned", true),
             ]),
             pvs: ObjectCache::from_objects([
+                pv(
+                    "pv-owned",
+                    json!({"claimRef": {"namespace": "default", "name": "owner"}, "csi": {"driver": "d.csi", "volumeHandle": "h3"}}),
+                ),
                 pv(
                     "pv-csi",
                     json!({"accessModes": ["ReadWriteOnce"], "csi": {"driver": "d.csi", "volumeHandle": "h1"}}),
@@ -266,4 +271,16 @@ async fn other_in_tree_plugins_only_when_migrated() {
         "{}",
         v.unique_name
     );
+}
+
+#[tokio::test]
+async fn a_claim_naming_a_pv_bound_elsewhere_is_refused() {
+    let w = World::new(SkipAttachMode::BypassAdc, vec![], vec![], false);
+    match w.resolve(claim("thief")) {
+        SpecOutcome::Failed { volume, reason } => {
+            assert_eq!(volume, "pv-owned");
+            assert!(reason.contains("claimRef"), "{reason}");
+        }
+        other => panic!("want Failed, got {other:?}"),
+    }
 }
