@@ -15,6 +15,25 @@ use crate::controller::Ctx;
 use crate::in_tree::instance_of;
 use crate::volume_spec::{SpecContext, SpecOutcome, volume_to_attach};
 
+/// A node annotation that keeps the volumes of terminated pods attached (as Kubernetes honours
+/// it; deprecated there, still read).
+pub(crate) const KEEP_TERMINATED_POD_VOLUMES_ANNOTATION: &str =
+    "volumes.kubernetes.io/keep-terminated-pod-volumes";
+
+/// Whether `pod`'s volumes should be attached to its (managed) `node`.
+pub(crate) fn pod_wants_volumes(pod: &Pod, node: &Node) -> bool {
+    if !is_managed(node) {
+        return false;
+    }
+    let keep = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(KEEP_TERMINATED_POD_VOLUMES_ANNOTATION))
+        .is_some_and(|v| v == "true");
+    keep || !is_terminated(pod)
+}
+
 /// Whether this controller attaches and detaches for the node.
 pub(crate) fn is_managed(node: &Node) -> bool {
     node.metadata
@@ -89,10 +108,15 @@ pub(crate) fn desired_state(ctx: &Ctx, asw: &ActualStateOfWorld) -> Desired {
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
             continue;
         };
-        if node.is_empty() || is_terminated(&pod) {
+        if node.is_empty() {
             continue;
         }
-        if !ctx.caches.nodes.get(node).is_some_and(|n| is_managed(&n)) {
+        if !ctx
+            .caches
+            .nodes
+            .get(node)
+            .is_some_and(|n| pod_wants_volumes(&pod, &n))
+        {
             continue;
         }
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
@@ -261,18 +285,49 @@ mod tests {
         );
     }
 
-    #[test]
-    fn managed_nodes_carry_the_annotation_set_to_true() {
-        let node = |v: Option<&str>| Node {
+    fn node(annotations: &[(&str, &str)]) -> Node {
+        Node {
             metadata: ObjectMeta {
-                annotations: v
-                    .map(|v| [(CONTROLLER_MANAGED_ANNOTATION.to_string(), v.to_string())].into()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
                 ..Default::default()
             },
             ..Default::default()
-        };
-        assert!(is_managed(&node(Some("true"))));
-        assert!(!is_managed(&node(Some("false"))));
-        assert!(!is_managed(&node(None)));
+        }
+    }
+
+    #[test]
+    fn managed_nodes_carry_the_annotation_set_to_true() {
+        assert!(is_managed(&node(&[(
+            CONTROLLER_MANAGED_ANNOTATION,
+            "true"
+        )])));
+        assert!(!is_managed(&node(&[(
+            CONTROLLER_MANAGED_ANNOTATION,
+            "false"
+        )])));
+        assert!(!is_managed(&node(&[])));
+    }
+
+    #[test]
+    fn which_pods_want_their_volumes() {
+        let managed = node(&[(CONTROLLER_MANAGED_ANNOTATION, "true")]);
+        let keeping = node(&[
+            (CONTROLLER_MANAGED_ANNOTATION, "true"),
+            (KEEP_TERMINATED_POD_VOLUMES_ANNOTATION, "true"),
+        ]);
+        let running = pod("Running", false, true);
+        let done = pod("Succeeded", false, false);
+        assert!(pod_wants_volumes(&running, &managed));
+        assert!(!pod_wants_volumes(&done, &managed));
+        assert!(
+            pod_wants_volumes(&done, &keeping),
+            "kept for terminated pods"
+        );
+        assert!(!pod_wants_volumes(&running, &node(&[])), "not our node");
     }
 }
