@@ -65,6 +65,16 @@ async fn attach_required_true(mode: SkipAttachMode) {
     env.wait_va_gone("h-t", DRIVER, NODE).await;
     env.wait_volumes_attached(NODE, &[]).await;
     assert_eq!(env.va_creates(), 1, "{mode}: nothing created again");
+    // Node status written when its list changed, and only then: listed, then emptied before
+    // the detach.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status_writes = env.adc_requests("patch", "nodes");
+    assert_eq!(status_writes.len(), 2, "{mode}: {status_writes:?}");
+    assert!(
+        status_writes
+            .iter()
+            .all(|r| r.subresource.as_deref() == Some("status"))
+    );
     env.shutdown().await;
 }
 
