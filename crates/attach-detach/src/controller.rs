@@ -1,5 +1,8 @@
 //! The controller on a given client: seven watch caches, the actual state rebuilt from them,
-//! then the reconciler every `--reconciler-sync-period` (and at once when an operation ends).
+//! then the reconciler every `--reconciler-sync-period`. Operations that end between passes
+//! wait for the next one to reach node status, as in Kubernetes: waking the reconciler per
+//! finished operation wrote node status five times as often for 1,000 volumes on 10 nodes
+//! (659 patches instead of 120) and was slower to all-attached.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -9,7 +12,6 @@ use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, VolumeAttachment};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
-use tokio::sync::Notify;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use volume_plugins::{CsiPlugin, ObjectCache};
@@ -96,8 +98,6 @@ pub(crate) struct Ctx {
     pub metrics: Arc<Metrics>,
     pub events: EventRecorder,
     state: Mutex<State>,
-    /// Woken when an operation ends, so its result reaches node status without waiting a period.
-    pub wake: Notify,
 }
 
 impl Ctx {
@@ -165,7 +165,6 @@ impl Controller {
             options: self.options,
             metrics: self.metrics,
             state: Mutex::new(State::default()),
-            wake: Notify::new(),
         });
         let asw = populator::actual_state(&ctx);
         tracing::info!(
@@ -184,7 +183,6 @@ impl Controller {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = tokio::time::sleep(ctx.options.reconciler_sync_period) => {}
-                () = ctx.wake.notified() => {}
             }
         }
         operations.abort_all();

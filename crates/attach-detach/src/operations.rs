@@ -220,7 +220,6 @@ async fn attach(ctx: Arc<Ctx>, volume: VolumeToAttach, node: String, pods: Vec<P
             }
         }
     };
-    ctx.wake.notify_one();
     for pod in &pods {
         match &message {
             Ok(m) => ctx.events.pod_event(pod, false, SUCCESSFUL_ATTACH, m).await,
@@ -277,7 +276,6 @@ async fn detach(ctx: Arc<Ctx>, volume: String, node: String, attachment: Attachm
             }
         }
     }
-    ctx.wake.notify_one();
 }
 
 /// The in-tree detach through EC2, then the VolumeAttachment the CSI path would have created
