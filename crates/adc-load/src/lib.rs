@@ -23,6 +23,7 @@ mod metrics;
 mod nodes;
 mod objects;
 mod report;
+mod rows;
 mod scenario;
 mod supervise;
 
@@ -163,6 +164,9 @@ pub struct LoadConfig {
     pub attacher_args: Vec<String>,
     /// Run in this order, each on a fresh API server with fresh processes.
     pub scenarios: Vec<Scenario>,
+    /// How often to run them all (in turn: every scenario, then again); the table shows the
+    /// median and range.
+    pub runs: usize,
     /// Pods, each with one PVC and its pre-bound CSI PV.
     pub pods: usize,
     /// Nodes; pod `i` runs on node `i % nodes`.
@@ -189,6 +193,7 @@ impl Default for LoadConfig {
             attacher_bin: None,
             attacher_args: Vec::new(),
             scenarios: Scenario::ALL.to_vec(),
+            runs: 1,
             pods: 1000,
             nodes: 10,
             parallelism: 32,
@@ -202,9 +207,9 @@ impl Default for LoadConfig {
 
 impl LoadConfig {
     fn validate(&self) -> Result<(), Error> {
-        if self.pods == 0 || self.nodes == 0 || self.parallelism == 0 {
+        if self.pods == 0 || self.nodes == 0 || self.parallelism == 0 || self.runs == 0 {
             return Err(Error::Config(
-                "--pods, --nodes and --parallelism must be at least 1".into(),
+                "--pods, --nodes, --parallelism and --runs must be at least 1".into(),
             ));
         }
         if self.scenarios.is_empty() {
@@ -231,15 +236,19 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
             source,
         })?;
     }
-    let mut scenarios = Vec::with_capacity(config.scenarios.len());
-    for &s in &config.scenarios {
-        tracing::info!(scenario = %s, pods = config.pods, nodes = config.nodes, "scenario starts");
-        scenarios.push(scenario::run_one(&config, s).await?);
+    let mut scenarios = Vec::with_capacity(config.scenarios.len() * config.runs);
+    // Interleaved, so a load that comes and goes on the machine spreads over every scenario.
+    for run in 1..=config.runs {
+        for &s in &config.scenarios {
+            tracing::info!(scenario = %s, run, pods = config.pods, nodes = config.nodes, "scenario starts");
+            scenarios.push(scenario::run_one(&config, s).await?);
+        }
     }
     Ok(Report::new(
         config.pods,
         config.nodes,
         csi_mock::MockConfig::default().name,
+        config.runs,
         scenarios,
     ))
 }

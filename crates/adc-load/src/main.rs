@@ -70,6 +70,10 @@ struct Flags {
     #[arg(long, value_enum, default_value = "all")]
     scenario: ScenarioFlag,
 
+    /// Run the scenario(s) this many times, in turn; the table shows median (min-max).
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+
     /// Pods, one volume each.
     #[arg(long, default_value_t = 1000)]
     pods: usize,
@@ -114,6 +118,7 @@ async fn main() -> anyhow::Result<()> {
         attacher_bin: f.attacher_bin,
         attacher_args: f.attacher_args,
         scenarios: f.scenario.scenarios(),
+        runs: f.runs,
         pods: f.pods,
         nodes: f.nodes,
         parallelism: f.parallelism,
@@ -155,15 +160,18 @@ mod tests {
             "--scenario",
             "through-adc",
             "--settle=500ms",
+            "--runs=3",
         ])
         .unwrap();
         assert_eq!(f.adc_args, vec!["--kube-api-qps=-1", "-v"]);
         assert_eq!(f.attacher_args, vec!["--worker-threads=50"]);
         assert_eq!(f.scenario.scenarios(), vec![Scenario::ThroughAdc]);
         assert_eq!(f.settle, Duration::from_millis(500));
+        assert_eq!(f.runs, 3);
         assert_eq!(f.pods, 1000);
         assert_eq!(f.nodes, 10);
         let all = Flags::try_parse_from(["adc-load", "--adc-bin", "x"]).unwrap();
         assert_eq!(all.scenario.scenarios(), Scenario::ALL.to_vec());
+        assert_eq!(all.runs, 1);
     }
 }

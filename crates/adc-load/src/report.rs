@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::Scenario;
+use crate::{Scenario, rows};
 use attacher_load::Writes;
 
 /// One process under test.
@@ -74,13 +74,15 @@ pub struct Report {
     pub pods: usize,
     pub nodes: usize,
     pub driver: String,
+    /// How often each scenario ran (the scenarios in turn, then again).
+    pub runs: usize,
+    /// Every scenario run, in the order they ran.
     pub scenarios: Vec<ScenarioReport>,
-    /// attach-required's time to all listed / through-adc's (the target: ≥ 3).
+    /// Per run: attach-required's time to all listed / through-adc's (the target: ≥ 3).
+    pub through_adc_speedups: Vec<f64>,
+    /// Their median.
     pub through_adc_speedup: Option<f64>,
 }
-
-/// One table cell from a scenario's numbers.
-type Cell = Box<dyn Fn(&ScenarioReport) -> String>;
 
 /// The binary and the arguments that are the same in every scenario (not the temp paths,
 /// ports and the scenario's --skip-attach: the JSON has those).
@@ -101,51 +103,60 @@ fn command(c: &Component) -> String {
     parts.join(" ")
 }
 
-fn per(n: u64, count: usize) -> f64 {
-    if count == 0 {
-        0.0
-    } else {
-        n as f64 / count as f64
-    }
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
-}
-
-fn seconds(s: Option<f64>) -> String {
-    s.map_or_else(|| "n/a".to_owned(), |s| format!("{s:.2} s"))
-}
-
 impl Report {
-    pub fn new(pods: usize, nodes: usize, driver: String, scenarios: Vec<ScenarioReport>) -> Self {
-        let time = |s: Scenario| {
+    pub fn new(
+        pods: usize,
+        nodes: usize,
+        driver: String,
+        runs: usize,
+        scenarios: Vec<ScenarioReport>,
+    ) -> Self {
+        let times = |which: Scenario| -> Vec<Option<f64>> {
             scenarios
                 .iter()
-                .find(|r| r.scenario == s)
-                .and_then(|r| r.all_listed_seconds)
+                .filter(|r| r.scenario == which)
+                .map(|r| r.all_listed_seconds)
+                .collect()
         };
-        let through_adc_speedup = match (time(Scenario::AttachRequired), time(Scenario::ThroughAdc))
-        {
-            (Some(a), Some(t)) if t > 0.0 => Some(a / t),
-            _ => None,
-        };
+        // The n-th run of one against the n-th run of the other.
+        let through_adc_speedups: Vec<f64> = times(Scenario::AttachRequired)
+            .into_iter()
+            .zip(times(Scenario::ThroughAdc))
+            .filter_map(|pair| match pair {
+                (Some(a), Some(t)) if t > 0.0 => Some(a / t),
+                _ => None,
+            })
+            .collect();
+        let through_adc_speedup = rows::spread(&through_adc_speedups).map(|(median, _, _)| median);
         Self {
             pods,
             nodes,
             driver,
+            runs,
             scenarios,
+            through_adc_speedups,
             through_adc_speedup,
         }
     }
 
-    /// The human-readable table.
+    /// The scenarios that ran, each once, in the order they first ran.
+    fn columns(&self) -> Vec<Scenario> {
+        let mut seen = Vec::new();
+        for s in &self.scenarios {
+            if !seen.contains(&s.scenario) {
+                seen.push(s.scenario);
+            }
+        }
+        seen
+    }
+
+    /// The human-readable table: a column per scenario, "median (min-max)" over the runs.
     pub fn table(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "adc-load: {} pods (one CSI volume each, driver {}) on {} nodes",
-            self.pods, self.driver, self.nodes
+            "adc-load: {} pods (one CSI volume each, driver {}) on {} nodes, {} run(s) per scenario",
+            self.pods, self.driver, self.nodes, self.runs
         );
         if let Some(first) = self.scenarios.first() {
             let _ = writeln!(out, "ADC:      {}", command(&first.adc));
@@ -154,113 +165,52 @@ impl Report {
             let _ = writeln!(out, "attacher: {}", command(a));
         }
         let _ = writeln!(out);
-        let n = self.pods;
-        let rows: Vec<(&str, Cell)> = vec![
-            ("setup (s)", Box::new(|s| format!("{:.2}", s.setup_seconds))),
-            (
-                "processes ready (s)",
-                Box::new(|s| format!("{:.2}", s.startup_seconds)),
-            ),
-            (
-                "pods created (s)",
-                Box::new(|s| format!("{:.2}", s.pods_created_seconds)),
-            ),
-            (
-                "first in volumesAttached",
-                Box::new(|s| seconds(s.first_listed_seconds)),
-            ),
-            (
-                "all in volumesAttached",
-                Box::new(|s| seconds(s.all_listed_seconds)),
-            ),
-            (
-                "listed at end",
-                Box::new(|s| format!("{} (+{})", s.volumes_listed, s.unexpected_listed)),
-            ),
-            (
-                "VolumeAttachments at end",
-                Box::new(|s| {
-                    format!(
-                        "{} ({} attached)",
-                        s.volume_attachments, s.volume_attachments_attached
-                    )
-                }),
-            ),
-            (
-                "ADC writes / volume",
-                Box::new(move |s| format!("{:.2}", per(s.adc.writes.total, n))),
-            ),
-            (
-                "  VolumeAttachment",
-                Box::new(move |s| {
-                    format!(
-                        "{:.2}",
-                        per(s.adc.writes.to_resource("volumeattachments"), n)
-                    )
-                }),
-            ),
-            (
-                "  Node (status)",
-                Box::new(move |s| format!("{:.2}", per(s.adc.writes.to_resource("nodes"), n))),
-            ),
-            (
-                "  Event",
-                Box::new(move |s| format!("{:.2}", per(s.adc.writes.to_resource("events"), n))),
-            ),
-            ("  failed", Box::new(|s| s.adc.writes.failed.to_string())),
-            (
-                "ADC peak RSS",
-                Box::new(|s| s.adc.peak_rss_bytes.map_or_else(|| "n/a".into(), mib)),
-            ),
-            ("ADC CPU", Box::new(|s| seconds(s.adc.cpu_seconds))),
-            (
-                "attacher writes / volume",
-                Box::new(move |s| {
-                    s.attacher.as_ref().map_or_else(
-                        || "n/a".into(),
-                        |a| format!("{:.2}", per(a.writes.total, n)),
-                    )
-                }),
-            ),
-            (
-                "attacher peak RSS",
-                Box::new(|s| {
-                    s.attacher
-                        .as_ref()
-                        .and_then(|a| a.peak_rss_bytes)
-                        .map_or_else(|| "n/a".into(), mib)
-                }),
-            ),
-            (
-                "attacher CPU",
-                Box::new(|s| seconds(s.attacher.as_ref().and_then(|a| a.cpu_seconds))),
-            ),
-        ];
+        let columns = self.columns();
         let _ = write!(out, "{:<26}", "");
-        for s in &self.scenarios {
-            let _ = write!(out, " {:>18}", s.scenario.name());
+        for c in &columns {
+            let _ = write!(out, " {:>22}", c.name());
         }
         let _ = writeln!(out);
-        for (label, cell) in &rows {
-            let _ = write!(out, "{label:<26}");
-            for s in &self.scenarios {
-                let _ = write!(out, " {:>18}", cell(s));
+        for row in rows::ROWS {
+            let _ = write!(out, "{:<26}", row.label);
+            for c in &columns {
+                let values: Vec<f64> = self
+                    .scenarios
+                    .iter()
+                    .filter(|s| s.scenario == *c)
+                    .filter_map(|s| (row.value)(s, self.pods))
+                    .collect();
+                let _ = write!(out, " {:>22}", rows::cell(row.unit, &values));
             }
             let _ = writeln!(out);
         }
         let _ = writeln!(
             out,
-            "(times from the first pod create; writes per volume over each process's whole life, settle included)"
+            "(times from the first pod create; writes per volume and CPU over each process's whole life, settle included{})",
+            if self.runs > 1 {
+                "; median (min-max) of the runs"
+            } else {
+                ""
+            }
         );
-        if let Some(x) = self.through_adc_speedup {
+        if let Some((median, min, max)) = rows::spread(&self.through_adc_speedups) {
+            let range = if self.through_adc_speedups.len() > 1 {
+                format!(" ({min:.2}-{max:.2}x)")
+            } else {
+                String::new()
+            };
             let _ = writeln!(
                 out,
-                "through-adc is {x:.2}x as fast as attach-required to all in volumesAttached (target >= 3x)"
+                "through-adc is {median:.2}x{range} as fast as attach-required to all in volumesAttached (target >= 3x)"
             );
         }
-        for s in &self.scenarios {
+        for c in &columns {
+            let Some(s) = self.scenarios.iter().find(|s| s.scenario == *c) else {
+                continue;
+            };
             let _ = writeln!(out);
-            let _ = writeln!(out, "{} writes by request:", s.scenario.name());
+            let first = if self.runs > 1 { " (first run)" } else { "" };
+            let _ = writeln!(out, "{} writes by request{first}:", c.name());
             let parties = [("ADC", Some(&s.adc)), ("attacher", s.attacher.as_ref())];
             for (who, c) in parties.iter().filter_map(|(w, c)| c.map(|c| (w, c))) {
                 for (key, count) in &c.writes.by_request {
@@ -277,13 +227,17 @@ impl Report {
                     }
                 );
             }
-            if s.own_writes != s.own_writes_seen {
-                let _ = writeln!(
-                    out,
-                    "  warning: adc-load counted {} own writes but the API server saw {}",
-                    s.own_writes, s.own_writes_seen
-                );
-            }
+        }
+        for s in self
+            .scenarios
+            .iter()
+            .filter(|s| s.own_writes != s.own_writes_seen)
+        {
+            let _ = writeln!(
+                out,
+                "warning: {}: adc-load counted {} own writes but the API server saw {}",
+                s.scenario, s.own_writes, s.own_writes_seen
+            );
         }
         out
     }
@@ -354,6 +308,7 @@ mod tests {
             10,
             2,
             "mock.csi.rs".into(),
+            1,
             vec![
                 scenario(
                     Scenario::AttachRequired,
@@ -440,6 +395,7 @@ mod tests {
             1,
             1,
             "d".into(),
+            1,
             vec![scenario(
                 Scenario::ThroughAdc,
                 Some(1.0),
@@ -449,5 +405,54 @@ mod tests {
         );
         assert_eq!(r.through_adc_speedup, None);
         assert!(!r.table().contains("as fast"));
+    }
+
+    #[test]
+    fn several_runs_show_median_and_range() {
+        let run = |required: f64, through: f64, seen: u64| {
+            let mut r = scenario(
+                Scenario::AttachRequired,
+                Some(required),
+                Writes::default(),
+                None,
+            );
+            r.own_writes_seen = seen;
+            vec![
+                r,
+                scenario(Scenario::ThroughAdc, Some(through), Writes::default(), None),
+            ]
+        };
+        let mut all = run(2.0, 0.5, 5);
+        all.extend(run(3.0, 0.5, 5));
+        all.extend(run(2.5, 0.25, 4));
+        let report = Report::new(10, 2, "d".into(), 3, all);
+        assert_eq!(report.through_adc_speedups, vec![4.0, 6.0, 10.0]);
+        assert_eq!(report.through_adc_speedup, Some(6.0));
+        let t = report.table();
+        let line = t
+            .lines()
+            .find(|l| l.starts_with("all in volumesAttached"))
+            .unwrap();
+        assert!(line.contains("2.50 (2.00-3.00) s"), "{t}");
+        assert!(line.contains("0.50 (0.25-0.50) s"), "{t}");
+        let header = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("attach-required"));
+        assert_eq!(
+            header.map(|h| h.split_whitespace().count()),
+            Some(2),
+            "one column per scenario: {t}"
+        );
+        assert!(t.contains("6.00x (4.00-10.00x) as fast"), "{t}");
+        assert!(
+            t.contains("attach-required writes by request (first run):"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "warning: attach-required: adc-load counted 5 own writes but the API server saw 4"
+            ),
+            "{t}"
+        );
     }
 }
