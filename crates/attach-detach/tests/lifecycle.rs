@@ -253,9 +253,10 @@ async fn attach_errors_reach_the_pod_and_the_attach_is_retried() {
     let message = env
         .wait_pod_event("pod-err", "FailedAttachVolume", "no free slot on the node")
         .await;
-    assert!(
-        message.starts_with("AttachVolume.Attach failed for volume \"pv-err\" : rpc error: "),
-        "{message}"
+    // Word for word what kube-controller-manager shows with the Go external-attacher.
+    assert_eq!(
+        message,
+        "AttachVolume.Attach failed for volume \"pv-err\" : rpc error: code = ResourceExhausted desc = no free slot on the node"
     );
     env.wait_va_attached("h-err", DRIVER, A).await;
     env.wait_volumes_attached(A, &[&csi_name(DRIVER, "h-err")])

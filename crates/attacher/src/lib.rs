@@ -74,8 +74,10 @@ pub enum Error {
         #[source]
         source: csi_translation::Error,
     },
-    /// A CSI call failed (the message carries the gRPC code name, e.g. `DeadlineExceeded`).
-    #[error("{method} failed: code = {code:?}, message = {message}")]
+    /// A CSI call failed. Written as Go's gRPC errors print (`rpc error: code = X desc = ...`),
+    /// which is what the Go external-attacher puts into `status.attachError.message`, so the
+    /// attach/detach controller's `FailedAttachVolume` Events read the same as with it.
+    #[error("rpc error: code = {} desc = {message}", csi_spec::go_code_name(*.code))]
     Csi {
         method: &'static str,
         code: tonic::Code,
@@ -135,7 +137,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn csi_errors_name_the_method_and_the_grpc_code() {
+    fn csi_errors_read_as_go_grpc_errors() {
         let e = Error::Csi {
             method: "ControllerPublishVolume",
             code: tonic::Code::DeadlineExceeded,
@@ -143,7 +145,7 @@ mod tests {
         };
         assert_eq!(
             e.to_string(),
-            "ControllerPublishVolume failed: code = DeadlineExceeded, message = no answer within 15s"
+            "rpc error: code = DeadlineExceeded desc = no answer within 15s"
         );
         assert_eq!(e.grpc_code(), Some(tonic::Code::DeadlineExceeded));
     }

@@ -35,15 +35,17 @@ pub enum Error {
     #[error("--feature-gates: {0}")]
     FeatureGates(String),
 
-    /// The attacher recorded `status.attachError` on the VolumeAttachment.
-    #[error("rpc error: VolumeAttachment {volume_attachment}: attach failed: {message}")]
+    /// The attacher recorded `status.attachError` on the VolumeAttachment. Shown as the
+    /// attacher wrote it, as Kubernetes' CSI plugin does: `FailedAttachVolume` Events then
+    /// read `... : rpc error: code = ... desc = ...` exactly as with kube-controller-manager.
+    #[error("{message}")]
     AttachFailed {
         volume_attachment: String,
         message: String,
     },
 
-    /// The attacher recorded `status.detachError` on the VolumeAttachment.
-    #[error("rpc error: VolumeAttachment {volume_attachment}: detach failed: {message}")]
+    /// The attacher recorded `status.detachError` on the VolumeAttachment (shown as written).
+    #[error("{message}")]
     DetachFailed {
         volume_attachment: String,
         message: String,
