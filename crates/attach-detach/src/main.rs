@@ -7,6 +7,7 @@ use attach_detach::Flags;
 use clap::Parser;
 
 /// EC2 for the in-tree aws-ebs plugin (`--cloud-provider=aws`), as the EBS driver builds it.
+#[cfg(feature = "aws")]
 async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cloud>>> {
     if !flags.wants_aws_cloud()? {
         return Ok(None);
@@ -21,6 +22,17 @@ async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cl
         .await
         .context("--cloud-provider=aws: setting up EC2 access (--region, --ec2-endpoint)")?;
     Ok(Some(Arc::new(cloud)))
+}
+
+/// Built without the `aws` feature: no EC2 client in this binary.
+#[cfg(not(feature = "aws"))]
+async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cloud>>> {
+    if flags.wants_aws_cloud()? {
+        anyhow::bail!(
+            "--cloud-provider=aws: this attach-detach-controller was built without the `aws` feature (no EC2 client); rebuild with default features, or turn on CSIMigrationAWS so the EBS CSI driver serves in-tree volumes"
+        );
+    }
+    Ok(None)
 }
 
 fn main() -> anyhow::Result<()> {
