@@ -10,6 +10,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -17,11 +19,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use attach_detach::{Controller, Options};
-use csi_spec::v1::ControllerGetCapabilitiesRequest;
-use csi_spec::v1::controller_client::ControllerClient;
+use common::{DRIVER, DriverTask, ZONE, aws_config, meta, start_attacher, start_driver};
 use ebs_cloud::{AttachmentState, Cloud, CloudMetrics, DiskOptions};
-use ebs_cloud_aws::{AwsCloud, AwsConfig};
-use ebs_driver::{DriverConfig, Mode as DriverMode, PublishConfig};
+use ebs_cloud_aws::AwsCloud;
 use ec2_sim::{Backing, SimConfig, Simulator, Timing};
 use k8s_openapi::api::core::v1::{
     AWSElasticBlockStoreVolumeSource, Event, Node, NodeSpec, ObjectReference, PersistentVolume,
@@ -30,7 +30,6 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
@@ -39,9 +38,7 @@ use volume_plugins::names::{
     aws_ebs_unique_volume_name, csi_unique_volume_name, volume_attachment_name,
 };
 
-const DRIVER: &str = "ebs.csi.aws.com";
 const PLUGIN: &str = "kubernetes.io/aws-ebs";
-const ZONE: &str = "us-east-1a";
 const NS: &str = "default";
 const PATIENCE: Duration = Duration::from_secs(60);
 
@@ -78,13 +75,6 @@ impl Drop for Stop {
     }
 }
 
-fn meta(name: &str) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.into()),
-        ..Default::default()
-    }
-}
-
 fn ebs_source(volume_id: &str) -> AWSElasticBlockStoreVolumeSource {
     AWSElasticBlockStoreVolumeSource {
         volume_id: format!("aws://{ZONE}/{volume_id}"),
@@ -108,19 +98,9 @@ where
     }
 }
 
-fn aws_config(endpoint: &str) -> AwsConfig {
-    AwsConfig {
-        region: Some("us-east-1".into()),
-        endpoint: Some(endpoint.to_string()),
-        static_credentials: Some(("AKIDTEST".into(), "secret".into())),
-        poll_initial: Duration::from_millis(20),
-        poll_max: Duration::from_millis(250),
-        ..AwsConfig::default()
-    }
-}
-
 /// Everything but the attach/detach controller, which each phase starts with its own gates.
 struct World {
+    _driver: DriverTask,
     _dir: tempfile::TempDir,
     _sim: Simulator,
     kube: Client,
@@ -154,27 +134,7 @@ async fn world() -> World {
 
     // The EBS driver's controller service on a unix socket, with its own EC2 client.
     let endpoint = format!("unix://{}", dir.path().join("csi.sock").display());
-    let config = DriverConfig {
-        endpoint: endpoint.clone(),
-        mode: DriverMode::Controller,
-        aws,
-        controller: ebs_driver::ControllerConfig {
-            publish: PublishConfig {
-                poll_initial: Duration::from_millis(20),
-                poll_max: Duration::from_millis(250),
-                ..PublishConfig::default()
-            },
-            ..Default::default()
-        },
-        ..DriverConfig::default()
-    };
-    let socket = csi_spec::UnixSocket::bind(&endpoint).unwrap();
-    let driver_stop = stop.0.clone();
-    tokio::spawn(async move {
-        if let Err(e) = ebs_driver::serve(socket, config, driver_stop.cancelled_owned()).await {
-            eprintln!("driver stopped: {e}");
-        }
-    });
+    let driver = start_driver(&endpoint, aws).await;
 
     let server = apiserver::ApiServer::start(apiserver::Config {
         listen: ([127, 0, 0, 1], 0).into(),
@@ -185,31 +145,6 @@ async fn world() -> World {
     let kube = server.client();
 
     // The external attacher for the driver: the CSI path of a migrated volume.
-    let channel = csi_spec::connect_unix(&endpoint).await.unwrap();
-    let caps = ControllerClient::new(channel.clone())
-        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .capabilities
-        .iter()
-        .filter_map(|c| c.rpc_type().map(|t| t as i32))
-        .collect::<Vec<_>>();
-    let driver = attacher::Driver::Csi {
-        name: DRIVER.into(),
-        channel,
-        capabilities: attacher::Capabilities::from_rpc_types(caps),
-    };
-    let options = attacher::Options {
-        timeout: Duration::from_secs(30),
-        workers: 4,
-        retry_interval_start: Duration::from_millis(100),
-        retry_interval_max: Duration::from_secs(2),
-        resync: Duration::ZERO,
-        reconcile_sync: Duration::ZERO,
-        max_entries: 0,
-        default_fstype: String::new(),
-    };
     // The attacher's CSI calls, as its csi_sidecar_operations_seconds would count them.
     let publishes = Arc::new(AtomicU64::new(0));
     let counted = publishes.clone();
@@ -219,11 +154,9 @@ async fn world() -> World {
                 counted.fetch_add(1, Ordering::Relaxed);
             }
         });
-    let mut registry = prometheus_client::registry::Registry::default();
-    let attacher =
-        attacher::Controller::new(kube.clone(), driver, options, &mut registry, Some(observer));
-    tokio::spawn(attacher.run(stop.0.clone()));
+    start_attacher(kube.clone(), &endpoint, Some(observer), stop.0.clone()).await;
     World {
+        _driver: driver,
         _dir: dir,
         _sim: sim,
         kube,
@@ -456,6 +389,21 @@ impl World {
             .collect()
     }
 
+    /// A node per row, with a pod using an in-tree PV and one with an inline volume; waits
+    /// until each volume is where its row says.
+    async fn place_and_check(&self, rows: &[Row]) -> Vec<Placed> {
+        let mut placed = Vec::new();
+        for row in rows {
+            let instance = self.node(row).await;
+            placed.push(self.place(row, &instance, false).await);
+            placed.push(self.place(row, &instance, true).await);
+        }
+        for p in &placed {
+            self.check_attached(p).await;
+        }
+        placed
+    }
+
     /// Waits until the volume is where the row says, and checks how it got there.
     async fn check_attached(&self, p: &Placed) {
         let csi_name = csi_unique_volume_name(DRIVER, &p.volume_id);
@@ -603,15 +551,7 @@ async fn the_node_decides_when_the_controller_is_migrated() {
         },
     ];
     let adc = w.start_adc("CSIMigrationAWS=true");
-    let mut placed = Vec::new();
-    for row in &rows {
-        let instance = w.node(row).await;
-        placed.push(w.place(row, &instance, false).await);
-        placed.push(w.place(row, &instance, true).await);
-    }
-    for p in &placed {
-        w.check_attached(p).await;
-    }
+    let placed = w.place_and_check(&rows).await;
     // The in-tree rows called EC2 AttachVolume from the controller itself (PV + inline on two
     // nodes); the migrated row went through the attacher to the driver.
     assert_eq!(w.adc_ec2.calls("AttachVolume"), 4);
@@ -641,20 +581,52 @@ async fn a_migrated_node_is_refused_by_a_controller_that_is_not() {
         },
     ];
     let _adc = w.start_adc("CSIMigrationAWS=false");
-    let mut placed = Vec::new();
-    for row in &rows {
-        let instance = w.node(row).await;
-        placed.push(w.place(row, &instance, false).await);
-        placed.push(w.place(row, &instance, true).await);
-    }
-    for p in &placed {
-        w.check_attached(p).await;
-    }
-    assert_eq!(w.adc_ec2.calls("AttachVolume"), 2);
-    assert_eq!(w.controller_publishes(), 0);
-    let vas = Api::<VolumeAttachment>::all(w.kube.clone())
-        .list(&Default::default())
-        .await
+    let placed = w.place_and_check(&rows).await;
+    // Seed 003's caveat: a VolumeAttachment the CSI path made for an in-tree volume (a migrated
+    // controller before a downgrade without a drain) goes with the in-tree detach. The attacher
+    // fulfils it (EC2 answers with the attachment that is already there).
+    let in_tree_pv = placed
+        .iter()
+        .find(|p| p.want == Want::InTree && p.pv.is_some())
         .unwrap();
-    assert!(vas.items.is_empty(), "{:?}", vas.items);
+    let stale = volume_plugins::csi_plugin::new_volume_attachment(
+        &volume_attachment_name(&in_tree_pv.volume_id, DRIVER, in_tree_pv.row_node),
+        &volume_plugins::CsiVolume {
+            driver: DRIVER.into(),
+            volume_handle: in_tree_pv.volume_id.clone(),
+            source: volume_plugins::AttachSource::PersistentVolume(in_tree_pv.pv.clone().unwrap()),
+        },
+        in_tree_pv.row_node,
+    );
+    let vas = Api::<VolumeAttachment>::all(w.kube.clone());
+    vas.create(&PostParams::default(), &stale).await.unwrap();
+    eventually(
+        "the stale VolumeAttachment attached by the attacher",
+        || async {
+            let va = vas
+                .get(stale.metadata.name.as_deref().unwrap())
+                .await
+                .unwrap();
+            va.status
+                .as_ref()
+                .filter(|s| s.attached)
+                .map(|_| ())
+                .ok_or_else(|| format!("{:?}", va.status))
+        },
+    )
+    .await;
+    assert_eq!(w.adc_ec2.calls("AttachVolume"), 2);
+    assert_eq!(
+        w.controller_publishes(),
+        1,
+        "only the stale VolumeAttachment"
+    );
+    // Every detach by the path that attached (refused pods had nothing); remove() also waits
+    // for the stale VolumeAttachment to be gone.
+    for p in &placed {
+        w.remove(p).await;
+    }
+    assert_eq!(w.adc_ec2.calls("DetachVolume"), 2);
+    let left = vas.list(&Default::default()).await.unwrap();
+    assert!(left.items.is_empty(), "{:?}", left.items);
 }

@@ -9,18 +9,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use common::{DRIVER, ZONE, aws_config, meta, start_attacher, start_driver};
 use csi_spec::v1::controller_client::ControllerClient;
 use csi_spec::v1::volume_capability::{AccessMode, AccessType, MountVolume, access_mode::Mode};
 use csi_spec::v1::{
-    CapacityRange, ControllerGetCapabilitiesRequest, CreateVolumeRequest, Topology,
-    TopologyRequirement, VolumeCapability,
+    CapacityRange, CreateVolumeRequest, Topology, TopologyRequirement, VolumeCapability,
 };
 use ebs_cloud::{AttachmentState, Cloud, CloudMetrics};
-use ebs_cloud_aws::{AwsCloud, AwsConfig};
-use ebs_driver::{DriverConfig, Mode as DriverMode, PublishConfig};
+use ebs_cloud_aws::AwsCloud;
 use ec2_sim::{Backing, SimConfig, Simulator, Timing};
 use k8s_openapi::api::core::v1::{
     AWSElasticBlockStoreVolumeSource, CSIPersistentVolumeSource, PersistentVolume,
@@ -31,65 +32,14 @@ use k8s_openapi::api::storage::v1::{
     VolumeAttachmentSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
-const DRIVER: &str = "ebs.csi.aws.com";
 const FINALIZER: &str = "external-attacher/ebs-csi-aws-com";
-const ZONE: &str = "us-east-1a";
 const OTHER_ZONE: &str = "us-east-1b";
 const GIB: i64 = 1 << 30;
 const PATIENCE: Duration = Duration::from_secs(90);
-
-fn aws_config(endpoint: &str) -> AwsConfig {
-    AwsConfig {
-        region: Some("us-east-1".into()),
-        endpoint: Some(endpoint.to_string()),
-        static_credentials: Some(("AKIDTEST".into(), "secret".into())),
-        poll_initial: Duration::from_millis(20),
-        poll_max: Duration::from_millis(250),
-        ..AwsConfig::default()
-    }
-}
-
-/// The driver's gRPC server task; stopped on drop, also when an assertion fails.
-struct DriverTask {
-    stop: CancellationToken,
-}
-
-impl Drop for DriverTask {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
-
-async fn start_driver(endpoint: &str, aws: AwsConfig) -> DriverTask {
-    let config = DriverConfig {
-        endpoint: endpoint.to_string(),
-        mode: DriverMode::Controller,
-        aws,
-        controller: ebs_driver::ControllerConfig {
-            publish: PublishConfig {
-                poll_initial: Duration::from_millis(20),
-                poll_max: Duration::from_millis(250),
-                ..PublishConfig::default()
-            },
-            ..Default::default()
-        },
-        ..DriverConfig::default()
-    };
-    let socket = csi_spec::UnixSocket::bind(endpoint).unwrap();
-    let stop = CancellationToken::new();
-    let stopped = stop.clone();
-    tokio::spawn(async move {
-        if let Err(e) = ebs_driver::serve(socket, config, stopped.cancelled_owned()).await {
-            eprintln!("driver stopped: {e}");
-        }
-    });
-    DriverTask { stop }
-}
 
 fn mount_cap() -> VolumeCapability {
     VolumeCapability {
@@ -130,13 +80,6 @@ async fn create_volume(
     .volume
     .unwrap()
     .volume_id
-}
-
-fn meta(name: &str) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.into()),
-        ..Default::default()
-    }
 }
 
 fn pv_spec() -> PersistentVolumeSpec {
@@ -310,34 +253,8 @@ async fn attacher_drives_the_ebs_driver_through_a_whole_life() {
         pvs.create(&PostParams::default(), &pv).await.unwrap();
     }
 
-    let caps = ControllerClient::new(channel.clone())
-        .controller_get_capabilities(ControllerGetCapabilitiesRequest {})
-        .await
-        .unwrap()
-        .into_inner()
-        .capabilities
-        .iter()
-        .filter_map(|c| c.rpc_type().map(|t| t as i32))
-        .collect::<Vec<_>>();
-    let driver = attacher::Driver::Csi {
-        name: DRIVER.into(),
-        channel,
-        capabilities: attacher::Capabilities::from_rpc_types(caps),
-    };
-    let options = attacher::Options {
-        timeout: Duration::from_secs(30),
-        workers: 4,
-        retry_interval_start: Duration::from_millis(100),
-        retry_interval_max: Duration::from_secs(2),
-        resync: Duration::ZERO,
-        reconcile_sync: Duration::ZERO,
-        max_entries: 0,
-        default_fstype: String::new(),
-    };
-    let mut registry = prometheus_client::registry::Registry::default();
-    let controller = attacher::Controller::new(kube.clone(), driver, options, &mut registry, None);
     let stop = CancellationToken::new();
-    let controller_task = tokio::spawn(controller.run(stop.clone()));
+    let controller_task = start_attacher(kube.clone(), &endpoint, None, stop.clone()).await;
     let _stop_on_panic = stop.clone().drop_guard();
 
     // Attach: a on node-a, b on node-b, the in-tree one on node-a, the far one on node-b.
