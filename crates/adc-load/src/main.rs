@@ -106,6 +106,10 @@ struct Flags {
     /// How to print the report.
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
+
+    /// Also write the JSON report to this file (whatever --output prints).
+    #[arg(long)]
+    json_file: Option<PathBuf>,
 }
 
 #[tokio::main]
@@ -133,12 +137,14 @@ async fn main() -> anyhow::Result<()> {
         r = adc_load::run(config) => r.context("adc-load")?,
         _ = shutdown.cancelled() => anyhow::bail!("interrupted"),
     };
+    let json = serde_json::to_string_pretty(&report).context("encoding the report")?;
+    if let Some(path) = &f.json_file {
+        std::fs::write(path, format!("{json}\n"))
+            .with_context(|| format!("writing the report to {}", path.display()))?;
+    }
     match f.output {
         Output::Table => print!("{}", report.table()),
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("encoding the report")?
-        ),
+        Output::Json => println!("{json}"),
     }
     Ok(())
 }
@@ -161,6 +167,7 @@ mod tests {
             "through-adc",
             "--settle=500ms",
             "--runs=3",
+            "--json-file=/tmp/r.json",
         ])
         .unwrap();
         assert_eq!(f.adc_args, vec!["--kube-api-qps=-1", "-v"]);
@@ -168,6 +175,7 @@ mod tests {
         assert_eq!(f.scenario.scenarios(), vec![Scenario::ThroughAdc]);
         assert_eq!(f.settle, Duration::from_millis(500));
         assert_eq!(f.runs, 3);
+        assert_eq!(f.json_file, Some(PathBuf::from("/tmp/r.json")));
         assert_eq!(f.pods, 1000);
         assert_eq!(f.nodes, 10);
         let all = Flags::try_parse_from(["adc-load", "--adc-bin", "x"]).unwrap();
