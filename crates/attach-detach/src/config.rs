@@ -25,6 +25,10 @@ fn any_string(s: &str) -> Result<String, String> {
 /// them once no pod on the node uses them (Kubernetes' attach/detach controller).
 #[derive(Parser, Debug, Clone)]
 #[command(name = "attach-detach-controller", version, about, long_about = None)]
+// The shared group's help does not name the lease; this one always has the same name.
+#[command(mut_arg("leader_election", |a| a.help(
+    "Elect a leader on a Lease (named attachdetach-controller); only the leader works"
+)))]
 pub struct Flags {
     /// Path to a kubeconfig file. Empty: in-cluster configuration, then $KUBECONFIG or
     /// ~/.kube/config.
@@ -104,33 +108,9 @@ pub struct Flags {
     #[arg(long, default_value_t = 30, value_name = "N")]
     pub kube_api_burst: u32,
 
-    /// Elect a leader on a Lease (named attachdetach-controller); only the leader works.
-    #[arg(
-        long,
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
-    pub leader_election: bool,
-
-    /// Namespace of the leader election Lease. Empty: the pod's own namespace.
-    #[arg(long, value_name = "NAMESPACE", value_parser = any_string)]
-    pub leader_election_namespace: Option<String>,
-
-    /// How long non-leaders wait after the last renewal before they may take the lease.
-    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_election_lease_duration: Duration,
-
-    /// How long the leader keeps trying to renew before it gives up leadership.
-    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_election_renew_deadline: Duration,
-
-    /// How often the leader renews and candidates retry.
-    #[arg(long, default_value = "5s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_election_retry_period: Duration,
+    /// The `--leader-election*` flags (the lease: [`LEASE_NAME`]).
+    #[command(flatten)]
+    pub election: sidecar::LeaderElectionFlags,
 
     /// host:port (":8080": all interfaces) for /metrics, /healthz and /readyz. Empty: none.
     #[arg(long, value_name = "ADDRESS", value_parser = any_string)]
@@ -258,18 +238,7 @@ impl Flags {
                 return Err(Error::Config(format!("{flag} must be longer than 0")));
             }
         }
-        let leader_election = self.leader_election.then(|| sidecar::LeaderElectionConfig {
-            lease_name: LEASE_NAME.into(),
-            namespace: self
-                .leader_election_namespace
-                .clone()
-                .filter(|n| !n.is_empty())
-                .unwrap_or_else(sidecar::default_namespace),
-            identity: sidecar::default_identity(),
-            lease_duration: self.leader_election_lease_duration,
-            renew_deadline: self.leader_election_renew_deadline,
-            retry_period: self.leader_election_retry_period,
-        });
+        let leader_election = self.election.config(LEASE_NAME);
         Ok(Config {
             kubeconfig: self
                 .kubeconfig
@@ -356,6 +325,32 @@ mod tests {
         assert_eq!(lease.lease_name, LEASE_NAME);
         assert_eq!(lease.namespace, "kube-system");
         assert_eq!(c.http_endpoint.as_deref(), Some(":8080"));
+    }
+
+    #[test]
+    fn shared_leader_election_flags_keep_this_controllers_help() {
+        use clap::CommandFactory;
+        let cmd = Flags::command();
+        let help = |id: &str| {
+            cmd.get_arguments()
+                .find(|a| a.get_id() == id)
+                .and_then(|a| a.get_help())
+                .map(|h| h.to_string())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            help("leader_election"),
+            "Elect a leader on a Lease (named attachdetach-controller); only the leader works"
+        );
+        assert_eq!(
+            help("leader_election_retry_period"),
+            "How often the leader renews and candidates retry"
+        );
+        let f = parse(&["-leader-election-lease-duration=1m30s"]);
+        assert_eq!(
+            f.election.leader_election_lease_duration,
+            Duration::from_secs(90)
+        );
     }
 
     #[test]

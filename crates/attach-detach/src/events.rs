@@ -1,16 +1,15 @@
 //! Events on pods (core/v1, what `kubectl describe pod` shows), reported by
-//! `attachdetach-controller` with Kubernetes' reasons and wording. A repeat of the same reason
-//! and message for the same pod bumps `count` and `lastTimestamp` of the first Event, as
-//! client-go's recorder does, so an attach retried for hours leaves one Event.
+//! `attachdetach-controller` with Kubernetes' reasons and wording. The shared
+//! [`sidecar::EventRecorder`] makes a repeat of the same reason and message for the same pod
+//! bump `count` and `lastTimestamp` of the first Event, as client-go's recorder does, so an
+//! attach retried for hours leaves one Event.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::HashSet;
+use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client};
-use serde_json::json;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use sidecar::EventType;
 
 use crate::COMPONENT;
 use crate::cache::PodRef;
@@ -24,9 +23,6 @@ pub(crate) const FORCED_DETACH: &str = "ForcedDetachVolume";
 
 /// Cluster-scoped objects (nodes) get their Events in `default`, as client-go does.
 const CLUSTER_EVENT_NAMESPACE: &str = "default";
-
-/// Bound on remembered Events (more distinct ones just create new Events).
-const MAX_REMEMBERED: usize = 4096;
 
 /// `AttachVolume.Attach succeeded for volume "<name>" `: with the trailing space Kubernetes'
 /// message has (its prefix, volume and an empty suffix joined by spaces), so the two compare
@@ -65,30 +61,19 @@ pub(crate) fn multi_attach(spec_name: &str, pod: &PodRef, others: &[PodRef]) -> 
     format!("Multi-Attach error for volume {spec_name:?} {detail}")
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    uid: String,
-    reason: String,
-    message: String,
-}
-
+/// Events of this controller, through the shared [`sidecar::EventRecorder`]; every request it
+/// sends counts in `attachdetach_controller_api_writes_total{resource="events"}`.
 pub(crate) struct EventRecorder {
-    client: Client,
-    seen: Mutex<HashMap<Key, (String, String, i32)>>,
-    metrics: std::sync::Arc<Metrics>,
+    recorder: sidecar::EventRecorder,
+    metrics: Arc<Metrics>,
 }
 
 impl EventRecorder {
-    pub(crate) fn new(client: Client, metrics: std::sync::Arc<Metrics>) -> Self {
+    pub(crate) fn new(client: Client, metrics: Arc<Metrics>) -> Self {
         Self {
-            client,
-            seen: Mutex::new(HashMap::new()),
+            recorder: sidecar::EventRecorder::new(client, COMPONENT),
             metrics,
         }
-    }
-
-    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (String, String, i32)>> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Records an Event on `pod`.
@@ -124,7 +109,8 @@ impl EventRecorder {
             .await;
     }
 
-    /// Creates or bumps the Event. Failures are logged, never returned: an Event is a courtesy.
+    /// Creates or bumps the Event and counts the requests it sent, failed ones too. Failures
+    /// are logged by the recorder, never returned: an Event is a courtesy.
     async fn record(
         &self,
         namespace: &str,
@@ -133,78 +119,98 @@ impl EventRecorder {
         reason: &str,
         message: &str,
     ) {
-        let object_name = involved.name.clone().unwrap_or_default();
-        let key = Key {
-            uid: involved.uid.clone().unwrap_or_else(|| object_name.clone()),
-            reason: reason.to_string(),
-            message: message.to_string(),
+        let type_ = if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
         };
-        let now = Time(jiff::Timestamp::now());
-        let repeat = self.seen().get(&key).cloned();
-        if let Some((namespace, event_name, count)) = repeat {
-            let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-            let patch = json!({"count": count + 1, "lastTimestamp": now});
-            self.metrics.api_write("patch", "events");
-            match api
-                .patch(&event_name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {
-                    self.seen().insert(key, (namespace, event_name, count + 1));
-                    return;
-                }
-                Err(e) => {
-                    tracing::debug!(event = %event_name, error = %e, "updating the Event failed; creating a new one");
-                }
-            }
-        }
-        let event_name = format!("{object_name}.{:x}", now.0.as_nanosecond());
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(event_name.clone()),
-                namespace: Some(namespace.to_string()),
-                ..Default::default()
-            },
-            involved_object: involved,
-            reason: Some(reason.into()),
-            message: Some(message.into()),
-            type_: Some(if warning { "Warning" } else { "Normal" }.into()),
-            count: Some(1),
-            first_timestamp: Some(now.clone()),
-            last_timestamp: Some(now),
-            source: Some(EventSource {
-                component: Some(COMPONENT.into()),
-                host: None,
-            }),
-            reporting_component: Some(COMPONENT.into()),
-            reporting_instance: Some(COMPONENT.into()),
-            ..Default::default()
-        };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        self.metrics.api_write("create", "events");
-        match api.create(&PostParams::default(), &event).await {
-            Ok(_) => {
-                let mut seen = self.seen();
-                if seen.len() >= MAX_REMEMBERED {
-                    seen.clear();
-                }
-                seen.insert(key, (namespace.to_string(), event_name, 1));
-            }
-            Err(e) => {
-                tracing::warn!(object = %format!("{namespace}/{object_name}"), reason, error = %e, "recording an Event failed");
-            }
+        let recorded = self
+            .recorder
+            .record(namespace, involved, type_, reason, message)
+            .await;
+        for verb in recorded.writes() {
+            self.metrics.api_write(verb, "events");
         }
     }
 
     /// Forgets the Events of objects (by UID, or name when they have none) not in `live`.
-    pub(crate) fn retain(&self, live: &std::collections::HashSet<String>) {
-        self.seen().retain(|k, _| live.contains(&k.uid));
+    pub(crate) fn retain(&self, live: &HashSet<String>) {
+        self.recorder.retain(|id| live.contains(id));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Event;
+    use kube::Api;
+    use prometheus_client::registry::Registry;
+
+    fn writes(registry: &Registry) -> Vec<String> {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry).expect("encode");
+        let mut lines: Vec<String> = text
+            .lines()
+            .filter(|l| l.starts_with("attachdetach_controller_api_writes_total{"))
+            .map(str::to_string)
+            .collect();
+        // The family's order is a hash map's.
+        lines.sort();
+        lines
+    }
+
+    /// Every request to the events API counts, the failed ones too, as before the recorder
+    /// moved to `sidecar`.
+    #[tokio::test]
+    async fn event_writes_count_in_the_api_writes_metric() {
+        apiserver::install_crypto_provider();
+        let server = apiserver::ApiServer::start(apiserver::Config::default())
+            .await
+            .expect("server");
+        let client = server.client();
+        let mut registry = Registry::default();
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        let events = EventRecorder::new(client.clone(), metrics);
+        let web = pod("default", "web-0");
+        let line = |verb: &str, n: u32| {
+            format!(
+                "attachdetach_controller_api_writes_total{{verb=\"{verb}\",resource=\"events\"}} {n}"
+            )
+        };
+
+        events.pod_event(&web, false, SUCCESSFUL_ATTACH, "m").await;
+        events.pod_event(&web, false, SUCCESSFUL_ATTACH, "m").await;
+        events
+            .node_warning("node-1", None, FORCED_DETACH, "n")
+            .await;
+        assert_eq!(writes(&registry), [line("create", 2), line("patch", 1)]);
+        let api: Api<Event> = Api::namespaced(client.clone(), "default");
+        let list = api.list(&Default::default()).await.expect("list").items;
+        let kinds: Vec<_> = list
+            .iter()
+            .map(|e| (e.involved_object.kind.clone(), e.type_.clone(), e.count))
+            .collect();
+        assert_eq!(list.len(), 2, "{list:?}");
+        assert!(
+            kinds.contains(&(Some("Pod".into()), Some("Normal".into()), Some(2))),
+            "{kinds:?}"
+        );
+        assert!(
+            kinds.contains(&(Some("Node".into()), Some("Warning".into()), Some(1))),
+            "{kinds:?}"
+        );
+        assert_eq!(
+            list.iter()
+                .filter_map(|e| e.source.as_ref()?.component.as_deref())
+                .collect::<Vec<_>>(),
+            [COMPONENT, COMPONENT]
+        );
+
+        // A failed patch, then a failed create: both were sent, both count.
+        server.shutdown().await.expect("shutdown");
+        events.pod_event(&web, false, SUCCESSFUL_ATTACH, "m").await;
+        assert_eq!(writes(&registry), [line("create", 3), line("patch", 2)]);
+    }
 
     fn pod(ns: &str, name: &str) -> PodRef {
         PodRef {

@@ -65,19 +65,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     tracing::info!(driver = %driver_name, handler = controller.handler_kind(), "handler chosen");
 
     let health = sidecar::Health::default();
-    let lease = common
-        .leader_election
-        .then(|| sidecar::LeaderElectionConfig {
-            lease_name: sidecar::lease_name("external-attacher-leader", &driver_name),
-            namespace: common
-                .leader_election_namespace_name()
-                .map(str::to_string)
-                .unwrap_or_else(sidecar::default_namespace),
-            identity: sidecar::default_identity(),
-            lease_duration: common.leader_election_lease_duration,
-            renew_deadline: common.leader_election_renew_deadline,
-            retry_period: common.leader_election_retry_period,
-        });
+    let lease = common.election.config(sidecar::lease_name(
+        "external-attacher-leader",
+        &driver_name,
+    ));
     if let Some(lease) = &lease {
         health.register_leader_metric(&mut registry, &lease.lease_name);
     }

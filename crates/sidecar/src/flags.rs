@@ -11,6 +11,8 @@ use std::time::Duration;
 
 pub use telemetry::{normalize_go_args, parse_go_bool, parse_go_duration};
 
+use crate::leader::{LeaderElectionConfig, default_identity, default_namespace};
+
 /// Accepts any string, including the empty one Go manifests pass for "unset".
 fn any_string(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
@@ -51,33 +53,9 @@ pub struct CommonFlags {
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub kube_api_burst: u32,
 
-    /// Elect a leader on a Lease; only the leader works. `--leader-election` alone means true.
-    #[arg(
-        long,
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
-    pub leader_election: bool,
-
-    /// Namespace of the leader election Lease. Empty: the pod's own namespace.
-    #[arg(long, value_name = "NAMESPACE", value_parser = any_string)]
-    pub leader_election_namespace: Option<String>,
-
-    /// How long non-leaders wait after the last renewal before they may take the lease.
-    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_election_lease_duration: Duration,
-
-    /// How long the leader keeps trying to renew before it gives up leadership.
-    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_election_renew_deadline: Duration,
-
-    /// How often the leader renews and candidates retry.
-    #[arg(long, default_value = "5s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_election_retry_period: Duration,
+    /// The `--leader-election*` flags.
+    #[command(flatten)]
+    pub election: LeaderElectionFlags,
 
     /// host:port (":8080" listens on all interfaces) for metrics and health checks. Empty:
     /// no HTTP server.
@@ -109,12 +87,68 @@ impl CommonFlags {
     pub fn http_endpoint_addr(&self) -> Option<&str> {
         self.http_endpoint.as_deref().filter(|s| !s.is_empty())
     }
+}
 
+/// The leader election flags, named and defaulted as in the Go sidecars and
+/// kube-controller-manager. [`CommonFlags`] has them; a binary that cannot take all of
+/// [`CommonFlags`] (kube-controller-manager's controllers: no CSI socket, other client
+/// defaults) embeds this group with `#[command(flatten)]`.
+///
+/// A binary that names its lease in `--leader-election`'s help overrides the help with
+/// `#[command(mut_arg("leader_election", |a| a.help("...")))]`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LeaderElectionFlags {
+    /// Elect a leader on a Lease; only the leader works. `--leader-election` alone means true.
+    #[arg(
+        long,
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool,
+        value_name = "BOOL"
+    )]
+    pub leader_election: bool,
+
+    /// Namespace of the leader election Lease. Empty: the pod's own namespace.
+    #[arg(long, value_name = "NAMESPACE", value_parser = any_string)]
+    pub leader_election_namespace: Option<String>,
+
+    /// How long non-leaders wait after the last renewal before they may take the lease.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_election_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives up leadership.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_election_renew_deadline: Duration,
+
+    /// How often the leader renews and candidates retry.
+    #[arg(long, default_value = "5s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_election_retry_period: Duration,
+}
+
+impl LeaderElectionFlags {
     /// `--leader-election-namespace`, with an empty value as unset.
-    pub fn leader_election_namespace_name(&self) -> Option<&str> {
+    pub fn namespace_name(&self) -> Option<&str> {
         self.leader_election_namespace
             .as_deref()
             .filter(|s| !s.is_empty())
+    }
+
+    /// The election on Lease `lease_name` (in `--leader-election-namespace`, else the pod's
+    /// namespace; this host's identity), or `None` without `--leader-election`.
+    pub fn config(&self, lease_name: impl Into<String>) -> Option<LeaderElectionConfig> {
+        self.leader_election.then(|| LeaderElectionConfig {
+            lease_name: lease_name.into(),
+            namespace: self
+                .namespace_name()
+                .map(str::to_string)
+                .unwrap_or_else(default_namespace),
+            identity: default_identity(),
+            lease_duration: self.leader_election_lease_duration,
+            renew_deadline: self.leader_election_renew_deadline,
+            retry_period: self.leader_election_retry_period,
+        })
     }
 }
 
@@ -154,11 +188,21 @@ mod tests {
         assert_eq!(c.kubeconfig_path(), None);
         assert_eq!(c.kube_api_qps, 5.0);
         assert_eq!(c.kube_api_burst, 10);
-        assert!(!c.leader_election);
-        assert_eq!(c.leader_election_namespace_name(), None);
-        assert_eq!(c.leader_election_lease_duration, Duration::from_secs(15));
-        assert_eq!(c.leader_election_renew_deadline, Duration::from_secs(10));
-        assert_eq!(c.leader_election_retry_period, Duration::from_secs(5));
+        assert!(!c.election.leader_election);
+        assert_eq!(c.election.namespace_name(), None);
+        assert_eq!(
+            c.election.leader_election_lease_duration,
+            Duration::from_secs(15)
+        );
+        assert_eq!(
+            c.election.leader_election_renew_deadline,
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            c.election.leader_election_retry_period,
+            Duration::from_secs(5)
+        );
+        assert!(c.election.config("lease").is_none());
         assert_eq!(c.http_endpoint_addr(), None);
         assert_eq!(c.metrics_path, "/metrics");
         assert_eq!(c.connection_timeout, Duration::from_secs(60));
@@ -196,11 +240,38 @@ mod tests {
         assert_eq!(c.kubeconfig_path(), Some(Path::new("/etc/kube.conf")));
         assert_eq!(c.kube_api_qps, -1.0);
         assert_eq!(c.kube_api_burst, 100);
-        assert!(c.leader_election);
-        assert_eq!(c.leader_election_namespace_name(), Some("kube-system"));
-        assert_eq!(c.leader_election_lease_duration, Duration::from_secs(90));
-        assert_eq!(c.leader_election_renew_deadline, Duration::from_secs(45));
-        assert_eq!(c.leader_election_retry_period, Duration::from_millis(300));
+        assert!(c.election.leader_election);
+        assert_eq!(c.election.namespace_name(), Some("kube-system"));
+        assert_eq!(
+            c.election.leader_election_lease_duration,
+            Duration::from_secs(90)
+        );
+        assert_eq!(
+            c.election.leader_election_renew_deadline,
+            Duration::from_secs(45)
+        );
+        assert_eq!(
+            c.election.leader_election_retry_period,
+            Duration::from_millis(300)
+        );
+        let lease = c.election.config("my-lease").unwrap();
+        assert_eq!(lease.lease_name, "my-lease");
+        assert_eq!(lease.namespace, "kube-system");
+        // This host's identity (its random suffix differs from call to call).
+        let host = |id: &str| id.rsplit_once('_').map(|(h, _)| h.to_string());
+        assert_eq!(host(&lease.identity), host(&default_identity()));
+        assert_eq!(
+            (
+                lease.lease_duration,
+                lease.renew_deadline,
+                lease.retry_period
+            ),
+            (
+                Duration::from_secs(90),
+                Duration::from_secs(45),
+                Duration::from_millis(300)
+            )
+        );
         assert_eq!(c.http_endpoint_addr(), Some(":8080"));
         assert_eq!(c.metrics_path, "/m");
         assert_eq!(c.connection_timeout, Duration::from_secs(120));
@@ -229,7 +300,7 @@ mod tests {
             (&["--leader-election=False"], false),
         ] {
             assert_eq!(
-                parse(args).unwrap().common.leader_election,
+                parse(args).unwrap().common.election.leader_election,
                 want,
                 "{args:?}"
             );
@@ -251,7 +322,17 @@ mod tests {
         .common;
         assert_eq!(c.kubeconfig_path(), None);
         assert_eq!(c.http_endpoint_addr(), None);
-        assert_eq!(c.leader_election_namespace_name(), None);
+        assert_eq!(c.election.namespace_name(), None);
+        // An empty namespace is the pod's own, as if the flag were not given.
+        let lease = c.election.config("l");
+        assert!(lease.is_none(), "--leader-election is off");
+        let on = parse(&["--leader-election", "--leader-election-namespace="])
+            .unwrap()
+            .common
+            .election
+            .config("l")
+            .unwrap();
+        assert_eq!(on.namespace, default_namespace());
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The plumbing every Go-style CSI sidecar shares (external-attacher first, later others).
 //!
 //! - [`flags`]: Go `flag` syntax on top of clap ([`normalize_go_args`]), Go durations and
-//!   booleans, and the [`CommonFlags`] every sidecar takes with the Go sidecars' defaults.
+//!   booleans, and the [`CommonFlags`] every sidecar takes with the Go sidecars' defaults
+//!   (their leader election group, [`LeaderElectionFlags`], also on its own).
 //! - [`kube_client`]: a `kube::Client` whose every request waits on a client-go style token
 //!   bucket (`--kube-api-qps` / `--kube-api-burst`) and carries the sidecar's User-Agent.
 //! - [`csi_conn`]: dial the driver's unix socket with retries, Probe it, read its name and
@@ -9,6 +10,8 @@
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease that is released on
 //!   shutdown and watched by candidates, so failover takes well under two seconds.
 //! - [`http`]: metrics and health endpoints on `--http-endpoint`.
+//! - [`events`]: core/v1 Events recorded as client-go's recorder does (a repeat bumps the
+//!   first Event's count).
 //! - [`metrics`]: `csi_sidecar_operations_seconds`, labelled as csi-lib-utils labels it.
 //! - [`init_logging`] and [`shutdown_on_signals`]: klog-like verbosity (our crates only) to
 //!   tracing, SIGTERM/SIGINT to a token.
@@ -17,6 +20,7 @@
 //! them without a Kubernetes client) and are re-exported here.
 
 pub mod csi_conn;
+pub mod events;
 pub mod flags;
 pub mod kube_client;
 pub mod leader;
@@ -28,7 +32,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use csi_conn::{DriverInfo, connect, driver_info, probe_until_ready};
-pub use flags::{CommonFlags, normalize_go_args, parse_go_bool, parse_go_duration};
+pub use events::{EventRecorder, EventType, Recorded};
+pub use flags::{
+    CommonFlags, LeaderElectionFlags, normalize_go_args, parse_go_bool, parse_go_duration,
+};
 pub use kube_client::{build_client, install_crypto_provider, rate_limited};
 pub use leader::{
     LeaderElectionConfig, default_identity, default_namespace, lease_name, run_as_leader,

@@ -28,7 +28,7 @@ use crate::names::{DUMMY_DRIVER, DUMMY_DRIVER_VALID, finalizer_name};
 use crate::queue::{Backoff, WorkQueue};
 use crate::{Error, reconciler};
 
-use self::events::EventRecorder;
+use self::events::VaEvents;
 use self::fresh::Fresh;
 
 /// Lanes of the VolumeAttachment queue.
@@ -102,7 +102,7 @@ pub(crate) struct Ctx {
     pub fresh_pvs: Fresh<Pv>,
     pub va_queue: Arc<WorkQueue>,
     pub pv_queue: Arc<WorkQueue>,
-    pub events: EventRecorder,
+    pub events: VaEvents,
     /// VolumeAttachments the reconciler wants attached/detached even if their status agrees.
     force_sync: Mutex<HashSet<String>>,
 }
@@ -238,7 +238,7 @@ impl Controller {
             va_api: Api::all(client.clone()),
             pv_api: Api::all(client.clone()),
             csinode_api: Api::all(client.clone()),
-            events: EventRecorder::new(client.clone(), format!("csi-attacher {name}")),
+            events: VaEvents::new(client.clone(), format!("csi-attacher {name}")),
             client,
             finalizer: finalizer_name(&name),
             driver: name,
