@@ -57,6 +57,11 @@ fn mount_code(e: &mount_utils::Error) -> Code {
         // The volume's content must be repaired (or wiped) by a human first: retrying as is
         // cannot help.
         M::FsckFailed { .. } | M::UnsupportedContent { .. } => Code::FailedPrecondition,
+        // The node service words these as its own errors (same codes) before they get here;
+        // the device's content or the request must change first either way.
+        M::UnsupportedFilesystem { .. } | M::FsTypeMismatch { .. } | M::ReadOnlyBlank { .. } => {
+            Code::FailedPrecondition
+        }
         M::Command { .. }
         | M::Spawn { .. }
         | M::Io { .. }

@@ -1,8 +1,8 @@
 //! Node-side filesystem plumbing shared by everything that mounts volumes on a node: the EBS
 //! driver's node service, the in-tree aws-ebs plugin, the hostpath driver and the node agent.
 //!
-//! Each module wraps one real tool or kernel interface and nothing else, so that a caller can
-//! string them together into its own idempotent steps:
+//! Each module but [`stage`] wraps one real tool or kernel interface and nothing else, so that
+//! a caller can string them together into its own idempotent steps:
 //!
 //! - [`cmd`]: running a tool with its output captured (no prompts, C locale);
 //! - [`blkid`]: what is on a device ([`blkid::Probe`]);
@@ -13,7 +13,9 @@
 //!   "is this already done?";
 //! - [`mount`]: mount, bind mounts (read-only included) and unmounting stacked mounts;
 //! - [`stats`]: capacity and usage of a filesystem or a block device;
-//! - [`resize`]: growing a mounted filesystem online.
+//! - [`resize`]: growing a mounted filesystem online;
+//! - [`stage`]: the sequence a node stage is made of (format if blank, else check; mount),
+//!   shared by the EBS driver and the in-tree aws-ebs plugin.
 //!
 //! Everything is domain code: no gRPC types, no knowledge of where a device came from (finding
 //! and verifying a cloud volume's device is the caller's job).
@@ -28,6 +30,7 @@ pub mod fsck;
 pub mod fstype;
 pub mod mount;
 pub mod resize;
+pub mod stage;
 pub mod stats;
 
 pub use fstype::FsType;
@@ -63,6 +66,31 @@ pub enum Error {
         "device {device} is not blank and holds no mountable filesystem ({details}); refusing to format it"
     )]
     UnsupportedContent { device: PathBuf, details: String },
+
+    /// The device holds a filesystem blkid names, but not one of [`FsType`]'s: it is neither
+    /// mounted nor formatted over.
+    #[error(
+        "device {device} holds a {found:?} filesystem, which is not supported (supported: {supported}); refusing to mount or format it",
+        supported = fstype::supported_names()
+    )]
+    UnsupportedFilesystem { device: PathBuf, found: String },
+
+    /// The device holds another filesystem than the one requested: it is never reformatted.
+    #[error(
+        "device {device} already holds a {found} filesystem, but {requested} was requested; refusing to reformat it"
+    )]
+    FsTypeMismatch {
+        device: PathBuf,
+        found: FsType,
+        requested: FsType,
+    },
+
+    /// The device is blank but is to be mounted read-only: a read-only volume is never
+    /// formatted (its owner said nothing may be written to it).
+    #[error(
+        "device {device} holds no filesystem and is to be mounted read-only: a read-only volume is never formatted"
+    )]
+    ReadOnlyBlank { device: PathBuf },
 
     /// An external tool ran and failed.
     #[error("{command} failed with {status}: {output}")]

@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use tracing::Instrument;
 
-use mount_utils::blkid::{self, Probe};
 use mount_utils::findmnt::{self, MountEntry};
+use mount_utils::stage::{self, Stage};
 use mount_utils::stats::{self, VolumeStats};
-use mount_utils::{FsType, format, fsck, mount, resize};
+use mount_utils::{FsType, mount, resize};
 
 use super::device::{self, DeviceFinder, FoundDevice};
 use super::locks::VolumeLocks;
@@ -216,53 +216,19 @@ impl Inner {
             .await
             .map_err(|e| Error::io("create staging directory", staging, e))?;
 
-        let fs = match blkid::probe(&device.path).await? {
-            Probe::Blank => {
-                let fs = requested.unwrap_or(self.default_fs);
-                format::format_blank(&device.path, fs).await?;
-                fs
-            }
-            Probe::Filesystem { fs_type } => {
-                let found: FsType =
-                    fs_type
-                        .parse()
-                        .map_err(|_| mount_utils::Error::UnsupportedContent {
-                            device: device.path.clone(),
-                            details: format!(
-                                "it holds {fs_type:?}, which this driver does not mount"
-                            ),
-                        })?;
-                if let Some(r) = requested.filter(|r| *r != found) {
-                    return Err(Error::FsTypeMismatch {
-                        device: device.path.clone(),
-                        found: found.to_string(),
-                        requested: r.to_string(),
-                    });
-                }
-                if table.iter().any(|m| m.dev() == device.dev) {
-                    // Mounted elsewhere already (another staging path): checking a mounted
-                    // filesystem is unsafe and a second mount shares the same superblock.
-                    tracing::warn!(device = %device.path.display(), "device already mounted elsewhere; skipping fsck");
-                } else {
-                    fsck::check(&device.path, found).await?;
-                }
-                found
-            }
-            Probe::Other { details } => {
-                return Err(mount_utils::Error::UnsupportedContent {
-                    device: device.path.clone(),
-                    details,
-                }
-                .into());
-            }
-        };
-        let mut options = mount_flags.clone();
-        if fs == FsType::Xfs && !options.iter().any(|o| o == "nouuid") {
-            // A volume restored from a snapshot of another volume on this node has the same
-            // xfs UUID, which xfs refuses to mount twice without this.
-            options.push("nouuid".to_string());
-        }
-        mount::mount(&device.path, staging, fs, &options).await?;
+        let fs = stage::format_and_mount(&Stage {
+            device: &device.path,
+            dev: device.dev,
+            target: staging,
+            requested,
+            default_fs: self.default_fs,
+            // CSI stages read-write; read-only is per publish (a read-only bind).
+            read_only: false,
+            options: mount_flags,
+            table: &table,
+        })
+        .await
+        .map_err(stage_error)?;
         tracing::info!(device = %device.path.display(), via = %device.via.display(), staging = %staging.display(), %fs, "staged");
         Ok(())
     }
@@ -388,6 +354,30 @@ impl Inner {
         }
         resize::grow(&device, path, fs).await?;
         Ok(size)
+    }
+}
+
+/// The driver's wording (and, through it, CSI code) for the shared stage step's refusals, as
+/// they were before that step moved into mount-utils.
+fn stage_error(e: mount_utils::Error) -> Error {
+    match e {
+        mount_utils::Error::FsTypeMismatch {
+            device,
+            found,
+            requested,
+        } => Error::FsTypeMismatch {
+            device,
+            found: found.to_string(),
+            requested: requested.to_string(),
+        },
+        mount_utils::Error::UnsupportedFilesystem { device, found } => {
+            mount_utils::Error::UnsupportedContent {
+                device,
+                details: format!("it holds {found:?}, which this driver does not mount"),
+            }
+            .into()
+        }
+        other => other.into(),
     }
 }
 
@@ -606,6 +596,33 @@ mod tests {
         };
         service().unpublish(req.clone()).await.unwrap();
         service().unpublish(req).await.unwrap();
+    }
+
+    #[test]
+    fn shared_stage_refusals_keep_the_drivers_errors() {
+        let err = stage_error(mount_utils::Error::FsTypeMismatch {
+            device: "/dev/xvdba".into(),
+            found: FsType::Ext4,
+            requested: FsType::Xfs,
+        });
+        assert!(
+            matches!(&err, Error::FsTypeMismatch { found, requested, .. } if found == "ext4" && requested == "xfs"),
+            "{err:?}"
+        );
+        let err = stage_error(mount_utils::Error::UnsupportedFilesystem {
+            device: "/dev/xvdba".into(),
+            found: "swap".into(),
+        });
+        match err {
+            Error::Mount(mount_utils::Error::UnsupportedContent { device, details }) => {
+                assert_eq!(device, PathBuf::from("/dev/xvdba"));
+                assert_eq!(
+                    details,
+                    "it holds \"swap\", which this driver does not mount"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

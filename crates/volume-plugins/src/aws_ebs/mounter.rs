@@ -6,9 +6,9 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
-use mount_utils::blkid::{self, Probe};
 use mount_utils::findmnt;
-use mount_utils::{FsType, format, fsck, mount};
+use mount_utils::stage::{self, Stage};
+use mount_utils::{FsType, mount};
 use tokio::time::Instant;
 
 use super::volume_id_from_spec;
@@ -199,22 +199,26 @@ pub async fn mount_device(
             .into());
         }
     };
-    let result = format_and_mount(
-        &device,
-        device_path,
-        staging_dir,
+    let result = stage::format_and_mount(&Stage {
+        device: &device.path,
+        dev: device.dev,
+        target: staging_dir,
         requested,
-        mount_options,
+        default_fs: DEFAULT_FS,
         read_only,
-        &table,
-    )
-    .await;
+        options: mount_options,
+        table: &table,
+    })
+    .await
+    .map_err(|e| stage_error(e, device_path, staging_dir));
     if result.is_err() && created {
         if let Err(e) = tokio::fs::remove_dir(staging_dir).await {
             tracing::warn!(staging = %staging_dir.display(), error = %e, "could not remove the staging directory after a failed mount");
         }
     }
-    result
+    let fs = result?;
+    tracing::info!(device = %device.path.display(), staging = %staging_dir.display(), %fs, read_only, "mounted");
+    Ok(())
 }
 
 async fn wait_for_device(
@@ -241,75 +245,34 @@ async fn wait_for_device(
     }
 }
 
-async fn format_and_mount(
-    device: &Device,
-    device_path: &Path,
-    staging_dir: &Path,
-    requested: Option<FsType>,
-    mount_options: &[String],
-    read_only: bool,
-    table: &[findmnt::MountEntry],
-) -> Result<()> {
-    let refuse = |reason: String| Error::MountDevice {
+/// The plugin's wording for the shared stage step's refusals: [`Error::MountDevice`] naming
+/// the device path it was given and the staging directory, as the kubelet's event shows it.
+fn stage_error(e: mount_utils::Error, device_path: &Path, staging_dir: &Path) -> Error {
+    let reason = match e {
+        mount_utils::Error::ReadOnlyBlank { device } => format!(
+            "{} holds no filesystem and the volume is read-only: a read-only volume is never formatted",
+            device.display()
+        ),
+        mount_utils::Error::UnsupportedFilesystem { device, found } => format!(
+            "{} holds {found:?}, which this plugin does not mount (supported: {})",
+            device.display(),
+            mount_utils::fstype::supported_names()
+        ),
+        mount_utils::Error::FsTypeMismatch {
+            device,
+            found,
+            requested,
+        } => format!(
+            "{} holds {found}, the volume spec asks for {requested} (it is never reformatted)",
+            device.display()
+        ),
+        other => return other.into(),
+    };
+    Error::MountDevice {
         device: device_path.to_path_buf(),
         staging_dir: staging_dir.to_path_buf(),
         reason,
-    };
-    let fs = match blkid::probe(&device.path).await? {
-        Probe::Blank => {
-            if read_only {
-                return Err(refuse(format!(
-                    "{} holds no filesystem and the volume is read-only: a read-only volume is never formatted",
-                    device.path.display()
-                )));
-            }
-            let fs = requested.unwrap_or(DEFAULT_FS);
-            format::format_blank(&device.path, fs).await?;
-            tracing::info!(device = %device.path.display(), %fs, "formatted blank device");
-            fs
-        }
-        Probe::Filesystem { fs_type } => {
-            let found: FsType = fs_type.parse().map_err(|_| {
-                refuse(format!(
-                    "{} holds {fs_type:?}, which this plugin does not mount (supported: {})",
-                    device.path.display(),
-                    mount_utils::fstype::supported_names()
-                ))
-            })?;
-            if let Some(r) = requested.filter(|r| *r != found) {
-                return Err(refuse(format!(
-                    "{} holds {found}, the volume spec asks for {r} (it is never reformatted)",
-                    device.path.display()
-                )));
-            }
-            if read_only {
-                tracing::debug!(device = %device.path.display(), "read-only: no fsck");
-            } else if table.iter().any(|m| m.dev() == device.dev) {
-                // Checking a mounted filesystem is unsafe; a second mount shares its superblock.
-                tracing::warn!(device = %device.path.display(), "device already mounted elsewhere; skipping fsck");
-            } else {
-                fsck::check(&device.path, found).await?;
-            }
-            found
-        }
-        Probe::Other { details } => {
-            return Err(mount_utils::Error::UnsupportedContent {
-                device: device.path.clone(),
-                details,
-            }
-            .into());
-        }
-    };
-    let mut options = mount_options.to_vec();
-    if read_only && !options.iter().any(|o| o == "ro") {
-        options.push("ro".to_string());
     }
-    if fs == FsType::Xfs && !options.iter().any(|o| o == "nouuid") {
-        options.push("nouuid".to_string());
-    }
-    mount::mount(&device.path, staging_dir, fs, &options).await?;
-    tracing::info!(device = %device.path.display(), staging = %staging_dir.display(), %fs, read_only, "mounted");
-    Ok(())
 }
 
 /// The kubelet's `UnmountDevice`: unmounts everything stacked at `staging_dir` and removes the
@@ -361,6 +324,55 @@ mod tests {
         assert_eq!(
             device_candidates(dev, "/dev/../etc/x", "vol-1")[0],
             PathBuf::from("/dev/../etc/x")
+        );
+    }
+
+    #[test]
+    fn shared_stage_refusals_are_mount_device_errors_in_the_plugins_words() {
+        let dev = PathBuf::from("/dev/loop7");
+        let reason = |e| match stage_error(e, Path::new("/dev/xvdba"), Path::new("/s")) {
+            Error::MountDevice {
+                device,
+                staging_dir,
+                reason,
+            } => {
+                assert_eq!(
+                    (device.as_path(), staging_dir.as_path()),
+                    (Path::new("/dev/xvdba"), Path::new("/s"))
+                );
+                reason
+            }
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            reason(mount_utils::Error::ReadOnlyBlank {
+                device: dev.clone()
+            }),
+            "/dev/loop7 holds no filesystem and the volume is read-only: a read-only volume is never formatted"
+        );
+        assert_eq!(
+            reason(mount_utils::Error::UnsupportedFilesystem {
+                device: dev.clone(),
+                found: "swap".into()
+            }),
+            "/dev/loop7 holds \"swap\", which this plugin does not mount (supported: ext2, ext3, ext4, xfs)"
+        );
+        assert_eq!(
+            reason(mount_utils::Error::FsTypeMismatch {
+                device: dev,
+                found: FsType::Ext4,
+                requested: FsType::Xfs
+            }),
+            "/dev/loop7 holds ext4, the volume spec asks for xfs (it is never reformatted)"
+        );
+        let other = stage_error(
+            mount_utils::Error::MountInfo("x".into()),
+            Path::new("/dev/xvdba"),
+            Path::new("/s"),
+        );
+        assert!(
+            matches!(other, Error::Mount(mount_utils::Error::MountInfo(_))),
+            "{other:?}"
         );
     }
 
