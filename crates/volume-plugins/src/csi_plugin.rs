@@ -382,6 +382,8 @@ mod tests {
     /// unreachable client is fine.
     #[tokio::test]
     async fn no_op_attach_and_volumes_are_attached_follow_the_cache() {
+        // A workspace build enables both of rustls' providers: pick one before any client.
+        apiserver::install_crypto_provider();
         let client =
             Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap())).unwrap();
         let drivers = ObjectCache::from_objects([
