@@ -41,6 +41,11 @@ impl Agents {
         }
     }
 
+    /// The User-Agent prefix that marks the attacher's requests.
+    pub(crate) fn attacher_prefix(&self) -> Option<&str> {
+        self.attacher_prefix.as_deref()
+    }
+
     pub(crate) fn who(&self, user_agent: &str) -> Who {
         if user_agent == self.own {
             Who::Own
@@ -207,7 +212,8 @@ mod tests {
         assert_eq!(agents.who(""), Who::Adc);
         assert_eq!(agents.who("adc-load/0.1.0"), Who::Own);
         // A prefix, not a substring: another binary's agent is not the attacher's.
-        let with = Agents::new("adc-load/0.1.0", Some(Path::new("csi-attacher")));
+        let with = Agents::new("adc-load/0.1.0", Some(Path::new("/x/csi-attacher")));
+        assert_eq!(with.attacher_prefix(), Some("csi-attacher/"));
         assert_eq!(with.who("my-csi-attacher/1"), Who::Adc);
         assert_eq!(with.who("csi-attacher-x/1"), Who::Adc);
     }

@@ -76,9 +76,14 @@ fn startup_progress(
 ) -> String {
     let audit = api.audit();
     let records = from(&audit, mark);
-    let mut parties = vec![(ADC, Who::Adc, ADC_WATCHES)];
+    let mut parties = vec![(ADC.to_owned(), Who::Adc, ADC_WATCHES)];
     if attacher {
-        parties.push((ATTACHER, Who::Attacher, ATTACHER_WATCHES));
+        // Named with its User-Agent prefix: a renamed binary shows here first.
+        let name = format!(
+            "{ATTACHER} (User-Agent {}...)",
+            agents.attacher_prefix().unwrap_or_default()
+        );
+        parties.push((name, Who::Attacher, ATTACHER_WATCHES));
     }
     let missing: Vec<String> = parties
         .into_iter()
