@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tracing::Instrument;
+use volume_plugins::AttachPath;
 use volume_plugins::names::volume_attachment_name;
 
 use crate::cache::{Attachment, Backend, DetachHow, PodRef, VolumeNode, VolumeToAttach};
-use crate::controller::Ctx;
+use crate::controller::{Ctx, State};
 use crate::events::{FAILED_ATTACH, SUCCESSFUL_ATTACH, attach_failed, attach_succeeded};
 use crate::in_tree::{InTree, instance_of};
 
@@ -123,6 +124,76 @@ fn may_be_attached(e: &volume_plugins::Error) -> bool {
     )
 }
 
+/// Whether attaching `volume` is seed 000's no-op (a CSI driver with `attachRequired: false`,
+/// `--skip-attach=through-adc`): nothing to call and nothing to wait for.
+pub(crate) fn is_no_op(ctx: &Ctx, volume: &VolumeToAttach) -> bool {
+    matches!(&volume.backend, Backend::Csi { volume: v, .. }
+        if ctx.csi.attach_path(&v.driver) == AttachPath::NoOpThroughAdc)
+}
+
+/// Seed 000's no-op attach, done in the reconciler pass itself (the caller registered the
+/// operation): the volume is attached at once, so the same pass lists it in the node's
+/// `volumesAttached`, instead of a task that the next pass (a period later) would report. Only
+/// the Events are written in the background.
+pub(crate) fn attach_no_op(
+    ctx: &Arc<Ctx>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    volume: VolumeToAttach,
+    node: String,
+    pods: Vec<PodRef>,
+) {
+    let Backend::Csi { volume: v, .. } = &volume.backend else {
+        return;
+    };
+    let how = DetachHow::Csi {
+        driver: v.driver.clone(),
+        handle: v.volume_handle.clone(),
+    };
+    {
+        let mut state = ctx.state();
+        state
+            .ops
+            .finish(&volume.unique_name, &node, volume.multi_attach);
+        mark_attached(
+            &mut state,
+            &volume,
+            &node,
+            Attachment::new(how, String::new(), true),
+        );
+    }
+    ctx.metrics.operation(
+        "volume_attach",
+        &volume.plugin_label(),
+        true,
+        volume.migrated(),
+        Duration::ZERO,
+    );
+    let ctx = ctx.clone();
+    let message = attach_succeeded(&volume.spec_name);
+    tasks.spawn(async move {
+        for pod in &pods {
+            ctx.events
+                .pod_event(pod, false, SUCCESSFUL_ATTACH, &message)
+                .await;
+        }
+    });
+}
+
+fn mark_attached(
+    state: &mut State,
+    volume: &VolumeToAttach,
+    node: &str,
+    mut attachment: Attachment,
+) {
+    attachment.multi_attach = volume.multi_attach;
+    attachment.migrated = volume.migrated();
+    state.ops.succeeded(&volume.unique_name, node);
+    state
+        .asw
+        .mark_attached(&volume.unique_name, node, attachment);
+    tracing::info!(volume = %volume.unique_name, node = %node, "attached");
+}
+
 async fn attach(ctx: Arc<Ctx>, volume: VolumeToAttach, node: String, pods: Vec<PodRef>) {
     let started = Instant::now();
     let timeout = ctx.options.attach_timeout;
@@ -182,14 +253,8 @@ async fn attach(ctx: Arc<Ctx>, volume: VolumeToAttach, node: String, pods: Vec<P
             .ops
             .finish(&volume.unique_name, &node, volume.multi_attach);
         match result {
-            Ok(mut attachment) => {
-                attachment.multi_attach = volume.multi_attach;
-                attachment.migrated = volume.migrated();
-                state.ops.succeeded(&volume.unique_name, &node);
-                state
-                    .asw
-                    .mark_attached(&volume.unique_name, &node, attachment);
-                tracing::info!(volume = %volume.unique_name, node = %node, "attached");
+            Ok(attachment) => {
+                mark_attached(&mut state, &volume, &node, attachment);
                 Ok(attach_succeeded(&volume.spec_name))
             }
             Err(e) => {

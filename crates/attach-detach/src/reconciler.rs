@@ -17,7 +17,7 @@ use crate::cache::{Attachment, DetachHow, PodRef, VolumeNode, VolumeToAttach};
 use crate::controller::{Ctx, State};
 use crate::events::{FAILED_ATTACH, FORCED_DETACH, attach_failed, multi_attach};
 use crate::metrics::{ACTUAL, DESIRED};
-use crate::operations::{start_attach, start_detach};
+use crate::operations::{attach_no_op, is_no_op, start_attach, start_detach};
 use crate::populator::{self, Desired};
 use crate::statusupdater::NodeStatusUpdater;
 
@@ -101,7 +101,11 @@ impl Reconciler {
         }
         self.detach(ctx, tasks, plan.detaches).await;
         for (volume, node, pods) in plan.attaches {
-            start_attach(ctx, tasks, volume, node, pods);
+            if is_no_op(ctx, &volume) {
+                attach_no_op(ctx, tasks, volume, node, pods);
+            } else {
+                start_attach(ctx, tasks, volume, node, pods);
+            }
         }
         self.write_status(ctx).await;
     }

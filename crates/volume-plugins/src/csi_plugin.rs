@@ -156,9 +156,14 @@ impl CsiPlugin {
         timeout: Duration,
     ) -> Result<Attached> {
         let deadline = Instant::now() + timeout;
-        let mut vas_changed = self.attachments.changed();
+        let va_changed = self.attachments.name_changed(name);
         let mut drivers_changed = self.drivers.changed();
+        // False once the CSIDriver cache has stopped (shutdown): its channel then only errs.
+        let mut drivers_live = true;
         loop {
+            let notified = va_changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
             if !self.attach_path(driver).creates_volume_attachment() {
                 tracing::info!(va = %name, driver, "the CSIDriver now says attachRequired: false; attached without waiting");
                 return Ok(no_op_attach());
@@ -211,8 +216,8 @@ impl CsiPlugin {
                 });
             }
             tokio::select! {
-                _ = vas_changed.changed() => {}
-                _ = drivers_changed.changed() => {}
+                () = &mut notified => {}
+                r = drivers_changed.changed(), if drivers_live => drivers_live = r.is_ok(),
                 () = tokio::time::sleep(remaining) => {}
             }
         }
@@ -244,8 +249,11 @@ impl CsiPlugin {
             }
         }
         let deadline = Instant::now() + timeout;
-        let mut changed = self.attachments.changed();
+        let changed = self.attachments.name_changed(&name);
         loop {
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
             // The cache may not have seen a VolumeAttachment created a moment ago: absence
             // there is confirmed with the API server before the detach counts as done.
             let va = match self.attachments.get(&name) {
@@ -282,7 +290,7 @@ impl CsiPlugin {
                 });
             }
             tokio::select! {
-                _ = changed.changed() => {}
+                () = &mut notified => {}
                 () = tokio::time::sleep(remaining) => {}
             }
         }

@@ -4,8 +4,9 @@
 //! a waiter (an attach waiting for `status.attached`, a detach waiting for the VolumeAttachment to
 //! go) sleeps on [`ObjectCache::changed`] instead of polling.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -14,7 +15,7 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 /// One kind's cache. Cheap to clone; every clone sees the same objects.
@@ -25,6 +26,48 @@ where
 {
     store: Store<K>,
     generation: watch::Receiver<u64>,
+    by_name: Arc<NameNotifiers>,
+}
+
+/// Who waits for which object, by name: a waiter for one VolumeAttachment among thousands is
+/// woken by changes of that object only (a wake-up per change of any object would make n
+/// concurrent waits cost O(n²)). Namespaced kinds share a name across namespaces: a waiter may
+/// then wake for a namespace it does not care about, and just looks again.
+#[derive(Default)]
+struct NameNotifiers(Mutex<HashMap<String, Weak<Notify>>>);
+
+impl NameNotifiers {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Notify>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn get(&self, name: &str) -> Arc<Notify> {
+        let mut map = self.map();
+        if let Some(n) = map.get(name).and_then(Weak::upgrade) {
+            return n;
+        }
+        if map.len() >= 1024 {
+            map.retain(|_, w| w.strong_count() > 0);
+        }
+        let n = Arc::new(Notify::new());
+        map.insert(name.to_string(), Arc::downgrade(&n));
+        n
+    }
+
+    fn notify(&self, name: &str) {
+        let n = self.map().get(name).and_then(Weak::upgrade);
+        if let Some(n) = n {
+            n.notify_waiters();
+        }
+    }
+
+    fn notify_all(&self) {
+        let mut map = self.map();
+        map.retain(|_, w| w.strong_count() > 0);
+        for n in map.values().filter_map(Weak::upgrade) {
+            n.notify_waiters();
+        }
+    }
 }
 
 impl<K> Debug for ObjectCache<K>
@@ -48,8 +91,13 @@ where
     pub fn spawn(api: Api<K>, config: watcher::Config, stop: CancellationToken) -> Self {
         let (store, writer) = reflector::store();
         let (tx, generation) = watch::channel(0u64);
-        tokio::spawn(feed(api, config, writer, tx, stop));
-        Self { store, generation }
+        let by_name = Arc::new(NameNotifiers::default());
+        tokio::spawn(feed(api, config, writer, tx, by_name.clone(), stop));
+        Self {
+            store,
+            generation,
+            by_name,
+        }
     }
 
     /// Waits until the first full list is in (or `timeout` passes: returns false then).
@@ -100,6 +148,13 @@ where
         self.generation.clone()
     }
 
+    /// Woken (`notify_waiters`) after each change of the object(s) named `name`, and after a
+    /// re-list. Create the `notified()` future and `enable()` it before looking at the cache,
+    /// so that a change in between is not missed. Hold the returned `Arc` while waiting.
+    pub fn name_changed(&self, name: &str) -> Arc<Notify> {
+        self.by_name.get(name)
+    }
+
     /// A cache over a fixed set of objects that never changes: for unit tests of code that
     /// reads a cache.
     pub fn from_objects(objects: impl IntoIterator<Item = K>) -> Self {
@@ -110,7 +165,11 @@ where
         }
         writer.apply_watcher_event(&Event::InitDone);
         let (_tx, generation) = watch::channel(1u64);
-        Self { store, generation }
+        Self {
+            store,
+            generation,
+            by_name: Arc::default(),
+        }
     }
 }
 
@@ -119,6 +178,7 @@ async fn feed<K>(
     config: watcher::Config,
     mut writer: reflector::store::Writer<K>,
     generation: watch::Sender<u64>,
+    by_name: Arc<NameNotifiers>,
     stop: CancellationToken,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -142,7 +202,7 @@ async fn feed<K>(
         writer.apply_watcher_event(&event);
         // During a re-list the store swaps its contents only at InitDone: announce then, and
         // for every single change once listed.
-        let announce = match event {
+        let announce = match &event {
             Event::Init | Event::InitApply(_) => false,
             Event::InitDone => {
                 listed = true;
@@ -152,6 +212,14 @@ async fn feed<K>(
         };
         if announce {
             generation.send_modify(|g| *g += 1);
+            match &event {
+                Event::Apply(obj) | Event::Delete(obj) => {
+                    if let Some(name) = obj.meta().name.as_deref() {
+                        by_name.notify(name);
+                    }
+                }
+                _ => by_name.notify_all(),
+            }
         }
     }
 }
