@@ -133,31 +133,28 @@ pub(crate) fn is_no_op(ctx: &Ctx, volume: &VolumeToAttach) -> bool {
 
 /// Seed 000's no-op attach, done in the reconciler pass itself (the caller registered the
 /// operation): the volume is attached at once, so the same pass lists it in the node's
-/// `volumesAttached`, instead of a task that the next pass (a period later) would report. Only
-/// the Events are written in the background.
+/// `volumesAttached`, instead of a task that the next pass (a period later) would report.
+/// Returns the `SuccessfulAttachVolume` Events to write, which the caller sends after the node
+/// status (they are not on the path to attached).
 pub(crate) fn attach_no_op(
-    ctx: &Arc<Ctx>,
-    tasks: &mut tokio::task::JoinSet<()>,
-    volume: VolumeToAttach,
-    node: String,
+    ctx: &Ctx,
+    volume: &VolumeToAttach,
+    node: &str,
     pods: Vec<PodRef>,
-) {
-    let Backend::Csi { volume: v, .. } = &volume.backend else {
-        return;
-    };
-    let how = DetachHow::Csi {
-        driver: v.driver.clone(),
-        handle: v.volume_handle.clone(),
-    };
-    {
+) -> (Vec<PodRef>, String) {
+    if let Backend::Csi { volume: v, .. } = &volume.backend {
+        let how = DetachHow::Csi {
+            driver: v.driver.clone(),
+            handle: v.volume_handle.clone(),
+        };
         let mut state = ctx.state();
         state
             .ops
-            .finish(&volume.unique_name, &node, volume.multi_attach);
+            .finish(&volume.unique_name, node, volume.multi_attach);
         mark_attached(
             &mut state,
-            &volume,
-            &node,
+            volume,
+            node,
             Attachment::new(how, String::new(), true),
         );
     }
@@ -168,15 +165,25 @@ pub(crate) fn attach_no_op(
         volume.migrated(),
         Duration::ZERO,
     );
-    let ctx = ctx.clone();
-    let message = attach_succeeded(&volume.spec_name);
-    tasks.spawn(async move {
-        for pod in &pods {
-            ctx.events
-                .pod_event(pod, false, SUCCESSFUL_ATTACH, &message)
-                .await;
-        }
-    });
+    (pods, attach_succeeded(&volume.spec_name))
+}
+
+/// Writes `SuccessfulAttachVolume` Events in the background.
+pub(crate) fn spawn_success_events(
+    ctx: &Arc<Ctx>,
+    tasks: &mut tokio::task::JoinSet<()>,
+    events: Vec<(Vec<PodRef>, String)>,
+) {
+    for (pods, message) in events {
+        let ctx = ctx.clone();
+        tasks.spawn(async move {
+            for pod in &pods {
+                ctx.events
+                    .pod_event(pod, false, SUCCESSFUL_ATTACH, &message)
+                    .await;
+            }
+        });
+    }
 }
 
 fn mark_attached(

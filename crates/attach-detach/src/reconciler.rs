@@ -17,7 +17,7 @@ use crate::cache::{Attachment, DetachHow, PodRef, VolumeNode, VolumeToAttach};
 use crate::controller::{Ctx, State};
 use crate::events::{FAILED_ATTACH, FORCED_DETACH, attach_failed, multi_attach};
 use crate::metrics::{ACTUAL, DESIRED};
-use crate::operations::{attach_no_op, is_no_op, start_attach, start_detach};
+use crate::operations::{attach_no_op, is_no_op, spawn_success_events, start_attach, start_detach};
 use crate::populator::{self, Desired};
 use crate::statusupdater::NodeStatusUpdater;
 
@@ -100,14 +100,16 @@ impl Reconciler {
                 .await;
         }
         self.detach(ctx, tasks, plan.detaches).await;
+        let mut no_op_events = Vec::new();
         for (volume, node, pods) in plan.attaches {
             if is_no_op(ctx, &volume) {
-                attach_no_op(ctx, tasks, volume, node, pods);
+                no_op_events.push(attach_no_op(ctx, &volume, &node, pods));
             } else {
                 start_attach(ctx, tasks, volume, node, pods);
             }
         }
         self.write_status(ctx).await;
+        spawn_success_events(ctx, tasks, no_op_events);
     }
 
     async fn report_failures(&mut self, ctx: &Ctx, desired: &Desired) {
@@ -283,9 +285,20 @@ impl Reconciler {
             let state = ctx.state();
             self.status.changed(ctx, &state.asw)
         };
-        for (node, reported) in changed {
-            if let Err(e) = self.status.write(ctx, &node, reported).await {
-                tracing::warn!(node = %node, error = %e, "node status not written; retried next pass");
+        // One patch per node, all nodes at once: a pass that attached volumes on every node
+        // should not make the last node wait for the others' round trips.
+        let results =
+            futures::future::join_all(changed.into_iter().map(|(node, reported)| async move {
+                let result = NodeStatusUpdater::patch(ctx, &node, &reported).await;
+                (node, reported, result)
+            }))
+            .await;
+        for (node, reported, result) in results {
+            match result {
+                Ok(updated) => self.status.written(&node, &updated, reported),
+                Err(e) => {
+                    tracing::warn!(node = %node, error = %e, "node status not written; retried next pass")
+                }
             }
         }
     }

@@ -103,13 +103,21 @@ impl NodeStatusUpdater {
         node: &str,
         reported: Reported,
     ) -> Result<(), Error> {
+        let updated = Self::patch(ctx, node, &reported).await?;
+        self.written(node, &updated, reported);
+        Ok(())
+    }
+
+    /// The patch of one node's list, without remembering it (see [`Self::written`]): lets a
+    /// pass patch several nodes at once.
+    pub(crate) async fn patch(ctx: &Ctx, node: &str, reported: &Reported) -> Result<Node, Error> {
         let api: Api<Node> = Api::all(ctx.client.clone());
         ctx.metrics.api_write("patch", "nodes");
         let updated = api
             .patch_status(
                 node,
                 &PatchParams::default(),
-                &Patch::Merge(&patch_body(&reported)),
+                &Patch::Merge(&patch_body(reported)),
             )
             .await
             .map_err(|e| Error::kube(format!("patch node {node} status.volumesAttached"), e))?;
@@ -118,9 +126,13 @@ impl NodeStatusUpdater {
             volumes = reported.len(),
             "node status.volumesAttached written"
         );
+        Ok(updated)
+    }
+
+    /// Remembers what a successful patch wrote.
+    pub(crate) fn written(&mut self, node: &str, updated: &Node, reported: Reported) {
         self.written
-            .insert(node.to_string(), (node_uid(&updated), reported));
-        Ok(())
+            .insert(node.to_string(), (node_uid(updated), reported));
     }
 }
 
