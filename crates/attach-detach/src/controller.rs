@@ -107,6 +107,9 @@ impl Ctx {
     }
 }
 
+/// How long a pass waits after a pod change for more of them.
+const POD_CHANGE_COALESCE: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// The attach/detach controller on one client.
 pub struct Controller {
     client: Client,
@@ -176,13 +179,25 @@ impl Controller {
         ctx.state().asw = asw;
         let mut reconciler = Reconciler::new(&ctx);
         let mut operations = JoinSet::new();
+        let mut pods_changed = ctx.caches.pods.changed();
+        let mut pods_live = true;
         loop {
             reconciler.pass(&ctx, &mut operations).await;
             // Reap finished operation tasks (their results are already in the state).
             while operations.try_join_next().is_some() {}
+            let period = ctx.options.reconciler_sync_period;
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(ctx.options.reconciler_sync_period) => {}
+                () = tokio::time::sleep(period) => {}
+                // A pod came, went or changed: pass again soon instead of a whole period later
+                // (kube-controller-manager's populator takes pods in at once, then waits for its
+                // reconciler's period). The pause coalesces a burst of pods into one pass; other
+                // changes (VolumeAttachments, node status) wait for the period, which batches
+                // node status patches.
+                r = pods_changed.changed(), if pods_live => {
+                    pods_live = r.is_ok();
+                    tokio::time::sleep(POD_CHANGE_COALESCE.min(period)).await;
+                }
             }
         }
         operations.abort_all();
