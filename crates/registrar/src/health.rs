@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::Error;
 use crate::server::Status;
 
-/// A running health server; dropping the token's guard stops it.
+/// A running health server; cancelling `stop` ends it (`Running` does, on wait and on drop).
 pub(crate) struct HealthServer {
     pub(crate) local_addr: SocketAddr,
     pub(crate) stop: CancellationToken,
