@@ -1,10 +1,12 @@
 //! Compiles `proto/pluginregistration.proto` with tonic-prost-build (protoc from
-//! `protoc-bin-vendored`, as in `csi-spec`), then sets the RELR link flags that
-//! `../../build/relr.rs` sets for every other binary crate (a package has one build script, and
-//! that one's `main` is private, so its three lines are repeated here; see it for the why).
+//! `protoc-bin-vendored`, as in `csi-spec`), then sets the RELR link flags of every binary crate
+//! (`../../build/relr.rs`, included as a module: a package has one build script).
 
 use std::io;
 use std::path::PathBuf;
+
+#[path = "../../build/relr.rs"]
+mod relr;
 
 fn main() -> io::Result<()> {
     let protoc = protoc_bin_vendored::protoc_bin_path().map_err(io::Error::other)?;
@@ -19,11 +21,6 @@ fn main() -> io::Result<()> {
             &[PathBuf::from("proto")],
         )?;
     println!("cargo:rerun-if-changed=proto/pluginregistration.proto");
-    println!("cargo:rerun-if-env-changed=CSI_RS_NO_RELR");
-    let linux_gnu = std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux")
-        && std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu");
-    if linux_gnu && std::env::var_os("CSI_RS_NO_RELR").is_none() {
-        println!("cargo:rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
-    }
+    relr::link_args();
     Ok(())
 }
