@@ -76,30 +76,30 @@ impl AwsEbsPlugin {
             }
             Some(AttachmentState::Detaching) => {
                 tracing::info!(volume_id = %id, instance_id, "a detach is in progress; waiting for it before attaching");
-                cloud
-                    .wait_for_attachment_state(
-                        &id,
-                        instance_id,
-                        AttachmentState::Detached,
-                        remaining(deadline),
-                    )
-                    .await
-                    .map_err(|e| cloud_error(OP, &id, e))?;
+                wait_for(
+                    cloud.as_ref(),
+                    OP,
+                    &id,
+                    instance_id,
+                    AttachmentState::Detached,
+                    deadline,
+                )
+                .await?;
                 attach_disk(cloud.as_ref(), &id, instance_id).await?
             }
             Some(AttachmentState::Detached) | None => {
                 attach_disk(cloud.as_ref(), &id, instance_id).await?
             }
         };
-        let attachment = cloud
-            .wait_for_attachment_state(
-                &id,
-                instance_id,
-                AttachmentState::Attached,
-                remaining(deadline),
-            )
-            .await
-            .map_err(|e| cloud_error(OP, &id, e))?;
+        let attachment = wait_for(
+            cloud.as_ref(),
+            OP,
+            &id,
+            instance_id,
+            AttachmentState::Attached,
+            deadline,
+        )
+        .await?;
         let device = attachment.map_or(requested, |a| a.device);
         tracing::info!(volume_id = %id, instance_id, device, "attached");
         Ok(device)
@@ -140,15 +140,15 @@ impl AwsEbsPlugin {
             Some(s) => {
                 if s == AttachmentState::Attaching {
                     tracing::info!(volume_id = %id, instance_id, "the volume is still attaching; waiting for it before detaching");
-                    cloud
-                        .wait_for_attachment_state(
-                            &id,
-                            instance_id,
-                            AttachmentState::Attached,
-                            remaining(deadline),
-                        )
-                        .await
-                        .map_err(|e| cloud_error(OP, &id, e))?;
+                    wait_for(
+                        cloud.as_ref(),
+                        OP,
+                        &id,
+                        instance_id,
+                        AttachmentState::Attached,
+                        deadline,
+                    )
+                    .await?;
                 }
                 let sent = cloud
                     .detach_disk(&id, instance_id)
@@ -157,15 +157,15 @@ impl AwsEbsPlugin {
                 tracing::info!(volume_id = %id, instance_id, sent, "DetachVolume");
             }
         }
-        cloud
-            .wait_for_attachment_state(
-                &id,
-                instance_id,
-                AttachmentState::Detached,
-                remaining(deadline),
-            )
-            .await
-            .map_err(|e| cloud_error(OP, &id, e))?;
+        wait_for(
+            cloud.as_ref(),
+            OP,
+            &id,
+            instance_id,
+            AttachmentState::Detached,
+            deadline,
+        )
+        .await?;
         tracing::info!(volume_id = %id, instance_id, "detached");
         Ok(true)
     }
@@ -230,6 +230,21 @@ async fn attach_disk(cloud: &dyn Cloud, volume_id: &str, instance_id: &str) -> R
         .map_err(|e| cloud_error("attach", volume_id, e))?;
     tracing::info!(volume_id, instance_id, device, "AttachVolume");
     Ok(device)
+}
+
+/// Waits (until `deadline`) for the volume's attachment to the instance to be in `state`.
+async fn wait_for(
+    cloud: &dyn Cloud,
+    operation: &'static str,
+    volume_id: &str,
+    instance_id: &str,
+    state: AttachmentState,
+    deadline: Instant,
+) -> Result<Option<ebs_cloud::VolumeAttachment>> {
+    cloud
+        .wait_for_attachment_state(volume_id, instance_id, state, remaining(deadline))
+        .await
+        .map_err(|e| cloud_error(operation, volume_id, e))
 }
 
 fn check_instance(instance_id: &str, volume_id: &str) -> Result<()> {
