@@ -46,6 +46,26 @@ fn cap_eff_has(status: &str, bit: u32) -> bool {
         .is_some_and(|mask| bit < 64 && mask & (1u64 << bit) != 0)
 }
 
+/// Polls `check` every 20 ms until it returns `Some`, and panics naming `what` once `patience`
+/// has passed: how tests wait for a controller to reach a state they then assert on.
+pub async fn eventually<T, F, Fut>(what: &str, patience: std::time::Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {patience:?} waiting for: {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

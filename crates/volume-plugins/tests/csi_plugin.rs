@@ -256,19 +256,12 @@ fn pv_volume(pv: &str, handle: &str) -> CsiVolume {
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, or panics after [`PATIENCE`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    test_support::eventually(what, PATIENCE, check).await
 }
 
 /// attachRequired true, and no CSIDriver at all (attachable as Kubernetes assumes), in both

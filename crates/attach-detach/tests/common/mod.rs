@@ -527,22 +527,12 @@ pub fn csi_name(driver: &str, handle: &str) -> String {
 }
 
 /// Polls `check` every 20 ms until it returns `Some`, or panics after [`PATIENCE`].
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {PATIENCE:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    test_support::eventually(what, PATIENCE, check).await
 }
 
 /// Checks `check` stays true for `period` (a bounded "nothing happens").
