@@ -13,7 +13,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::Error;
-use crate::config::Backing;
+use crate::config::{Backing, DeviceLayout};
+use crate::links::{self, remove_link_to, replace_link};
 use crate::model::{AttachState, Cloud};
 
 const GIB: u64 = 1 << 30;
@@ -34,6 +35,7 @@ pub(crate) struct Disks {
     state_dir: PathBuf,
     device_dir: PathBuf,
     backing: Backing,
+    layout: DeviceLayout,
     devices: BTreeMap<String, Device>,
     /// The largest image length the state dir's filesystem accepts, once a volume needed
     /// more (0: not needed yet). Images of bigger volumes are capped to it.
@@ -60,6 +62,7 @@ impl Disks {
         state_dir: &Path,
         device_dir: &Path,
         backing: Backing,
+        layout: DeviceLayout,
     ) -> Result<Disks, Error> {
         for d in [state_dir.join("volumes"), state_dir.join("snapshots")] {
             fs::create_dir_all(&d).map_err(io_err(&d))?;
@@ -71,13 +74,18 @@ impl Disks {
                     "backing 'loop' needs /dev/loop-control (root with loop support); use backing 'file' otherwise".into(),
                 ));
             }
-            let by_id = device_dir.join("disk/by-id");
-            fs::create_dir_all(&by_id).map_err(io_err(&by_id))?;
+            // Instance dirs (and their disk/by-id) are made with their first link.
+            let dir = match layout {
+                DeviceLayout::Shared => device_dir.join("disk/by-id"),
+                DeviceLayout::PerInstance => device_dir.to_path_buf(),
+            };
+            fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         }
         Ok(Disks {
             state_dir: state_dir.to_path_buf(),
             device_dir: device_dir.to_path_buf(),
             backing,
+            layout,
             devices: BTreeMap::new(),
             max_image_len: AtomicU64::new(0),
         })
@@ -229,25 +237,7 @@ impl Disks {
         if self.backing != Backing::Loop {
             return Ok(());
         }
-        let mut want: BTreeMap<String, BTreeSet<PathBuf>> = BTreeMap::new();
-        for v in cloud.volumes.values() {
-            let mut links = BTreeSet::new();
-            for a in &v.attachments {
-                let visible = match a.state {
-                    AttachState::Attached => true,
-                    AttachState::Detaching => !a.never_attached,
-                    AttachState::Attaching => false,
-                };
-                if visible {
-                    let name = a.device.trim_start_matches("/dev/");
-                    links.insert(self.device_dir.join(name));
-                }
-            }
-            if !links.is_empty() {
-                links.insert(self.device_dir.join("disk/by-id").join(by_id_name(&v.id)));
-                want.insert(v.id.clone(), links);
-            }
-        }
+        let want = links::wanted(cloud, &self.device_dir, self.layout);
         let mut first_err = None;
         let stale: Vec<String> = self
             .devices
@@ -310,7 +300,7 @@ impl Disks {
             .map(|d| d.links)
             .unwrap_or_default();
         for gone in old.difference(&links) {
-            remove_link(gone);
+            remove_link_to(gone, Path::new(&loop_dev));
         }
         for link in &links {
             replace_link(link, Path::new(&loop_dev))?;
@@ -324,7 +314,7 @@ impl Disks {
     fn release(&mut self, id: &str) -> Result<(), Error> {
         if let Some(dev) = self.devices.remove(id) {
             for link in &dev.links {
-                remove_link(link);
+                remove_link_to(link, Path::new(&dev.loop_dev));
             }
             // Only if the device still serves this volume's image: were it freed behind our back
             // (an autoclear detach) and taken for another image, `-d` would cut off that one.
@@ -395,6 +385,21 @@ impl Disks {
         }
     }
 
+    /// With `PerInstance`, removes device links in instance dirs that no device of this
+    /// process has (left by a process killed while a detach finished). Called at start, after
+    /// the first reconcile, when every wanted link is known.
+    pub(crate) fn sweep_stale_links(&self) {
+        if self.backing != Backing::Loop || self.layout != DeviceLayout::PerInstance {
+            return;
+        }
+        let keep: BTreeSet<&Path> = self
+            .devices
+            .values()
+            .flat_map(|d| d.links.iter().map(PathBuf::as_path))
+            .collect();
+        links::sweep_stale(&self.device_dir, &keep);
+    }
+
     /// Releases every loop device this process holds (shutdown); the state still says
     /// attached, and the next start brings them back.
     pub(crate) fn release_all(&mut self) -> Result<(), Error> {
@@ -414,25 +419,6 @@ impl Disks {
 
 fn too_large(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(EFBIG | EINVAL))
-}
-
-fn replace_link(link: &Path, target: &Path) -> Result<(), Error> {
-    if fs::read_link(link).is_ok_and(|t| t == target) {
-        return Ok(());
-    }
-    if let Some(parent) = link.parent() {
-        fs::create_dir_all(parent).map_err(io_err(parent))?;
-    }
-    let _ = fs::remove_file(link);
-    std::os::unix::fs::symlink(target, link).map_err(io_err(link))
-}
-
-fn remove_link(link: &Path) {
-    if let Err(e) = fs::remove_file(link) {
-        if e.kind() != std::io::ErrorKind::NotFound {
-            tracing::warn!(link = %link.display(), error = %e, "cannot remove device symlink");
-        }
-    }
 }
 
 /// Runs losetup and returns its trimmed stdout.
@@ -503,7 +489,13 @@ mod tests {
     #[test]
     fn images_are_sparse_and_snapshots_copy_content() {
         let dir = tempfile::tempdir().unwrap();
-        let disks = Disks::new(dir.path(), &dir.path().join("dev"), Backing::File).unwrap();
+        let disks = Disks::new(
+            dir.path(),
+            &dir.path().join("dev"),
+            Backing::File,
+            DeviceLayout::Shared,
+        )
+        .unwrap();
         disks.create_volume("vol-1", 2, None).unwrap();
         let meta = fs::metadata(disks.volume_path("vol-1")).unwrap();
         assert_eq!(meta.len(), 2 * GIB);
@@ -539,7 +531,13 @@ mod tests {
     #[test]
     fn images_too_large_for_the_filesystem_are_capped_and_keep_working() {
         let dir = tempfile::tempdir().unwrap();
-        let disks = Disks::new(dir.path(), &dir.path().join("dev"), Backing::File).unwrap();
+        let disks = Disks::new(
+            dir.path(),
+            &dir.path().join("dev"),
+            Backing::File,
+            DeviceLayout::Shared,
+        )
+        .unwrap();
         // 64 TiB: more than ext4 (16 TiB - 4 KiB) or any 32-bit-block filesystem holds.
         let nominal = 65_536 * GIB;
         disks.create_volume("vol-big", 16_384, None).unwrap();

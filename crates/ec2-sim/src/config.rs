@@ -1,7 +1,7 @@
 //! Configuration of one simulated EC2 region: zones, timing, backing and faults.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,8 @@ pub struct SimConfig {
     pub backing: Backing,
     /// Where attachment symlinks go; `None` means `state_dir/dev`.
     pub device_dir: Option<PathBuf>,
+    /// One device dir for every instance, or one per instance under `device_dir`.
+    pub device_layout: DeviceLayout,
     /// Fault injection, changeable at run time with [`crate::Simulator::set_faults`].
     pub faults: Faults,
     /// Volumes attachable to one instance (see [`DEFAULT_MAX_ATTACHMENTS`]).
@@ -52,6 +54,7 @@ impl Default for SimConfig {
             timing: Timing::Fast,
             backing: Backing::File,
             device_dir: None,
+            device_layout: DeviceLayout::Shared,
             faults: Faults::default(),
             max_attachments_per_instance: DEFAULT_MAX_ATTACHMENTS,
             kms_keys: vec![DEFAULT_KMS_ALIAS.to_string()],
@@ -65,6 +68,14 @@ impl SimConfig {
         self.device_dir
             .clone()
             .unwrap_or_else(|| self.state_dir.join("dev"))
+    }
+
+    /// The directory where an instance's device links appear: what the EBS driver's node
+    /// service on that instance takes as `--dev-root`. The device dir itself with
+    /// [`DeviceLayout::Shared`], `DEVDIR/<instance-id>` with [`DeviceLayout::PerInstance`].
+    pub fn node_dev_root(&self, instance_id: &str) -> PathBuf {
+        self.device_layout
+            .links_dir(&self.device_dir(), instance_id)
     }
 
     pub(crate) fn validate(&self) -> Result<(), Error> {
@@ -138,6 +149,36 @@ impl FromStr for Backing {
             ))),
         }
     }
+}
+
+/// Where the device links of an attachment go.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DeviceLayout {
+    /// One directory for all instances, as if they were one host: `DEVDIR/xvdba` and
+    /// `DEVDIR/disk/by-id/...`. Two instances using one device name for different volumes
+    /// overwrite each other's name link.
+    #[default]
+    Shared,
+    /// One directory per instance, `DEVDIR/<instance-id>/xvdba` and
+    /// `DEVDIR/<instance-id>/disk/by-id/...`, so that each instance can be a node with its own
+    /// device root and device names never collide across instances.
+    PerInstance,
+}
+
+impl DeviceLayout {
+    /// The directory holding `instance_id`'s links under `device_dir`.
+    pub(crate) fn links_dir(self, device_dir: &Path, instance_id: &str) -> PathBuf {
+        match self {
+            DeviceLayout::Shared => device_dir.to_path_buf(),
+            DeviceLayout::PerInstance => instance_device_dir(device_dir, instance_id),
+        }
+    }
+}
+
+/// `device_dir/<instance-id>`: where [`DeviceLayout::PerInstance`] puts an instance's device
+/// links (`xvdba`, `disk/by-id/...`), and so the `--dev-root` of that instance's node.
+pub fn instance_device_dir(device_dir: &Path, instance_id: &str) -> PathBuf {
+    device_dir.join(instance_id)
 }
 
 /// Fault injection knobs (JSON via `GET/PUT /_sim/faults`). Every field is optional.
@@ -273,6 +314,29 @@ mod tests {
         assert!(f.take_throttle("AttachVolume", || 0.0));
         assert!(!f.take_throttle("AttachVolume", || 0.0));
         assert_eq!(f.throttle[0].next, 0);
+    }
+
+    #[test]
+    fn node_dev_root_follows_the_layout() {
+        let mut c = SimConfig {
+            state_dir: PathBuf::from("/s"),
+            ..SimConfig::default()
+        };
+        assert_eq!(c.node_dev_root("i-0123456789abcdef0"), Path::new("/s/dev"));
+        c.device_layout = DeviceLayout::PerInstance;
+        assert_eq!(
+            c.node_dev_root("i-0123456789abcdef0"),
+            Path::new("/s/dev/i-0123456789abcdef0")
+        );
+        c.device_dir = Some(PathBuf::from("/d"));
+        assert_eq!(
+            c.node_dev_root("i-0123456789abcdef0"),
+            instance_device_dir(Path::new("/d"), "i-0123456789abcdef0")
+        );
+        assert_eq!(
+            instance_device_dir(Path::new("/d"), "i-0123456789abcdef0"),
+            Path::new("/d/i-0123456789abcdef0")
+        );
     }
 
     #[test]

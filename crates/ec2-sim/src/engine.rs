@@ -51,7 +51,12 @@ impl Engine {
             source,
         })?;
         let cloud = store::load(&config.state_dir)?;
-        let disks = Disks::new(&config.state_dir, &config.device_dir(), config.backing)?;
+        let disks = Disks::new(
+            &config.state_dir,
+            &config.device_dir(),
+            config.backing,
+            config.device_layout,
+        )?;
         let faults = config.faults.clone();
         let mut engine = Engine {
             config,
@@ -65,6 +70,7 @@ impl Engine {
         // Adopt or create the devices attachments need first, then drop leftovers.
         engine.disks.reconcile(&engine.cloud)?;
         engine.disks.release_orphans(&engine.cloud);
+        engine.disks.sweep_stale_links();
         Ok(engine)
     }
 

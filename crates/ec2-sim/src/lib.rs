@@ -10,6 +10,7 @@ mod config;
 mod engine;
 mod ids;
 mod limits;
+mod links;
 mod metrics;
 mod model;
 mod query;
@@ -21,7 +22,8 @@ mod xml;
 use std::path::PathBuf;
 
 pub use config::{
-    Backing, DEFAULT_KMS_ALIAS, DEFAULT_MAX_ATTACHMENTS, Faults, SimConfig, Throttle, Timing,
+    Backing, DEFAULT_KMS_ALIAS, DEFAULT_MAX_ATTACHMENTS, DeviceLayout, Faults, SimConfig, Throttle,
+    Timing, instance_device_dir,
 };
 pub use server::{Simulator, run};
 
@@ -30,7 +32,8 @@ pub fn supported_actions() -> &'static [&'static str] {
     engine::ACTIONS
 }
 
-/// The by-id symlink name of a volume under `device_dir/disk/by-id/`.
+/// The by-id symlink name of a volume under `device_dir/disk/by-id/` (with
+/// [`DeviceLayout::PerInstance`], under `instance_device_dir(device_dir, instance)/disk/by-id/`).
 pub fn by_id_link_name(volume_id: &str) -> String {
     backing::by_id_name(volume_id)
 }

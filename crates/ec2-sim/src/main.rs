@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
-use ec2_sim::{Backing, DEFAULT_MAX_ATTACHMENTS, Faults, SimConfig, Timing};
+use ec2_sim::{Backing, DEFAULT_MAX_ATTACHMENTS, DeviceLayout, Faults, SimConfig, Timing};
 
 /// An EC2-compatible endpoint for the EBS subset (volumes, attachments, snapshots,
 /// modifications, instances), strict like AWS, backed by sparse files or loop devices.
@@ -36,6 +36,11 @@ struct Args {
     /// Where attachment symlinks go (default: STATE_DIR/dev).
     #[arg(long)]
     device_dir: Option<PathBuf>,
+    /// Put each instance's links in DEVICE_DIR/<instance-id>/ (xvdba, disk/by-id/...), so
+    /// every instance is a node with its own --dev-root and device names never collide
+    /// across instances; without it all instances share DEVICE_DIR.
+    #[arg(long)]
+    per_instance_device_dirs: bool,
     /// Volumes attachable to one instance.
     #[arg(long, default_value_t = DEFAULT_MAX_ATTACHMENTS)]
     max_attachments: usize,
@@ -81,6 +86,11 @@ fn config(args: Args) -> anyhow::Result<SimConfig> {
         timing: args.timing,
         backing: args.backing,
         device_dir: args.device_dir,
+        device_layout: if args.per_instance_device_dirs {
+            DeviceLayout::PerInstance
+        } else {
+            DeviceLayout::Shared
+        },
         faults,
         max_attachments_per_instance: args.max_attachments,
         kms_keys,

@@ -133,6 +133,12 @@ impl Simulator {
             .map(str::to_string)
     }
 
+    /// Where `instance_id`'s device links appear: the `--dev-root` of the EBS driver's node
+    /// service on that instance (see [`SimConfig::node_dev_root`]).
+    pub fn node_dev_root(&self, instance_id: &str) -> std::path::PathBuf {
+        lock(&self.shared.engine).config.node_dev_root(instance_id)
+    }
+
     /// Stops serving, saves the state and releases the loop devices this process made.
     pub async fn shutdown(mut self) -> Result<(), Error> {
         self.stop_tasks();

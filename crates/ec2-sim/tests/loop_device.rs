@@ -6,38 +6,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::loops::{LoopCleanup, backing_of, loops_of, skip_reason, wait_for};
 use common::{Ec2, Sim, spawn_binary, start_with};
 use ec2_sim::{Backing, SimConfig, Simulator, Timing};
-
-/// Why the loop tests cannot run here, if they cannot.
-fn skip_reason() -> Option<String> {
-    // /proc/self/status carries the effective UID (no libc call needed).
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let euid = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        .unwrap_or("");
-    if euid != "0" {
-        return Some(format!("not root (euid {euid})"));
-    }
-    if !Path::new("/dev/loop-control").exists() {
-        return Some("no /dev/loop-control".into());
-    }
-    for tool in ["losetup", "mkfs.ext4", "mount", "umount"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false);
-        if !found {
-            return Some(format!("{tool} not on PATH"));
-        }
-    }
-    None
-}
 
 /// Unmounts on drop (lazily, so a failing test still cleans up).
 struct Mount(PathBuf);
@@ -57,26 +30,6 @@ impl Drop for Mount {
         if !st.map(|s| s.success()).unwrap_or(false) {
             let _ = Command::new("umount").arg("-l").arg(&self.0).status();
         }
-    }
-}
-
-fn loops_of(image: &Path) -> Vec<String> {
-    let out = Command::new("losetup")
-        .arg("-j")
-        .arg(image)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split(':').next().map(str::to_string))
-        .collect()
-}
-
-async fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -196,15 +149,6 @@ async fn loop_attach_format_mount_detach_reattach_restart() {
     assert!(loops_of(&image).is_empty());
 }
 
-/// The backing file a loop device serves now (empty once it is free).
-fn backing_of(loop_dev: &Path) -> String {
-    let name = loop_dev.file_name().unwrap().to_string_lossy().to_string();
-    std::fs::read_to_string(format!("/sys/block/{name}/loop/backing_file"))
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
-
 /// A detach while something still holds the loop device open only marks it for release at the
 /// last close (autoclear). A re-attach in that window must not adopt the doomed device: at the
 /// close it would be freed, the volume's links would point at a free device (or at whatever
@@ -253,17 +197,6 @@ async fn reattach_while_the_old_device_is_still_open_gets_a_live_device() {
     detach(&ec2, &w).await;
     sim.shutdown().await.unwrap();
     assert!(loops_of(&v_image).is_empty() && loops_of(&w_image).is_empty());
-}
-
-/// Detaches every loop device of an image on drop (a crashed simulator's leftovers).
-struct LoopCleanup(PathBuf);
-
-impl Drop for LoopCleanup {
-    fn drop(&mut self) {
-        for dev in loops_of(&self.0) {
-            let _ = Command::new("losetup").arg("-d").arg(&dev).status();
-        }
-    }
 }
 
 #[tokio::test]

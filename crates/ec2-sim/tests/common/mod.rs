@@ -15,6 +15,8 @@ use hyper_util::rt::TokioExecutor;
 use quick_xml::Reader;
 use quick_xml::events::Event;
 
+pub mod loops;
+
 /// One XML element: local name, concatenated text, children.
 #[derive(Debug, Clone, Default)]
 pub struct Node {
