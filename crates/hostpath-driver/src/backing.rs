@@ -98,11 +98,7 @@ pub(crate) async fn copy(src: &Path, dst: &Path, kind: Kind, size: u64) -> Resul
             std::fs::create_dir_all(&tmp).map_err(|e| Error::io("creating directory", &tmp, e))?;
             let mut from = src.as_os_str().to_owned();
             from.push("/.");
-            cmd::run_ok(
-                "cp",
-                ["-a".as_ref(), from.as_os_str(), tmp.as_os_str()],
-            )
-            .await?;
+            cmd::run_ok("cp", ["-a".as_ref(), from.as_os_str(), tmp.as_os_str()]).await?;
         }
         Kind::Block => {
             cmd::run_ok(

@@ -149,8 +149,7 @@ impl ControllerSvc {
             )));
         }
         let source = content_source(req.volume_content_source.as_ref())?;
-        if !validate::topology_allows(req.accessibility_requirements.as_ref(), &d.config.node_id)
-        {
+        if !validate::topology_allows(req.accessibility_requirements.as_ref(), &d.config.node_id) {
             return Err(Error::ResourceExhausted(format!(
                 "accessibility_requirements: no requisite topology has {TOPOLOGY_KEY}={}; a hostpath volume can only be created on the node whose driver is asked",
                 d.config.node_id
@@ -564,7 +563,9 @@ impl Controller for ControllerSvc {
             .snapshots
             .values()
             .filter(|s| req.snapshot_id.is_empty() || s.id == req.snapshot_id)
-            .filter(|s| req.source_volume_id.is_empty() || s.source_volume_id == req.source_volume_id)
+            .filter(|s| {
+                req.source_volume_id.is_empty() || s.source_volume_id == req.source_volume_id
+            })
             .collect();
         let (items, next_token) = page(all, req.max_entries, &req.starting_token)?;
         Ok(Response::new(ListSnapshotsResponse {

@@ -194,9 +194,9 @@ async fn serve_driver(
         "starting"
     );
     let router = Server::builder()
-        .add_service(IdentityServer::new(identity::IdentitySvc::new(
-            Arc::clone(&driver),
-        )))
+        .add_service(IdentityServer::new(identity::IdentitySvc::new(Arc::clone(
+            &driver,
+        ))))
         .add_service(ControllerServer::new(controller::ControllerSvc::new(
             Arc::clone(&driver),
         )))
@@ -225,10 +225,7 @@ mod tests {
             "volume v1 does not exist"
         );
         assert_eq!(Error::BadToken("x".into()).code(), Code::Aborted);
-        assert_eq!(
-            Error::OutOfRange("too big".into()).code(),
-            Code::OutOfRange
-        );
+        assert_eq!(Error::OutOfRange("too big".into()).code(), Code::OutOfRange);
         assert_eq!(
             Error::ResourceExhausted("full".into()).code(),
             Code::ResourceExhausted

@@ -28,7 +28,11 @@ struct Flags {
     driver_name: String,
 
     /// Directory for volumes, snapshots and the state file.
-    #[arg(long = "state-dir", alias = "statedir", default_value = "/csi-data-dir")]
+    #[arg(
+        long = "state-dir",
+        alias = "statedir",
+        default_value = "/csi-data-dir"
+    )]
     state_dir: PathBuf,
 
     /// NodeGetInfo's max_volumes_per_node; 0 leaves it unset.

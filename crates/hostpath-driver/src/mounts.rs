@@ -37,9 +37,7 @@ pub(crate) fn device_number(path: &Path) -> Option<(u32, u32)> {
 
 /// The mount at `path` if it is a bind of directory `dir`.
 pub(crate) async fn dir_mount(path: &Path, dir: &Path) -> Result<Option<MountEntry>> {
-    Ok(mount_at(path)
-        .await?
-        .filter(|_| same_inode(path, dir)))
+    Ok(mount_at(path).await?.filter(|_| same_inode(path, dir)))
 }
 
 /// The mount at `path` if it is a bind of the block device `dev`.

@@ -285,8 +285,8 @@ impl NodeSvc {
                 other.display()
             )));
         }
-        let staging = (!req.staging_target_path.is_empty())
-            .then(|| PathBuf::from(&req.staging_target_path));
+        let staging =
+            (!req.staging_target_path.is_empty()).then(|| PathBuf::from(&req.staging_target_path));
         let existing = match v.kind {
             Kind::Mount => {
                 let dir = d.volume_path(v);
@@ -331,7 +331,11 @@ impl NodeSvc {
                     "volume {} is already mounted at target_path {} {}, but {} was asked for",
                     v.id,
                     target.display(),
-                    if entry.read_only() { "read-only" } else { "read-write" },
+                    if entry.read_only() {
+                        "read-only"
+                    } else {
+                        "read-write"
+                    },
                     if read_only { "read-only" } else { "read-write" },
                 )));
             }

@@ -216,7 +216,10 @@ mod tests {
         ];
         let e = capabilities("volume_capabilities", &mixed).unwrap_err();
         assert!(e.to_string().contains("mixes mount and block"), "{e}");
-        let bad = [mount(Mode::SingleNodeWriter), mount(Mode::MultiNodeReaderOnly)];
+        let bad = [
+            mount(Mode::SingleNodeWriter),
+            mount(Mode::MultiNodeReaderOnly),
+        ];
         let e = capabilities("volume_capabilities", &bad).unwrap_err();
         assert!(
             e.to_string()

@@ -604,10 +604,7 @@ async fn capacity_is_enforced_and_reported() {
     assert_eq!(available(&mut c, None).await, 10 * MIB);
     let first = create(&mut c, "pvc-1", 6 * MIB, mount_cap()).await;
     assert_eq!(available(&mut c, None).await, 4 * MIB);
-    assert_eq!(
-        available(&mut c, Some(node_topology(NODE))).await,
-        4 * MIB
-    );
+    assert_eq!(available(&mut c, Some(node_topology(NODE))).await, 4 * MIB);
     // Another node's topology has nothing of this driver's.
     assert_eq!(available(&mut c, Some(node_topology("node-b"))).await, 0);
 

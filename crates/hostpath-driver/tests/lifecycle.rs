@@ -43,27 +43,15 @@ async fn mount_volume_lifecycle() {
         "already staged",
     );
     for _ in 0..2 {
-        n.node_publish_volume(publish_req(
-            id,
-            Some(&staging),
-            &target,
-            mount_cap(),
-            false,
-        ))
-        .await
-        .unwrap();
+        n.node_publish_volume(publish_req(id, Some(&staging), &target, mount_cap(), false))
+            .await
+            .unwrap();
     }
     assert_eq!(mounts_at(&target), 1, "a repeated publish mounts once");
     // The same target read-only is incompatible with the read-write publish.
     expect_code(
-        n.node_publish_volume(publish_req(
-            id,
-            Some(&staging),
-            &target,
-            mount_cap(),
-            true,
-        ))
-        .await,
+        n.node_publish_volume(publish_req(id, Some(&staging), &target, mount_cap(), true))
+            .await,
         Code::AlreadyExists,
         "read_only",
     );
@@ -238,23 +226,25 @@ async fn block_volume_lifecycle() {
             .unwrap();
     }
     let loops = loops_of(&image);
-    assert_eq!(loops.len(), 1, "one loop device after two stages: {loops:?}");
+    assert_eq!(
+        loops.len(),
+        1,
+        "one loop device after two stages: {loops:?}"
+    );
     for _ in 0..2 {
-        n.node_publish_volume(publish_req(
-            id,
-            Some(&staging),
-            &target,
-            block_cap(),
-            false,
-        ))
-        .await
-        .unwrap();
+        n.node_publish_volume(publish_req(id, Some(&staging), &target, block_cap(), false))
+            .await
+            .unwrap();
     }
     assert_eq!(mounts_at(&target), 1);
     let meta = std::fs::metadata(&target).unwrap();
     assert!(meta.file_type().is_block_device(), "{meta:?}");
     let loop_meta = std::fs::metadata(&loops[0]).unwrap();
-    assert_eq!(meta.rdev(), loop_meta.rdev(), "the target is the loop device");
+    assert_eq!(
+        meta.rdev(),
+        loop_meta.rdev(),
+        "the target is the loop device"
+    );
 
     // Write a pattern with dd through the target.
     let pattern: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
@@ -395,7 +385,10 @@ async fn ephemeral_inline_volume_lives_from_publish_to_unpublish() {
     n.node_unpublish_volume(unpublish_req(id, &target))
         .await
         .unwrap();
-    assert!(!dir.exists(), "the ephemeral volume goes with its last publish");
+    assert!(
+        !dir.exists(),
+        "the ephemeral volume goes with its last publish"
+    );
     assert!(list_all(&mut c, 0).await.is_empty());
     // Gone now: a repeat is NOT_FOUND like any unknown volume.
     expect_code(
@@ -507,13 +500,7 @@ async fn without_stage_unstage_publish_works_from_the_volume() {
         .await
         .unwrap();
     assert_eq!(
-        std::fs::read(
-            s.state_dir()
-                .join("volumes")
-                .join(&m.volume_id)
-                .join("f")
-        )
-        .unwrap(),
+        std::fs::read(s.state_dir().join("volumes").join(&m.volume_id).join("f")).unwrap(),
         b"direct"
     );
 }
