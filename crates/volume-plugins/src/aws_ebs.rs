@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 pub use crate::names::AWS_EBS_PLUGIN_NAME;
 pub use attacher::AwsEbsPlugin;
-pub use mounter::{mount_device, unmount_device, wait_for_attach};
+pub use mounter::{mount_device, unmount_device, wait_for_attach, wait_for_attach_under};
 
 use crate::{Error, Result};
 

@@ -35,13 +35,25 @@ pub async fn wait_for_attach(
     spec_volume_id: &str,
     timeout: Duration,
 ) -> Result<PathBuf> {
+    wait_for_attach_under(Path::new("/dev"), device_path, spec_volume_id, timeout).await
+}
+
+/// [`wait_for_attach`] with the device directory at `dev_root` instead of `/dev` (a node
+/// agent whose devices are elsewhere: ec2-sim's per-instance device dirs). `/dev/xvdba` in
+/// `device_path` is looked for as `<dev_root>/xvdba`.
+pub async fn wait_for_attach_under(
+    dev_root: &Path,
+    device_path: &str,
+    spec_volume_id: &str,
+    timeout: Duration,
+) -> Result<PathBuf> {
     let volume_id = volume_id_from_spec(spec_volume_id)?;
     if device_path.is_empty() {
         return Err(Error::InvalidSpec(format!(
             "volume {volume_id}: the attach/detach controller reported no devicePath for it in node.status.volumesAttached"
         )));
     }
-    let candidates = device_candidates(Path::new("/dev"), device_path, &volume_id);
+    let candidates = device_candidates(dev_root, device_path, &volume_id);
     let deadline = Instant::now() + timeout;
     loop {
         for candidate in &candidates {

@@ -1,0 +1,353 @@
+//! Flags ([`Flags`], Go `flag` syntax through `sidecar::normalize_go_args`) and what the agent
+//! runs with ([`Config`], [`Options`]); tests and `csi-cluster` build those directly.
+//!
+//! Names are the kubelet's where it has the flag (`--node-name` is its `--hostname-override`
+//! spelled as csi-cluster's nodes want it, `--root-dir`, `--feature-gates`, `--provider-id`,
+//! `--node-labels`, `--node-status-update-frequency`, `--node-lease-duration-seconds`,
+//! `--kube-api-qps`/`--kube-api-burst` with its 50/100), the CSI sidecars' for the rest
+//! (`--http-endpoint`, `-v`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use sidecar::parse_go_duration;
+use volume_plugins::{MigratedPlugins, SkipAttachMode};
+
+use crate::Error;
+
+/// Accepts any string, including the empty one Go manifests pass for "unset".
+fn any_string(s: &str) -> Result<String, String> {
+    Ok(s.to_owned())
+}
+
+/// csi-node-agent: the kubelet's volume part for one node. Registers CSI drivers (plugin
+/// registration), keeps the Node and CSINode objects, stages and publishes the volumes of the
+/// pods bound to this node and unpublishes them when the pods go. Runs no containers.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "csi-node-agent", version, about, long_about = None)]
+pub struct Flags {
+    /// Name of the Node object this agent is (created if missing, adopted if present).
+    #[arg(long, value_name = "NAME")]
+    pub node_name: String,
+
+    /// Path to a kubeconfig file. Empty: in-cluster configuration, then $KUBECONFIG or
+    /// ~/.kube/config.
+    #[arg(long, value_name = "PATH", value_parser = any_string)]
+    pub kubeconfig: Option<String>,
+
+    /// The kubelet's root directory: plugins_registry/, plugins/ (staging paths), pods/
+    /// (publish paths) live under it.
+    #[arg(long, default_value = "/var/lib/kubelet", value_name = "DIR")]
+    pub root_dir: PathBuf,
+
+    /// Kubernetes feature gates; only the CSIMigration* gates matter here. The CSINode
+    /// `storage.alpha.kubernetes.io/migrated-plugins` annotation is written from them, and the
+    /// node stays NotReady until the annotation on the CSINode matches.
+    #[arg(long, default_value = "", value_name = "GATE=BOOL,...", value_parser = any_string)]
+    pub feature_gates: String,
+
+    /// What happens to CSI volumes whose CSIDriver says attachRequired: false. bypass-adc
+    /// (today's Kubernetes): mounted at once. through-adc (seed 000): mounted once the
+    /// attach/detach controller lists them in node.status.volumesAttached (it must run with
+    /// the same mode).
+    #[arg(long, default_value = "bypass-adc", value_name = "MODE")]
+    pub skip_attach: SkipAttachMode,
+
+    /// spec.providerID of the Node (e.g. aws:///us-east-1a/i-0123456789abcdef0): the in-tree
+    /// aws-ebs plugin of the attach/detach controller attaches to that instance.
+    #[arg(long, value_name = "ID", value_parser = any_string)]
+    pub provider_id: Option<String>,
+
+    /// Labels to add to the Node (key=value,...).
+    #[arg(long, default_value = "", value_name = "KEY=VALUE,...", value_parser = any_string)]
+    pub node_labels: String,
+
+    /// How often the Ready condition is re-posted when nothing changed (the kubelet's
+    /// --node-status-report-frequency role; the Lease is the heartbeat).
+    #[arg(long, default_value = "5m", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub node_status_report_frequency: Duration,
+
+    /// How often the node's status is computed and posted when it changed.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub node_status_update_frequency: Duration,
+
+    /// The node Lease's spec.leaseDurationSeconds; it is renewed every quarter of it.
+    #[arg(long, default_value_t = 40, value_name = "SECONDS")]
+    pub node_lease_duration_seconds: i32,
+
+    /// How often the volume manager's reconciler runs when no change woke it.
+    #[arg(long, default_value = "100ms", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub reconciler_sync_period: Duration,
+
+    /// Queries per second to the API server (client-go semantics: negative = unlimited).
+    #[arg(
+        long,
+        default_value_t = 50.0,
+        allow_negative_numbers = true,
+        value_name = "QPS"
+    )]
+    pub kube_api_qps: f32,
+
+    /// Burst of queries to the API server above --kube-api-qps.
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub kube_api_burst: u32,
+
+    /// host:port (":8080": all interfaces) for /metrics, /healthz and /readyz. Empty: none.
+    #[arg(long, value_name = "ADDRESS", value_parser = any_string)]
+    pub http_endpoint: Option<String>,
+
+    /// Path the Prometheus metrics are served at on --http-endpoint.
+    #[arg(long, default_value = "/metrics", value_name = "PATH")]
+    pub metrics_path: String,
+
+    /// How often volume stats are collected (NodeGetVolumeStats) for the
+    /// kubelet_volume_stats_* metrics.
+    #[arg(long, default_value = "1m", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub volume_stats_agg_period: Duration,
+
+    /// Where in-tree aws-ebs devices appear (/dev; ec2-sim's per-instance device dir in tests).
+    #[arg(long, default_value = "/dev", value_name = "DIR")]
+    pub dev_root: PathBuf,
+
+    /// Log verbosity (klog levels): 0-3 info, 4 debug, 5 and above trace. RUST_LOG overrides.
+    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
+    pub v: u8,
+}
+
+/// What the node agent does, apart from where it connects.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub node_name: String,
+    pub root_dir: PathBuf,
+    pub skip_attach: SkipAttachMode,
+    /// In-tree plugins this agent sends to their CSI drivers (`--feature-gates`).
+    pub migrated: MigratedPlugins,
+    pub provider_id: Option<String>,
+    pub node_labels: BTreeMap<String, String>,
+    pub node_status_update_frequency: Duration,
+    pub node_status_report_frequency: Duration,
+    pub node_lease_duration_seconds: i32,
+    pub reconciler_sync_period: Duration,
+    /// First retry delay of a failed mount or unmount; doubles up to `backoff_max`.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// How long one CSI node call may take (the kubelet's csiTimeout is 2 minutes).
+    pub csi_timeout: Duration,
+    /// How long the start waits for the watch caches' first lists.
+    pub cache_sync_timeout: Duration,
+    /// How long a mount waits for its VolumeAttachment to be attached, or for the device of
+    /// an in-tree aws-ebs volume (the kubelet's 2 minutes).
+    pub attach_timeout: Duration,
+    /// How long a volume may wait (for volumesAttached, its driver, its PVC) before a
+    /// `FailedMount` Event says what it waits for.
+    pub stuck_event_after: Duration,
+    /// How often NodeGetVolumeStats feeds the `kubelet_volume_stats_*` gauges (the kubelet's
+    /// --volume-stats-agg-period).
+    pub volume_stats_period: Duration,
+    /// Where the in-tree aws-ebs plugin finds devices.
+    pub dev_root: PathBuf,
+}
+
+impl Options {
+    /// The kubelet's defaults for node `node_name` under `root_dir`.
+    pub fn new(node_name: impl Into<String>, root_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            node_name: node_name.into(),
+            root_dir: root_dir.into(),
+            skip_attach: SkipAttachMode::default(),
+            migrated: MigratedPlugins::none(),
+            provider_id: None,
+            node_labels: BTreeMap::new(),
+            node_status_update_frequency: Duration::from_secs(10),
+            node_status_report_frequency: Duration::from_secs(300),
+            node_lease_duration_seconds: 40,
+            reconciler_sync_period: Duration::from_millis(100),
+            backoff_initial: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(122),
+            csi_timeout: Duration::from_secs(120),
+            cache_sync_timeout: Duration::from_secs(120),
+            attach_timeout: Duration::from_secs(120),
+            stuck_event_after: Duration::from_secs(5),
+            volume_stats_period: Duration::from_secs(60),
+            dev_root: PathBuf::from("/dev"),
+        }
+    }
+
+    /// `<root-dir>/plugins_registry`, where drivers' registrars put their sockets.
+    pub fn plugins_registry_dir(&self) -> PathBuf {
+        self.root_dir.join("plugins_registry")
+    }
+}
+
+/// Everything [`crate::run`] needs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub kubeconfig: Option<PathBuf>,
+    pub kube_api_qps: f32,
+    pub kube_api_burst: u32,
+    pub http_endpoint: Option<String>,
+    pub metrics_path: String,
+    pub options: Options,
+}
+
+impl Config {
+    /// A config for an in-process agent: the given kubeconfig, no HTTP server, no rate limit.
+    pub fn new(kubeconfig: Option<PathBuf>, options: Options) -> Self {
+        Self {
+            kubeconfig,
+            kube_api_qps: -1.0,
+            kube_api_burst: 0,
+            http_endpoint: None,
+            metrics_path: "/metrics".into(),
+            options,
+        }
+    }
+}
+
+/// `key=value,...` as the kubelet's `--node-labels` takes it.
+fn parse_labels(value: &str) -> Result<BTreeMap<String, String>, Error> {
+    let mut labels = BTreeMap::new();
+    for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let Some((k, v)) = item.split_once('=') else {
+            return Err(Error::Config(format!(
+                "--node-labels: {item:?} is not key=value"
+            )));
+        };
+        if k.trim().is_empty() {
+            return Err(Error::Config(format!(
+                "--node-labels: {item:?} has an empty key"
+            )));
+        }
+        labels.insert(k.trim().to_string(), v.trim().to_string());
+    }
+    Ok(labels)
+}
+
+impl Flags {
+    /// The checked [`Config`].
+    pub fn config(&self) -> Result<Config, Error> {
+        if self.node_name.trim().is_empty() {
+            return Err(Error::Config("--node-name must not be empty".into()));
+        }
+        let migrated = MigratedPlugins::from_feature_gates(&self.feature_gates)
+            .map_err(|e| Error::Config(e.to_string()))?;
+        for (flag, value) in [
+            ("--reconciler-sync-period", self.reconciler_sync_period),
+            (
+                "--node-status-update-frequency",
+                self.node_status_update_frequency,
+            ),
+        ] {
+            if value.is_zero() {
+                return Err(Error::Config(format!("{flag} must be longer than 0")));
+            }
+        }
+        if self.node_lease_duration_seconds <= 0 {
+            return Err(Error::Config(format!(
+                "--node-lease-duration-seconds must be positive, got {}",
+                self.node_lease_duration_seconds
+            )));
+        }
+        let mut options = Options::new(self.node_name.trim(), &self.root_dir);
+        options.skip_attach = self.skip_attach;
+        options.migrated = migrated;
+        options.provider_id = self.provider_id.clone().filter(|p| !p.is_empty());
+        options.node_labels = parse_labels(&self.node_labels)?;
+        options.node_status_update_frequency = self.node_status_update_frequency;
+        options.node_status_report_frequency = self.node_status_report_frequency;
+        options.node_lease_duration_seconds = self.node_lease_duration_seconds;
+        options.reconciler_sync_period = self.reconciler_sync_period;
+        options.volume_stats_period = self.volume_stats_agg_period;
+        options.dev_root = self.dev_root.clone();
+        Ok(Config {
+            kubeconfig: self
+                .kubeconfig
+                .clone()
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from),
+            kube_api_qps: self.kube_api_qps,
+            kube_api_burst: self.kube_api_burst,
+            http_endpoint: self.http_endpoint.clone().filter(|s| !s.is_empty()),
+            metrics_path: self.metrics_path.clone(),
+            options,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Flags, clap::Error> {
+        let argv = std::iter::once("csi-node-agent")
+            .chain(args.iter().copied())
+            .map(std::ffi::OsString::from);
+        Flags::try_parse_from(sidecar::normalize_go_args(argv))
+    }
+
+    #[test]
+    fn defaults_are_the_kubelets() {
+        let c = parse(&["--node-name=n1"]).unwrap().config().unwrap();
+        let o = &c.options;
+        assert_eq!(o.node_name, "n1");
+        assert_eq!(o.root_dir, PathBuf::from("/var/lib/kubelet"));
+        assert_eq!(
+            o.plugins_registry_dir(),
+            PathBuf::from("/var/lib/kubelet/plugins_registry")
+        );
+        assert_eq!(o.skip_attach, SkipAttachMode::BypassAdc);
+        assert_eq!(o.migrated, MigratedPlugins::none());
+        assert_eq!(o.node_lease_duration_seconds, 40);
+        assert_eq!((c.kube_api_qps, c.kube_api_burst), (50.0, 100));
+        assert!(c.kubeconfig.is_none() && c.http_endpoint.is_none());
+    }
+
+    #[test]
+    fn go_style_flags_parse() {
+        let c = parse(&[
+            "-node-name=n2",
+            "-root-dir=/tmp/kubelet",
+            "--feature-gates=CSIMigrationAWS=true",
+            "-skip-attach=through-adc",
+            "-provider-id=aws:///us-east-1a/i-0123",
+            "--node-labels=zone=a, rack=r1",
+            "-kubeconfig=/etc/kubeconfig",
+            "-http-endpoint=:9808",
+            "-v=4",
+        ])
+        .unwrap()
+        .config()
+        .unwrap();
+        let o = &c.options;
+        assert!(o.migrated.contains("kubernetes.io/aws-ebs"));
+        assert_eq!(o.skip_attach, SkipAttachMode::ThroughAdc);
+        assert_eq!(o.provider_id.as_deref(), Some("aws:///us-east-1a/i-0123"));
+        assert_eq!(o.node_labels.get("rack").map(String::as_str), Some("r1"));
+        assert_eq!(o.node_labels.get("zone").map(String::as_str), Some("a"));
+        assert_eq!(c.http_endpoint.as_deref(), Some(":9808"));
+    }
+
+    #[test]
+    fn nonsense_is_refused_naming_the_flag() {
+        let e = parse(&["--node-name=n", "--feature-gates=CSIMigrationAWS=maybe"])
+            .unwrap()
+            .config()
+            .unwrap_err();
+        assert!(e.to_string().contains("CSIMigrationAWS"), "{e}");
+        let e = parse(&["--node-name=n", "--node-labels=nokey"])
+            .unwrap()
+            .config()
+            .unwrap_err();
+        assert!(e.to_string().contains("--node-labels"), "{e}");
+        let e = parse(&["--node-name= "]).unwrap().config().unwrap_err();
+        assert!(e.to_string().contains("--node-name"), "{e}");
+        let e = parse(&["--node-name=n", "--reconciler-sync-period=0s"])
+            .unwrap()
+            .config()
+            .unwrap_err();
+        assert!(e.to_string().contains("--reconciler-sync-period"), "{e}");
+        assert!(parse(&[]).is_err(), "--node-name is required");
+    }
+}

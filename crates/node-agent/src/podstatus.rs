@@ -1,0 +1,151 @@
+//! Pod status, as far as storage goes (the kubelet's status manager, without containers):
+//! once every storage volume of a pod is published, the pod becomes `Running` with the
+//! conditions `kubectl wait --for=condition=Ready` looks for, and the host paths of its
+//! volumes in the [`VOLUME_PATHS_ANNOTATION`] annotation. A pod being deleted is confirmed
+//! deleted (grace period 0) once its volumes are gone, as the kubelet does after its
+//! containers stopped.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::{Api, Client};
+use serde_json::json;
+
+/// The pod annotation with the host path of each volume: a JSON object, pod volume name →
+/// path (the publish path, or the block device link).
+pub const VOLUME_PATHS_ANNOTATION: &str = "csi.rs/volume-paths";
+
+/// Whether the pod already shows what [`mark_ready`] writes, with these paths.
+pub fn is_marked_ready(pod: &Pod, paths: &BTreeMap<String, String>) -> bool {
+    let status = pod.status.as_ref();
+    let running = status.and_then(|s| s.phase.as_deref()) == Some("Running");
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let annotated = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(VOLUME_PATHS_ANNOTATION))
+        .and_then(|v| serde_json::from_str::<BTreeMap<String, String>>(v).ok())
+        .is_some_and(|v| &v == paths);
+    running && ready && annotated
+}
+
+/// The annotation first (so whoever sees Ready finds the paths), then the status subresource.
+pub async fn mark_ready(
+    client: &Client,
+    pod: &Pod,
+    paths: &BTreeMap<String, String>,
+) -> Result<(), kube::Error> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = PatchParams::default();
+    let value = serde_json::to_string(paths).unwrap_or_else(|_| "{}".into());
+    api.patch(
+        name,
+        &params,
+        &Patch::Merge(json!({"metadata": {"annotations": {VOLUME_PATHS_ANNOTATION: value}}})),
+    )
+    .await?;
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let condition = |t: &str| json!({"type": t, "status": "True", "lastProbeTime": null, "lastTransitionTime": now});
+    let containers: Vec<serde_json::Value> = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|c| {
+            json!({
+                "name": c.name,
+                "image": c.image.clone().unwrap_or_default(),
+                "imageID": "",
+                "ready": true,
+                "started": true,
+                "restartCount": 0,
+                "state": {"running": {"startedAt": now}},
+            })
+        })
+        .collect();
+    api.patch_status(
+        name,
+        &params,
+        &Patch::Merge(json!({
+            "status": {
+                "phase": "Running",
+                "startTime": pod.status.as_ref().and_then(|s| s.start_time.clone()).map_or_else(|| json!(now), |t| json!(t)),
+                // The agent runs no pod network; loopback is an address every API server
+                // accepts, and csi-cluster's nodes all live on it.
+                "hostIP": "127.0.0.1",
+                "conditions": [
+                    condition("PodReadyToStartContainers"),
+                    condition("Initialized"),
+                    condition("Ready"),
+                    condition("ContainersReady"),
+                    condition("PodScheduled"),
+                ],
+                "containerStatuses": containers,
+            }
+        })),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Confirms a pod's deletion (grace period 0, only this pod: UID precondition).
+pub async fn confirm_deleted(client: &Client, pod: &Pod) -> Result<(), kube::Error> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let params = DeleteParams {
+        grace_period_seconds: Some(0),
+        preconditions: Some(Preconditions {
+            uid: pod.metadata.uid.clone(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+
+    #[test]
+    fn marked_ready_needs_phase_condition_and_the_same_paths() {
+        let paths: BTreeMap<String, String> = [("data".to_string(), "/p".to_string())].into();
+        let mut pod = Pod::default();
+        assert!(!is_marked_ready(&pod, &paths));
+        pod.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        assert!(!is_marked_ready(&pod, &paths), "no annotation yet");
+        pod.metadata.annotations = Some(
+            [(
+                VOLUME_PATHS_ANNOTATION.to_string(),
+                r#"{"data":"/p"}"#.to_string(),
+            )]
+            .into(),
+        );
+        assert!(is_marked_ready(&pod, &paths));
+        let other: BTreeMap<String, String> = [("data".to_string(), "/q".to_string())].into();
+        assert!(!is_marked_ready(&pod, &other));
+    }
+}

@@ -1,0 +1,418 @@
+//! The volume manager (the kubelet's `volumemanager`): desired state from the pods bound to
+//! this node, actual state from what was staged and published (rebuilt from disk at start),
+//! and the reconciler between them; plus `node.status.volumesInUse`, pod Ready once the
+//! volumes are there, the confirmation of a pod's deletion once they are gone, and volume
+//! stats.
+
+pub mod cache;
+mod in_use;
+pub mod operations;
+pub mod paths;
+mod pod_events;
+mod populator;
+mod reconciler;
+pub mod reconstruct;
+mod stats;
+pub mod volume_spec;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+use kube::Client;
+use sidecar::EventRecorder;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use volume_plugins::{CsiPlugin, ObjectCache};
+
+use crate::config::Options;
+use crate::drivers::DriverRegistry;
+use crate::metrics::{Metrics, PvcLabels};
+use crate::podstatus;
+use operations::OpContext;
+use paths::Paths;
+use reconciler::{OpOutcome, PassInput, Reconciler, ReconcilerOptions};
+use stats::StatsTarget;
+
+/// The watch caches the volume manager reads.
+#[derive(Clone)]
+pub struct Caches {
+    /// Pods bound to this node (field selector `spec.nodeName`).
+    pub pods: ObjectCache<Pod>,
+    pub pvcs: ObjectCache<PersistentVolumeClaim>,
+    pub pvs: ObjectCache<PersistentVolume>,
+    /// This node only (field selector `metadata.name`).
+    pub node: ObjectCache<Node>,
+    pub csidrivers: ObjectCache<CSIDriver>,
+    pub vas: ObjectCache<VolumeAttachment>,
+}
+
+impl Caches {
+    /// Starts the watches for node `node_name`.
+    pub fn spawn(client: &Client, node_name: &str, stop: &CancellationToken) -> Self {
+        use kube::Api;
+        use kube::runtime::watcher;
+        let all = watcher::Config::default;
+        Self {
+            pods: ObjectCache::spawn(
+                Api::all(client.clone()),
+                all().fields(&format!("spec.nodeName={node_name}")),
+                stop.clone(),
+            ),
+            pvcs: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
+            pvs: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
+            node: ObjectCache::spawn(
+                Api::all(client.clone()),
+                all().fields(&format!("metadata.name={node_name}")),
+                stop.clone(),
+            ),
+            csidrivers: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
+            vas: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
+        }
+    }
+
+    /// Waits for every cache's first list.
+    pub async fn wait_until_ready(&self, timeout: Duration) -> Result<(), crate::Error> {
+        let checks = [
+            ("Pod", self.pods.wait_until_ready(timeout).await),
+            (
+                "PersistentVolumeClaim",
+                self.pvcs.wait_until_ready(timeout).await,
+            ),
+            ("PersistentVolume", self.pvs.wait_until_ready(timeout).await),
+            ("Node", self.node.wait_until_ready(timeout).await),
+            ("CSIDriver", self.csidrivers.wait_until_ready(timeout).await),
+            ("VolumeAttachment", self.vas.wait_until_ready(timeout).await),
+        ];
+        for (kind, ready) in checks {
+            if !ready {
+                return Err(crate::Error::CacheNotReady {
+                    kind,
+                    waited: timeout,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The volume manager of one node.
+pub struct VolumeManager {
+    client: Client,
+    options: Options,
+    drivers: DriverRegistry,
+    caches: Caches,
+    recorder: Arc<EventRecorder>,
+    metrics: Metrics,
+    dev_root: std::path::PathBuf,
+    stuck_event_after: Duration,
+    stats_period: Duration,
+}
+
+impl VolumeManager {
+    pub fn new(
+        client: Client,
+        options: Options,
+        drivers: DriverRegistry,
+        caches: Caches,
+        recorder: Arc<EventRecorder>,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            dev_root: options.dev_root.clone(),
+            stuck_event_after: options.stuck_event_after,
+            stats_period: options.volume_stats_period,
+            client,
+            options,
+            drivers,
+            caches,
+            recorder,
+            metrics,
+        }
+    }
+
+    /// Runs until `stop`.
+    pub async fn run(self, stop: CancellationToken) {
+        let paths = Paths::new(&self.options.root_dir);
+        let (asw, found) = reconstruct::reconstruct(&paths).await;
+        tracing::info!(
+            staged = found.staged,
+            published = found.published,
+            uncertain = found.uncertain,
+            "reconstructed the actual state from {}",
+            paths.root().display()
+        );
+        let node_name = self.options.node_name.clone();
+        let csi = CsiPlugin::new(
+            self.client.clone(),
+            self.caches.csidrivers.clone(),
+            self.caches.vas.clone(),
+            self.options.skip_attach,
+        );
+        let ctx = Arc::new(OpContext {
+            client: self.client.clone(),
+            node_name: node_name.clone(),
+            paths: paths.clone(),
+            csi,
+            csidrivers: self.caches.csidrivers.clone(),
+            drivers: self.drivers.clone(),
+            csi_timeout: self.options.csi_timeout,
+            attach_timeout: self.options.attach_timeout,
+            dev_root: self.dev_root.clone(),
+        });
+        let (results_tx, mut results) = mpsc::unbounded_channel();
+        let mut reconciler = Reconciler::new(
+            ctx,
+            ReconcilerOptions {
+                backoff_initial: self.options.backoff_initial,
+                backoff_max: self.options.backoff_max,
+                stuck_event_after: self.stuck_event_after,
+            },
+            asw,
+            results_tx,
+            pod_events::PodEvents::new(self.recorder.clone()),
+            self.metrics.clone(),
+            self.caches.vas.clone(),
+        );
+
+        let (in_use_tx, in_use_rx) = watch::channel(BTreeSet::new());
+        let (reported_tx, mut reported_rx) = watch::channel(BTreeSet::new());
+        tokio::spawn(in_use::report_in_use(
+            self.client.clone(),
+            node_name.clone(),
+            in_use_rx,
+            reported_tx,
+            stop.clone(),
+        ));
+        let (stats_tx, stats_rx) = watch::channel(BTreeMap::new());
+        tokio::spawn(stats::collect(
+            self.drivers.clone(),
+            self.metrics.clone(),
+            stats_rx,
+            self.stats_period,
+            stop.clone(),
+        ));
+
+        let (status_tx, mut status_done) = mpsc::unbounded_channel::<(String, bool)>();
+        // Pods whose Ready status or deletion is being written (UID).
+        let mut posting: HashSet<String> = HashSet::new();
+        let mut confirmed: HashSet<String> = HashSet::new();
+
+        let mut pods_changed = self.caches.pods.changed();
+        let mut pvcs_changed = self.caches.pvcs.changed();
+        let mut pvs_changed = self.caches.pvs.changed();
+        let mut node_changed = self.caches.node.changed();
+        let mut csidrivers_changed = self.caches.csidrivers.changed();
+        let mut drivers_changed = self.drivers.subscribe();
+        let period = self.options.reconciler_sync_period;
+
+        loop {
+            let dsw = {
+                let ctx = volume_spec::SpecContext {
+                    pvcs: &self.caches.pvcs,
+                    pvs: &self.caches.pvs,
+                    migrated: &self.options.migrated,
+                };
+                let pods = self.caches.pods.list();
+                populator::populate(&ctx, pods.iter())
+            };
+            while let Ok(outcome) = results.try_recv() {
+                let finished_pod = match &outcome {
+                    OpOutcome::Unpublish { volume, result, .. } if result.is_ok() => {
+                        Some(volume.pod_uid.clone())
+                    }
+                    _ => None,
+                };
+                reconciler.finished(outcome, &dsw);
+                if let Some(uid) = finished_pod
+                    && dsw.pod(&uid).is_none()
+                    && reconciler.pod_torn_down(&uid)
+                {
+                    remove_empty_tree(&paths.pod_dir(&uid)).await;
+                }
+            }
+            while let Ok((uid, ok)) = status_done.try_recv() {
+                posting.remove(&uid);
+                if !ok {
+                    confirmed.remove(&uid);
+                }
+            }
+            in_use_tx.send_if_modified(|cur| {
+                let want = reconciler.volumes_in_use(&dsw);
+                if *cur == want {
+                    false
+                } else {
+                    *cur = want;
+                    true
+                }
+            });
+            let reported = reported_rx.borrow_and_update().clone();
+            let node = self.caches.node.get(&node_name);
+            reconciler.pass(&PassInput {
+                dsw: &dsw,
+                node,
+                reported_in_use: &reported,
+            });
+
+            // Pods whose volumes are all there become Ready.
+            for pod in dsw.pods() {
+                if posting.contains(&pod.uid) || !reconciler.pod_volumes_ready(pod) {
+                    continue;
+                }
+                let volume_paths = reconciler.pod_volume_paths(pod);
+                if podstatus::is_marked_ready(&pod.pod, &volume_paths) {
+                    continue;
+                }
+                posting.insert(pod.uid.clone());
+                let client = self.client.clone();
+                let p = pod.pod.clone();
+                let tx = status_tx.clone();
+                let uid = pod.uid.clone();
+                tokio::spawn(async move {
+                    let r = podstatus::mark_ready(&client, &p, &volume_paths).await;
+                    if let Err(e) = &r {
+                        tracing::warn!(pod = %format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default()), error = %e, "posting pod status failed; retried on the next pass");
+                    }
+                    let _ = tx.send((uid, r.is_ok()));
+                });
+            }
+            // Pods being deleted whose volumes are gone: confirm the deletion.
+            for pod in self.caches.pods.list() {
+                let Some(uid) = pod.metadata.uid.clone() else {
+                    continue;
+                };
+                if pod.metadata.deletion_timestamp.is_none()
+                    || confirmed.contains(&uid)
+                    || posting.contains(&uid)
+                    || !reconciler.pod_torn_down(&uid)
+                {
+                    continue;
+                }
+                confirmed.insert(uid.clone());
+                posting.insert(uid.clone());
+                let client = self.client.clone();
+                let tx = status_tx.clone();
+                tokio::spawn(async move {
+                    let r = podstatus::confirm_deleted(&client, &pod).await;
+                    if let Err(e) = &r {
+                        tracing::warn!(pod_uid = %uid, error = %e, "confirming the pod's deletion failed; retried");
+                    }
+                    let _ = tx.send((uid, r.is_ok()));
+                });
+            }
+            let alive: HashSet<String> = self
+                .caches
+                .pods
+                .list()
+                .iter()
+                .filter_map(|p| p.metadata.uid.clone())
+                .collect();
+            confirmed.retain(|uid| alive.contains(uid));
+
+            stats_tx.send_if_modified(|cur| {
+                let want = stats_targets(&dsw, &reconciler);
+                if *cur == want {
+                    false
+                } else {
+                    *cur = want;
+                    true
+                }
+            });
+
+            let retry = reconciler
+                .next_retry()
+                .map(|t| t.saturating_duration_since(std::time::Instant::now()))
+                .unwrap_or(period)
+                .min(period.max(Duration::from_millis(1)));
+            tokio::select! {
+                () = stop.cancelled() => break,
+                Some(outcome) = results.recv() => {
+                    reconciler.finished(outcome, &dsw);
+                }
+                Some((uid, ok)) = status_done.recv() => {
+                    posting.remove(&uid);
+                    if !ok { confirmed.remove(&uid); }
+                }
+                _ = pods_changed.changed() => {}
+                _ = pvcs_changed.changed() => {}
+                _ = pvs_changed.changed() => {}
+                _ = node_changed.changed() => {}
+                _ = csidrivers_changed.changed() => {}
+                _ = drivers_changed.changed() => {}
+                _ = reported_rx.changed() => {}
+                () = tokio::time::sleep(retry) => {}
+            }
+        }
+    }
+}
+
+/// PVC volumes published into pods, to measure.
+fn stats_targets(
+    dsw: &cache::DesiredStateOfWorld,
+    reconciler: &Reconciler,
+) -> BTreeMap<PvcLabels, StatsTarget> {
+    let mut out = BTreeMap::new();
+    for pod in dsw.pods() {
+        let claims: BTreeMap<&str, &str> = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .map(|vs| {
+                vs.iter()
+                    .filter_map(|v| {
+                        v.persistent_volume_claim
+                            .as_ref()
+                            .map(|c| (v.name.as_str(), c.claim_name.as_str()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        for v in &pod.volumes {
+            let (Some(claim), Some(c)) = (claims.get(v.outer_name.as_str()), v.csi()) else {
+                continue;
+            };
+            if c.block || reconciler.asw.mounted(&v.unique_name, &pod.uid).is_none() {
+                continue;
+            }
+            let paths = reconciler.pod_volume_paths(pod);
+            let Some(path) = paths.get(&v.outer_name) else {
+                continue;
+            };
+            out.insert(
+                PvcLabels {
+                    namespace: pod.namespace().to_string(),
+                    persistentvolumeclaim: claim.to_string(),
+                },
+                StatsTarget {
+                    driver: c.driver.clone(),
+                    volume_handle: c.handle.clone(),
+                    path: path.clone(),
+                },
+            );
+        }
+    }
+    out
+}
+
+/// Removes `dir` and everything below it that is an empty directory; stops at anything
+/// else (a file, a mount point that is not empty), so nothing mounted is ever touched.
+async fn remove_empty_tree(dir: &std::path::Path) {
+    fn walk(dir: &std::path::Path) -> bool {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return false;
+        };
+        let mut empty = true;
+        for e in entries.flatten() {
+            let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+            if !(is_dir && walk(&e.path())) {
+                empty = false;
+            }
+        }
+        empty && std::fs::remove_dir(dir).is_ok()
+    }
+    let dir = dir.to_path_buf();
+    let _ = tokio::task::spawn_blocking(move || walk(&dir)).await;
+}

@@ -1,0 +1,421 @@
+//! CSI mount and unmount: the kubelet's CSI attacher (`WaitForAttach`, `MountDevice` =
+//! NodeStage, `UnmountDevice` = NodeUnstage) and mounter (`SetUp` = NodePublish, `TearDown` =
+//! NodeUnpublish), with `vol_data.json` written before each stage and publish so that a crash
+//! in the middle is found and cleaned up by reconstruction.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use csi_spec::v1::node_client::NodeClient;
+use csi_spec::v1::volume_capability::{
+    AccessMode, AccessType, BlockVolume, MountVolume, access_mode::Mode,
+};
+use csi_spec::v1::{
+    NodePublishVolumeRequest, NodeStageVolumeRequest, NodeUnpublishVolumeRequest,
+    NodeUnstageVolumeRequest, VolumeCapability,
+};
+
+use super::vol_data::{self, VolData};
+use super::{
+    MountRequest, Mounted, OpContext, OpError, Step, make_dir, read_secret, remove_empty_dirs,
+};
+use crate::drivers::RegisteredDriver;
+use crate::volumemanager::cache::{MountedVolume, StagedVolume, VolumeHandle};
+use crate::volumemanager::volume_spec::{AccessMode as PvAccess, CsiMount};
+
+/// The message the kubelet gives for a driver that has not registered.
+pub fn not_registered(driver: &str) -> String {
+    format!(
+        "kubernetes.io/csi: driver name {driver} not found in the list of registered CSI drivers"
+    )
+}
+
+/// A gRPC failure as the kubelet's Events show it (grpc-go's text).
+fn rpc_error(status: &tonic::Status) -> String {
+    format!(
+        "rpc error: code = {} desc = {}",
+        csi_spec::go_code_name(status.code()),
+        status.message()
+    )
+}
+
+fn driver(ctx: &OpContext, name: &str, step: Step) -> Result<RegisteredDriver, OpError> {
+    ctx.drivers
+        .get(name)
+        .ok_or_else(|| OpError::new(step, not_registered(name)))
+}
+
+fn capability(c: &CsiMount) -> VolumeCapability {
+    let mode = match c.access_mode {
+        PvAccess::SingleNodeWriter => Mode::SingleNodeWriter,
+        PvAccess::SingleNodeSingleWriter => Mode::SingleNodeSingleWriter,
+        PvAccess::MultiNodeReaderOnly => Mode::MultiNodeReaderOnly,
+        PvAccess::MultiNodeMultiWriter => Mode::MultiNodeMultiWriter,
+    };
+    let access_type = if c.block {
+        AccessType::Block(BlockVolume {})
+    } else {
+        AccessType::Mount(MountVolume {
+            fs_type: c.fs_type.clone(),
+            mount_flags: c.mount_options.clone(),
+            volume_mount_group: String::new(),
+        })
+    };
+    VolumeCapability {
+        access_type: Some(access_type),
+        access_mode: Some(AccessMode { mode: mode as i32 }),
+    }
+}
+
+fn request<T>(ctx: &OpContext, message: T) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(message);
+    req.set_timeout(ctx.csi_timeout);
+    req
+}
+
+fn path_str(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted, OpError> {
+    let v = &req.volume;
+    let Some(c) = v.csi() else {
+        return Err(OpError::new(Step::MountDevice, "not a CSI volume"));
+    };
+    // WaitForAttach: the VolumeAttachment the attach/detach controller made, attached by the
+    // external attacher; none for a driver that needs no attach.
+    let (publish_context, attachment_id) = if c.ephemeral {
+        (BTreeMap::new(), String::new())
+    } else {
+        let attached = ctx
+            .csi
+            .wait_for_attach(&c.driver, &c.handle, &ctx.node_name, ctx.attach_timeout)
+            .await
+            .map_err(|e| OpError::new(Step::WaitForAttach, attach_error(&e)))?;
+        (
+            attached.attachment_metadata,
+            attached.volume_attachment.unwrap_or_default(),
+        )
+    };
+    let publish_context: HashMap<String, String> = publish_context.into_iter().collect();
+    let drv = driver(ctx, &c.driver, Step::MountDevice)?;
+    let mut client = NodeClient::new(drv.channel.clone());
+    let lifecycle = if c.ephemeral {
+        "Ephemeral"
+    } else {
+        "Persistent"
+    };
+    let vol_data = VolData {
+        spec_vol_id: v.spec_name.clone(),
+        volume_handle: c.handle.clone(),
+        driver_name: c.driver.clone(),
+        node_name: ctx.node_name.clone(),
+        attachment_id,
+        volume_lifecycle_mode: lifecycle.into(),
+    };
+    let handle = VolumeHandle::Csi {
+        driver: c.driver.clone(),
+        handle: c.handle.clone(),
+        block: c.block,
+        ephemeral: c.ephemeral,
+    };
+
+    // MountDevice = NodeStage, once per volume and node.
+    let staged = match &req.already_staged {
+        Some(s) => s.clone(),
+        None => {
+            let staging_path = if drv.stage_unstage && !c.ephemeral {
+                let (staging, data_file) = if c.block {
+                    (
+                        ctx.paths.csi_block_staging_path(&v.spec_name),
+                        ctx.paths.csi_block_vol_data(&v.spec_name),
+                    )
+                } else {
+                    (
+                        ctx.paths.csi_staging_path(&c.driver, &c.handle),
+                        ctx.paths.csi_staging_vol_data(&c.driver, &c.handle),
+                    )
+                };
+                vol_data::write(&data_file, &vol_data).await.map_err(|e| {
+                    OpError::new(
+                        Step::MountDevice,
+                        format!("writing {}: {e}", data_file.display()),
+                    )
+                })?;
+                make_dir(&staging, Step::MountDevice).await?;
+                let secrets = match &c.stage_secret {
+                    Some(r) => read_secret(&ctx.client, r, Step::MountDevice).await?,
+                    None => HashMap::new(),
+                };
+                let started = std::time::Instant::now();
+                client
+                    .node_stage_volume(request(
+                        ctx,
+                        NodeStageVolumeRequest {
+                            volume_id: c.handle.clone(),
+                            publish_context: publish_context.clone(),
+                            staging_target_path: path_str(&staging),
+                            volume_capability: Some(capability(c)),
+                            secrets,
+                            volume_context: c.volume_context.clone().into_iter().collect(),
+                        },
+                    ))
+                    .await
+                    .map_err(|s| OpError::new(Step::MountDevice, rpc_error(&s)))?;
+                tracing::info!(volume = %v.unique_name, staging = %staging.display(), elapsed_ms = started.elapsed().as_millis() as u64, "MountVolume.MountDevice succeeded (NodeStageVolume)");
+                Some(staging)
+            } else {
+                None
+            };
+            StagedVolume {
+                unique_name: v.unique_name.clone(),
+                spec_name: v.spec_name.clone(),
+                handle: handle.clone(),
+                staging_path,
+                reported_in_use: req.reported_in_use,
+            }
+        }
+    };
+
+    // SetUp = NodePublish into the pod.
+    let (target, data_file, host_path) = if c.block {
+        (
+            ctx.paths.csi_block_publish_path(&v.spec_name, &req.pod.uid),
+            ctx.paths.csi_block_vol_data(&v.spec_name),
+            ctx.paths.pod_block_link(&req.pod.uid, &v.spec_name),
+        )
+    } else {
+        let target = ctx.paths.csi_publish_path(&req.pod.uid, &v.spec_name);
+        let dir = ctx.paths.csi_pod_volume_dir(&req.pod.uid, &v.spec_name);
+        (
+            target.clone(),
+            dir.join(super::super::paths::VOL_DATA_FILE),
+            target,
+        )
+    };
+    vol_data::write(&data_file, &vol_data)
+        .await
+        .map_err(|e| OpError::new(Step::SetUp, format!("writing {}: {e}", data_file.display())))?;
+    if let Some(parent) = target.parent() {
+        make_dir(parent, Step::SetUp).await?;
+    }
+    let secrets = match &c.publish_secret {
+        Some(r) => read_secret(&ctx.client, r, Step::SetUp).await?,
+        None => HashMap::new(),
+    };
+    let mut volume_context: HashMap<String, String> =
+        c.volume_context.clone().into_iter().collect();
+    let pod_info = ctx
+        .csidrivers
+        .get(&c.driver)
+        .and_then(|d| d.spec.pod_info_on_mount)
+        .unwrap_or(false);
+    if pod_info {
+        volume_context.insert("csi.storage.k8s.io/pod.name".into(), req.pod.name.clone());
+        volume_context.insert(
+            "csi.storage.k8s.io/pod.namespace".into(),
+            req.pod.namespace.clone(),
+        );
+        volume_context.insert("csi.storage.k8s.io/pod.uid".into(), req.pod.uid.clone());
+        volume_context.insert(
+            "csi.storage.k8s.io/serviceAccount.name".into(),
+            req.pod.service_account.clone(),
+        );
+    }
+    let started = std::time::Instant::now();
+    client
+        .node_publish_volume(request(
+            ctx,
+            NodePublishVolumeRequest {
+                volume_id: c.handle.clone(),
+                publish_context,
+                staging_target_path: staged
+                    .staging_path
+                    .as_deref()
+                    .map(path_str)
+                    .unwrap_or_default(),
+                target_path: path_str(&target),
+                volume_capability: Some(capability(c)),
+                readonly: v.read_only,
+                secrets,
+                volume_context,
+            },
+        ))
+        .await
+        .map_err(|s| OpError::new(Step::SetUp, rpc_error(&s)))?;
+    if c.block {
+        link_block_device(&target, &host_path).await?;
+    }
+    tracing::info!(volume = %v.unique_name, pod = %format!("{}/{}", req.pod.namespace, req.pod.name), target = %target.display(), elapsed_ms = started.elapsed().as_millis() as u64, "MountVolume.SetUp succeeded (NodePublishVolume)");
+    Ok(Mounted {
+        staged,
+        mounted: MountedVolume {
+            unique_name: v.unique_name.clone(),
+            pod_uid: req.pod.uid.clone(),
+            outer_name: v.outer_name.clone(),
+            spec_name: v.spec_name.clone(),
+            handle,
+            host_path,
+            uncertain: false,
+            reported_in_use: req.reported_in_use,
+        },
+    })
+}
+
+/// The pod's link to its block device (a symlink to the published device file).
+async fn link_block_device(target: &Path, link: &Path) -> Result<(), OpError> {
+    if let Some(parent) = link.parent() {
+        make_dir(parent, Step::SetUp).await?;
+    }
+    match tokio::fs::read_link(link).await {
+        Ok(existing) if existing == target => return Ok(()),
+        Ok(_) => {
+            let _ = tokio::fs::remove_file(link).await;
+        }
+        Err(_) => {}
+    }
+    tokio::fs::symlink(target, link)
+        .await
+        .map_err(|e| OpError::new(Step::SetUp, format!("linking {}: {e}", link.display())))
+}
+
+fn attach_error(e: &volume_plugins::Error) -> String {
+    match e {
+        volume_plugins::Error::AttachFailed {
+            volume_attachment,
+            message,
+        } => format!("VolumeAttachment {volume_attachment} failed to attach: {message}"),
+        other => other.to_string(),
+    }
+}
+
+fn csi_handle(v: &VolumeHandle) -> Option<(&str, &str, bool)> {
+    match v {
+        VolumeHandle::Csi {
+            driver,
+            handle,
+            block,
+            ..
+        } => Some((driver, handle, *block)),
+        VolumeHandle::AwsEbs { .. } => None,
+    }
+}
+
+pub(super) async fn unpublish(ctx: &OpContext, v: &MountedVolume) -> Result<(), OpError> {
+    let Some((driver_name, handle, block)) = csi_handle(&v.handle) else {
+        return Err(OpError::new(Step::TearDown, "not a CSI volume"));
+    };
+    let drv = driver(ctx, driver_name, Step::TearDown)?;
+    let target = if block {
+        ctx.paths.csi_block_publish_path(&v.spec_name, &v.pod_uid)
+    } else {
+        ctx.paths.csi_publish_path(&v.pod_uid, &v.spec_name)
+    };
+    NodeClient::new(drv.channel.clone())
+        .node_unpublish_volume(request(
+            ctx,
+            NodeUnpublishVolumeRequest {
+                volume_id: handle.to_string(),
+                target_path: path_str(&target),
+            },
+        ))
+        .await
+        .map_err(|s| OpError::new(Step::TearDown, rpc_error(&s)))?;
+    if block {
+        let link = ctx.paths.pod_block_link(&v.pod_uid, &v.spec_name);
+        let _ = tokio::fs::remove_file(&link).await;
+        let _ = tokio::fs::remove_file(&target).await;
+        if let Some(parent) = target.parent() {
+            remove_empty_dirs(parent.to_path_buf(), ctx.paths.root()).await;
+        }
+        remove_empty_dirs(
+            link.parent().map(Path::to_path_buf).unwrap_or_default(),
+            &ctx.paths.pod_dir(&v.pod_uid),
+        )
+        .await;
+    } else {
+        // The driver removed the target (or left an empty dir): the kubelet removes the
+        // dir, vol_data.json and the volume's dir.
+        remove_unmounted_dir(&target).await?;
+        let dir = ctx.paths.csi_pod_volume_dir(&v.pod_uid, &v.spec_name);
+        let _ = tokio::fs::remove_file(dir.join(super::super::paths::VOL_DATA_FILE)).await;
+        remove_empty_dirs(dir, &ctx.paths.pod_dir(&v.pod_uid)).await;
+    }
+    tracing::info!(volume = %v.unique_name, pod_uid = %v.pod_uid, "UnmountVolume.TearDown succeeded (NodeUnpublishVolume)");
+    Ok(())
+}
+
+/// Removes `dir` if it is still there and not a mount point; a mount still there is an error
+/// (the driver said it unpublished, but the kernel disagrees).
+async fn remove_unmounted_dir(dir: &Path) -> Result<(), OpError> {
+    if tokio::fs::symlink_metadata(dir).await.is_err() {
+        return Ok(());
+    }
+    let table = mount_utils::findmnt::read()
+        .await
+        .map_err(|e| OpError::new(Step::TearDown, e.to_string()))?;
+    if mount_utils::findmnt::mount_at(&table, dir).is_some() {
+        return Err(OpError::new(
+            Step::TearDown,
+            format!(
+                "{} is still mounted after NodeUnpublishVolume succeeded",
+                dir.display()
+            ),
+        ));
+    }
+    match tokio::fs::remove_dir(dir).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(OpError::new(
+            Step::TearDown,
+            format!("removing {}: {e}", dir.display()),
+        )),
+    }
+}
+
+pub(super) async fn unstage(ctx: &OpContext, v: &StagedVolume) -> Result<(), OpError> {
+    let Some((driver_name, handle, block)) = csi_handle(&v.handle) else {
+        return Err(OpError::new(Step::UnmountDevice, "not a CSI volume"));
+    };
+    let Some(staging) = &v.staging_path else {
+        return Ok(());
+    };
+    let drv = driver(ctx, driver_name, Step::UnmountDevice)?;
+    NodeClient::new(drv.channel.clone())
+        .node_unstage_volume(request(
+            ctx,
+            NodeUnstageVolumeRequest {
+                volume_id: handle.to_string(),
+                staging_target_path: path_str(staging),
+            },
+        ))
+        .await
+        .map_err(|s| OpError::new(Step::UnmountDevice, rpc_error(&s)))?;
+    let data_file = if block {
+        ctx.paths.csi_block_vol_data(&v.spec_name)
+    } else {
+        ctx.paths.csi_staging_vol_data(driver_name, handle)
+    };
+    let table = mount_utils::findmnt::read()
+        .await
+        .map_err(|e| OpError::new(Step::UnmountDevice, e.to_string()))?;
+    if mount_utils::findmnt::mount_at(&table, staging).is_some() {
+        return Err(OpError::new(
+            Step::UnmountDevice,
+            format!(
+                "{} is still mounted after NodeUnstageVolume succeeded",
+                staging.display()
+            ),
+        ));
+    }
+    let _ = tokio::fs::remove_dir(staging).await;
+    let _ = tokio::fs::remove_file(&data_file).await;
+    if let Some(parent) = data_file.parent() {
+        remove_empty_dirs(parent.to_path_buf(), &ctx.paths.csi_plugin_dir()).await;
+    }
+    if let Some(parent) = staging.parent() {
+        remove_empty_dirs(parent.to_path_buf(), &ctx.paths.csi_plugin_dir()).await;
+    }
+    tracing::info!(volume = %v.unique_name, staging = %staging.display(), "UnmountDevice succeeded (NodeUnstageVolume)");
+    Ok(())
+}

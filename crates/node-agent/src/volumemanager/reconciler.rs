@@ -1,0 +1,556 @@
+//! The reconciler (the kubelet's volume manager reconciler): each pass compares the desired
+//! and the actual state and starts what closes the gap, unmounts first:
+//!
+//! 1. a published volume no pod wants any more → NodeUnpublish;
+//! 2. a staged volume no pod uses → NodeUnstage, then it leaves `volumesInUse` (only then may
+//!    the attach/detach controller detach it);
+//! 3. a wanted volume that is not published → once it is in `volumesInUse` and, if the
+//!    attach/detach controller manages it, in `volumesAttached`: wait for attach, NodeStage,
+//!    NodePublish.
+//!
+//! Operations on one volume never overlap; a failed one backs off exponentially (500 ms up to
+//! 2m2s, the kubelet's). A volume that waits longer than `stuck_event_after` gets a
+//! `FailedMount` Event naming the step and the cause.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
+use tokio::sync::mpsc;
+use volume_plugins::ObjectCache;
+use volume_plugins::names::volume_attachment_name;
+
+use super::cache::{
+    ActualStateOfWorld, DesiredStateOfWorld, MountedVolume, PodToMount, StagedVolume,
+};
+use super::operations::{self, MountRequest, Mounted, OpContext, OpError, PodInfo};
+use super::pod_events::PodEvents;
+use super::volume_spec::{MountKind, VolumeToMount};
+use crate::metrics::Metrics;
+
+/// A finished operation, back from its task.
+#[derive(Debug)]
+pub enum OpOutcome {
+    Mount {
+        pod_uid: String,
+        unique_name: String,
+        started: Instant,
+        result: Result<Mounted, OpError>,
+    },
+    Unpublish {
+        volume: MountedVolume,
+        started: Instant,
+        result: Result<(), OpError>,
+    },
+    Unstage {
+        volume: StagedVolume,
+        started: Instant,
+        result: Result<(), OpError>,
+    },
+}
+
+/// Exponential backoff of one (volume, pod) after a failure.
+#[derive(Debug, Clone, Copy)]
+struct Backoff {
+    until: Instant,
+    delay: Duration,
+}
+
+/// Why a wanted volume is not being mounted right now.
+#[derive(Debug, Clone)]
+struct Blocked {
+    message: String,
+    since: Instant,
+    reported: bool,
+}
+
+/// Settings of the reconciler.
+#[derive(Debug, Clone)]
+pub struct ReconcilerOptions {
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// How long a volume may wait (for volumesAttached, a driver, a PVC) before a
+    /// `FailedMount` Event says why.
+    pub stuck_event_after: Duration,
+}
+
+pub struct Reconciler {
+    ctx: Arc<OpContext>,
+    options: ReconcilerOptions,
+    pub(super) asw: ActualStateOfWorld,
+    in_flight: HashSet<String>,
+    backoff: HashMap<(String, String), Backoff>,
+    blocked: HashMap<(String, String), Blocked>,
+    results: mpsc::UnboundedSender<OpOutcome>,
+    events: PodEvents,
+    metrics: Metrics,
+    vas: ObjectCache<VolumeAttachment>,
+}
+
+/// What a pass needs to read.
+pub struct PassInput<'a> {
+    pub dsw: &'a DesiredStateOfWorld,
+    /// The node as cached (its `status.volumesAttached`).
+    pub node: Option<Arc<Node>>,
+    /// Unique names the node status reports in `volumesInUse` now.
+    pub reported_in_use: &'a BTreeSet<String>,
+}
+
+impl Reconciler {
+    pub fn new(
+        ctx: Arc<OpContext>,
+        options: ReconcilerOptions,
+        asw: ActualStateOfWorld,
+        results: mpsc::UnboundedSender<OpOutcome>,
+        events: PodEvents,
+        metrics: Metrics,
+        vas: ObjectCache<VolumeAttachment>,
+    ) -> Self {
+        Self {
+            ctx,
+            options,
+            asw,
+            in_flight: HashSet::new(),
+            backoff: HashMap::new(),
+            blocked: HashMap::new(),
+            results,
+            events,
+            metrics,
+            vas,
+        }
+    }
+
+    /// Whether an operation on the volume is running.
+    pub fn busy(&self, unique_name: &str) -> bool {
+        self.in_flight.contains(unique_name)
+    }
+
+    /// Whether the attach/detach controller manages the volume: it must then be in
+    /// `volumesInUse` before it is mounted, and in `volumesAttached` too.
+    pub fn adc_manages(&self, v: &VolumeToMount) -> bool {
+        match &v.kind {
+            MountKind::AwsEbs { .. } => true,
+            MountKind::Csi(c) => !c.ephemeral && self.ctx.csi.attach_path(&c.driver).adc_manages(),
+        }
+    }
+
+    /// `node.status.volumesInUse` as it should be: every wanted volume the attach/detach
+    /// controller manages, and every one still staged or published.
+    pub fn volumes_in_use(&self, dsw: &DesiredStateOfWorld) -> BTreeSet<String> {
+        let mut set: BTreeSet<String> = dsw
+            .volumes()
+            .filter(|(_, v)| self.adc_manages(v))
+            .map(|(_, v)| v.unique_name.clone())
+            .collect();
+        set.extend(self.asw.in_use().map(str::to_string));
+        set
+    }
+
+    pub fn pass(&mut self, input: &PassInput<'_>) {
+        let now = Instant::now();
+        self.unmount_unwanted(input.dsw, now);
+        self.unstage_unused(input.dsw, now);
+        self.mount_wanted(input, now);
+        self.report_stuck(input.dsw, now);
+        self.metrics.set_mounted(self.asw.mounted_count());
+    }
+
+    fn backing_off(&self, key: &(String, String), now: Instant) -> bool {
+        self.backoff.get(key).is_some_and(|b| b.until > now)
+    }
+
+    fn unmount_unwanted(&mut self, dsw: &DesiredStateOfWorld, now: Instant) {
+        let unwanted: Vec<MountedVolume> = self
+            .asw
+            .all_mounted()
+            .filter(|m| !dsw.wants(&m.unique_name, &m.pod_uid))
+            .cloned()
+            .collect();
+        for m in unwanted {
+            let key = (m.unique_name.clone(), m.pod_uid.clone());
+            if self.busy(&m.unique_name) || self.backing_off(&key, now) {
+                continue;
+            }
+            self.in_flight.insert(m.unique_name.clone());
+            let ctx = self.ctx.clone();
+            let tx = self.results.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = operations::unpublish(ctx, m.clone()).await;
+                let _ = tx.send(OpOutcome::Unpublish {
+                    volume: m,
+                    started,
+                    result,
+                });
+            });
+        }
+    }
+
+    fn unstage_unused(&mut self, dsw: &DesiredStateOfWorld, now: Instant) {
+        let unused: Vec<StagedVolume> = self
+            .asw
+            .all_staged()
+            .filter(|s| !self.asw.is_published_anywhere(&s.unique_name))
+            .filter(|s| !dsw.wants_volume(&s.unique_name))
+            .cloned()
+            .collect();
+        for s in unused {
+            let key = (s.unique_name.clone(), String::new());
+            if self.busy(&s.unique_name) || self.backing_off(&key, now) {
+                continue;
+            }
+            self.in_flight.insert(s.unique_name.clone());
+            let ctx = self.ctx.clone();
+            let tx = self.results.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = operations::unstage(ctx, s.clone()).await;
+                let _ = tx.send(OpOutcome::Unstage {
+                    volume: s,
+                    started,
+                    result,
+                });
+            });
+        }
+    }
+
+    /// The `devicePath` the attach/detach controller reported, if it lists the volume.
+    fn attached_device(node: Option<&Node>, unique_name: &str) -> Option<String> {
+        node?
+            .status
+            .as_ref()?
+            .volumes_attached
+            .as_ref()?
+            .iter()
+            .find(|a| a.name == unique_name)
+            .map(|a| a.device_path.clone())
+    }
+
+    /// Why the volume cannot be mounted yet, or `None` when it can.
+    fn precondition(
+        &self,
+        v: &VolumeToMount,
+        input: &PassInput<'_>,
+    ) -> Result<Option<String>, String> {
+        if let MountKind::Csi(c) = &v.kind
+            && self.ctx.drivers.get(&c.driver).is_none()
+        {
+            return Err(format!(
+                "{} (are its node plugin and csi-node-driver-registrar running on this node?)",
+                operations::csi_not_registered(&c.driver)
+            ));
+        }
+        if !self.adc_manages(v) {
+            return Ok(None);
+        }
+        if !input.reported_in_use.contains(&v.unique_name) {
+            return Err("waiting for the volume to be reported in node.status.volumesInUse".into());
+        }
+        match Self::attached_device(input.node.as_deref(), &v.unique_name) {
+            Some(device) => Ok(Some(device)),
+            None => Err(self.not_attached_reason(v)),
+        }
+    }
+
+    fn not_attached_reason(&self, v: &VolumeToMount) -> String {
+        let MountKind::Csi(c) = &v.kind else {
+            return format!(
+                "waiting for the attach/detach controller to attach volume {} (node.status.volumesAttached does not list {})",
+                v.spec_name, v.unique_name
+            );
+        };
+        if !self
+            .ctx
+            .csi
+            .attach_path(&c.driver)
+            .creates_volume_attachment()
+        {
+            return format!(
+                "waiting for the attach/detach controller to list {} in node.status.volumesAttached (skip-attach through-adc: no VolumeAttachment)",
+                v.unique_name
+            );
+        }
+        let va = volume_attachment_name(&c.handle, &c.driver, &self.ctx.node_name);
+        match self.vas.get(&va) {
+            None => format!(
+                "waiting for attach of VolumeAttachment {va}: it does not exist yet (is the attach/detach controller running?)"
+            ),
+            Some(obj) => {
+                let status = obj.status.clone().unwrap_or_default();
+                match status.attach_error.and_then(|e| e.message) {
+                    Some(err) => format!("waiting for attach of VolumeAttachment {va}: {err}"),
+                    None if status.attached => format!(
+                        "VolumeAttachment {va} is attached; waiting for the attach/detach controller to list {} in node.status.volumesAttached",
+                        v.unique_name
+                    ),
+                    None => format!(
+                        "waiting for attach of VolumeAttachment {va}: not attached yet (is csi-attacher for {} running?)",
+                        c.driver
+                    ),
+                }
+            }
+        }
+    }
+
+    fn mount_wanted(&mut self, input: &PassInput<'_>, now: Instant) {
+        let mut still_blocked = HashSet::new();
+        for (pod, v) in input.dsw.volumes() {
+            let key = (v.unique_name.clone(), pod.uid.clone());
+            if self
+                .asw
+                .mounted(&v.unique_name, &pod.uid)
+                .is_some_and(|m| !m.uncertain)
+            {
+                continue;
+            }
+            if self.busy(&v.unique_name) || self.backing_off(&key, now) {
+                continue;
+            }
+            let device_path = match self.precondition(v, input) {
+                Ok(d) => d,
+                Err(why) => {
+                    still_blocked.insert((pod.uid.clone(), v.outer_name.clone()));
+                    let entry = self
+                        .blocked
+                        .entry((pod.uid.clone(), v.outer_name.clone()))
+                        .or_insert_with(|| Blocked {
+                            message: why.clone(),
+                            since: now,
+                            reported: false,
+                        });
+                    if entry.message != why {
+                        *entry = Blocked {
+                            message: why,
+                            since: entry.since,
+                            reported: false,
+                        };
+                    }
+                    continue;
+                }
+            };
+            self.blocked
+                .remove(&(pod.uid.clone(), v.outer_name.clone()));
+            let reported_in_use = self.adc_manages(v);
+            let req = MountRequest {
+                pod: pod_info(pod),
+                volume: v.clone(),
+                already_staged: self.asw.staged(&v.unique_name).cloned(),
+                device_path,
+                reported_in_use,
+            };
+            self.in_flight.insert(v.unique_name.clone());
+            let ctx = self.ctx.clone();
+            let tx = self.results.clone();
+            let pod_uid = pod.uid.clone();
+            let unique_name = v.unique_name.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let result = operations::mount(ctx, req).await;
+                let _ = tx.send(OpOutcome::Mount {
+                    pod_uid,
+                    unique_name,
+                    started,
+                    result,
+                });
+            });
+        }
+        // Unresolved pod volumes (PVC not bound, ...) wait too.
+        for pod in input.dsw.pods() {
+            for (name, why) in &pod.unresolved {
+                let k = (pod.uid.clone(), name.clone());
+                still_blocked.insert(k.clone());
+                let entry = self.blocked.entry(k).or_insert_with(|| Blocked {
+                    message: why.clone(),
+                    since: now,
+                    reported: false,
+                });
+                if &entry.message != why {
+                    entry.message = why.clone();
+                    entry.reported = false;
+                }
+            }
+        }
+        self.blocked.retain(|k, _| still_blocked.contains(k));
+    }
+
+    fn report_stuck(&mut self, dsw: &DesiredStateOfWorld, now: Instant) {
+        for ((uid, volume), b) in &mut self.blocked {
+            let urgent = b
+                .message
+                .contains("not found in the list of registered CSI drivers")
+                || (b
+                    .message
+                    .starts_with("waiting for attach of VolumeAttachment")
+                    && !b.message.contains("not attached yet")
+                    && !b.message.contains("does not exist yet"));
+            if b.reported
+                || (!urgent && now.duration_since(b.since) < self.options.stuck_event_after)
+            {
+                continue;
+            }
+            b.reported = true;
+            if let Some(pod) = dsw.pod(uid) {
+                self.events.failed_mount(
+                    &pod.pod,
+                    format!("Unable to mount volume \"{volume}\": {}", b.message),
+                );
+            }
+        }
+    }
+
+    /// Applies a finished operation to the actual state.
+    pub fn finished(&mut self, outcome: OpOutcome, dsw: &DesiredStateOfWorld) {
+        match outcome {
+            OpOutcome::Mount {
+                pod_uid,
+                unique_name,
+                started,
+                result,
+            } => {
+                self.in_flight.remove(&unique_name);
+                let key = (unique_name.clone(), pod_uid.clone());
+                match result {
+                    Ok(m) => {
+                        self.backoff.remove(&key);
+                        self.metrics
+                            .operation("volume_mount", started.elapsed(), true);
+                        self.asw.add_staged(m.staged);
+                        self.asw.add_mounted(m.mounted);
+                    }
+                    Err(e) => {
+                        self.metrics
+                            .operation("volume_mount", started.elapsed(), false);
+                        self.back_off(key.clone());
+                        let volume = dsw
+                            .pod(&pod_uid)
+                            .and_then(|p| p.volumes.iter().find(|v| v.unique_name == unique_name))
+                            .map(|v| v.spec_name.clone())
+                            .unwrap_or_else(|| unique_name.clone());
+                        tracing::warn!(volume = %unique_name, pod_uid = %pod_uid, step = e.step.as_str(), error = %e.message, "mount failed");
+                        if let Some(pod) = dsw.pod(&pod_uid) {
+                            self.events.failed_mount(
+                                &pod.pod,
+                                format!(
+                                    "{} failed for volume \"{volume}\" : {}",
+                                    e.step.as_str(),
+                                    e.message
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+            OpOutcome::Unpublish {
+                volume,
+                started,
+                result,
+            } => {
+                self.in_flight.remove(&volume.unique_name);
+                let key = (volume.unique_name.clone(), volume.pod_uid.clone());
+                match result {
+                    Ok(()) => {
+                        self.backoff.remove(&key);
+                        self.metrics
+                            .operation("volume_unmount", started.elapsed(), true);
+                        self.asw
+                            .remove_mounted(&volume.unique_name, &volume.pod_uid);
+                    }
+                    Err(e) => {
+                        self.metrics
+                            .operation("volume_unmount", started.elapsed(), false);
+                        tracing::warn!(volume = %volume.unique_name, pod_uid = %volume.pod_uid, step = e.step.as_str(), error = %e.message, "unmount failed");
+                        self.back_off(key);
+                    }
+                }
+            }
+            OpOutcome::Unstage {
+                volume,
+                started,
+                result,
+            } => {
+                self.in_flight.remove(&volume.unique_name);
+                let key = (volume.unique_name.clone(), String::new());
+                match result {
+                    Ok(()) => {
+                        self.backoff.remove(&key);
+                        self.metrics
+                            .operation("unmount_device", started.elapsed(), true);
+                        self.asw.remove_staged(&volume.unique_name);
+                    }
+                    Err(e) => {
+                        self.metrics
+                            .operation("unmount_device", started.elapsed(), false);
+                        tracing::warn!(volume = %volume.unique_name, step = e.step.as_str(), error = %e.message, "unmount device failed");
+                        self.back_off(key);
+                    }
+                }
+            }
+        }
+    }
+
+    fn back_off(&mut self, key: (String, String)) {
+        let delay = match self.backoff.get(&key) {
+            Some(b) => (b.delay * 2).min(self.options.backoff_max),
+            None => self.options.backoff_initial,
+        };
+        self.backoff.insert(
+            key,
+            Backoff {
+                until: Instant::now() + delay,
+                delay,
+            },
+        );
+    }
+
+    /// The earliest time a backed-off operation may run again (to wake the loop then).
+    pub fn next_retry(&self) -> Option<Instant> {
+        self.backoff
+            .values()
+            .map(|b| b.until)
+            .filter(|t| *t > Instant::now())
+            .min()
+    }
+
+    /// Whether every storage volume of the pod is published (and none is unresolved).
+    pub fn pod_volumes_ready(&self, pod: &PodToMount) -> bool {
+        pod.unresolved.is_empty()
+            && pod.volumes.iter().all(|v| {
+                self.asw
+                    .mounted(&v.unique_name, &pod.uid)
+                    .is_some_and(|m| !m.uncertain)
+            })
+    }
+
+    /// Where each volume of the pod is on the host (pod volume name → path).
+    pub fn pod_volume_paths(&self, pod: &PodToMount) -> std::collections::BTreeMap<String, String> {
+        pod.volumes
+            .iter()
+            .filter_map(|v| {
+                self.asw
+                    .mounted(&v.unique_name, &pod.uid)
+                    .map(|m| (v.outer_name.clone(), m.host_path.display().to_string()))
+            })
+            .collect()
+    }
+
+    /// Whether the pod has nothing of ours left on the node (its deletion may be confirmed).
+    pub fn pod_torn_down(&self, uid: &str) -> bool {
+        !self.asw.pod_has_volumes(uid)
+    }
+}
+
+fn pod_info(pod: &PodToMount) -> PodInfo {
+    let p: &Pod = &pod.pod;
+    PodInfo {
+        uid: pod.uid.clone(),
+        namespace: pod.namespace().to_string(),
+        name: pod.name().to_string(),
+        service_account: p
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into()),
+    }
+}

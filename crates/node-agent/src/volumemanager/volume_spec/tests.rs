@@ -1,0 +1,279 @@
+use super::*;
+use k8s_openapi::api::core::v1::{
+    AWSElasticBlockStoreVolumeSource, CSIPersistentVolumeSource, CSIVolumeSource,
+    ConfigMapVolumeSource, ObjectReference, PersistentVolumeClaimSpec, PersistentVolumeClaimStatus,
+    PersistentVolumeClaimVolumeSource, PodSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+fn pod(volumes: Vec<Volume>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some("p".into()),
+            namespace: Some("ns".into()),
+            uid: Some("uid-1".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            volumes: Some(volumes),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn claim_volume(claim: &str, read_only: bool) -> Volume {
+    Volume {
+        name: "data".into(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: claim.into(),
+            read_only: Some(read_only),
+        }),
+        ..Default::default()
+    }
+}
+
+fn pvc(name: &str, pv: Option<&str>, bound: bool) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(format!("{name}-uid")),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            volume_name: pv.map(str::to_string),
+            ..Default::default()
+        }),
+        status: Some(PersistentVolumeClaimStatus {
+            phase: Some(if bound { "Bound" } else { "Pending" }.into()),
+            ..Default::default()
+        }),
+    }
+}
+
+fn pv(name: &str, claim: &str, spec: PersistentVolumeSpec) -> PersistentVolume {
+    PersistentVolume {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeSpec {
+            claim_ref: Some(ObjectReference {
+                name: Some(claim.into()),
+                namespace: Some("ns".into()),
+                uid: Some(format!("{claim}-uid")),
+                ..Default::default()
+            }),
+            ..spec
+        }),
+        status: None,
+    }
+}
+
+fn csi_pv_spec(block: bool) -> PersistentVolumeSpec {
+    PersistentVolumeSpec {
+        access_modes: Some(vec!["ReadWriteOnce".into()]),
+        mount_options: Some(vec!["noatime".into()]),
+        volume_mode: Some(if block { "Block" } else { "Filesystem" }.into()),
+        csi: Some(CSIPersistentVolumeSource {
+            driver: "hostpath.csi.k8s.io".into(),
+            volume_handle: "vol-1".into(),
+            fs_type: Some("ext4".into()),
+            volume_attributes: Some([("k".to_string(), "v".to_string())].into()),
+            node_stage_secret_ref: Some(SecretReference {
+                name: Some("s".into()),
+                namespace: Some("secrets".into()),
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn ebs_pv_spec() -> PersistentVolumeSpec {
+    PersistentVolumeSpec {
+        access_modes: Some(vec!["ReadWriteOnce".into()]),
+        aws_elastic_block_store: Some(AWSElasticBlockStoreVolumeSource {
+            volume_id: "aws://us-east-1a/vol-0123456789abcdef0".into(),
+            fs_type: Some("ext4".into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn resolve(
+    pvcs: Vec<PersistentVolumeClaim>,
+    pvs: Vec<PersistentVolume>,
+    migrated: &MigratedPlugins,
+    volume: Volume,
+) -> SpecOutcome {
+    let pvcs = ObjectCache::from_objects(pvcs);
+    let pvs = ObjectCache::from_objects(pvs);
+    let ctx = SpecContext {
+        pvcs: &pvcs,
+        pvs: &pvs,
+        migrated,
+    };
+    let p = pod(vec![volume.clone()]);
+    volume_to_mount(&ctx, &p, &volume)
+}
+
+fn mount(outcome: SpecOutcome) -> VolumeToMount {
+    match outcome {
+        SpecOutcome::Mount(v) => *v,
+        other => panic!("expected a mount, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_bound_csi_pv_is_mounted_with_everything_nodestage_needs() {
+    let v = mount(resolve(
+        vec![pvc("c", Some("pv-1"), true)],
+        vec![pv("pv-1", "c", csi_pv_spec(false))],
+        &MigratedPlugins::none(),
+        claim_volume("c", true),
+    ));
+    assert_eq!(v.unique_name, "kubernetes.io/csi/hostpath.csi.k8s.io^vol-1");
+    assert_eq!(
+        (v.spec_name.as_str(), v.outer_name.as_str()),
+        ("pv-1", "data")
+    );
+    assert!(v.read_only, "the claim's readOnly counts");
+    let c = v.csi().unwrap();
+    assert_eq!(c.fs_type, "ext4");
+    assert_eq!(c.mount_options, vec!["noatime"]);
+    assert_eq!(c.access_mode, AccessMode::SingleNodeWriter);
+    assert!(!c.block && !c.ephemeral && !c.migrated);
+    assert_eq!(
+        c.stage_secret,
+        Some(SecretRef {
+            namespace: "secrets".into(),
+            name: "s".into()
+        })
+    );
+    assert_eq!(c.volume_context.get("k").map(String::as_str), Some("v"));
+
+    let v = mount(resolve(
+        vec![pvc("c", Some("pv-1"), true)],
+        vec![pv("pv-1", "c", csi_pv_spec(true))],
+        &MigratedPlugins::none(),
+        claim_volume("c", false),
+    ));
+    assert!(v.csi().unwrap().block && !v.read_only);
+}
+
+#[test]
+fn unbound_or_missing_claims_wait_and_a_foreign_pv_is_refused() {
+    let out = resolve(
+        vec![],
+        vec![],
+        &MigratedPlugins::none(),
+        claim_volume("c", false),
+    );
+    assert!(
+        matches!(&out, SpecOutcome::Pending(m) if m.contains("\"c\" not found")),
+        "{out:?}"
+    );
+    let out = resolve(
+        vec![pvc("c", None, false)],
+        vec![],
+        &MigratedPlugins::none(),
+        claim_volume("c", false),
+    );
+    assert!(
+        matches!(&out, SpecOutcome::Pending(m) if m.contains("not bound")),
+        "{out:?}"
+    );
+    let out = resolve(
+        vec![pvc("c", Some("pv-1"), true)],
+        vec![pv("pv-1", "other", csi_pv_spec(false))],
+        &MigratedPlugins::none(),
+        claim_volume("c", false),
+    );
+    assert!(
+        matches!(&out, SpecOutcome::Failed(m) if m.contains("claimRef")),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn in_tree_ebs_follows_this_nodes_migration_gate() {
+    let pvcs = || vec![pvc("c", Some("pv-ebs"), true)];
+    let pvs = || vec![pv("pv-ebs", "c", ebs_pv_spec())];
+    let in_tree = mount(resolve(
+        pvcs(),
+        pvs(),
+        &MigratedPlugins::none(),
+        claim_volume("c", false),
+    ));
+    assert_eq!(
+        in_tree.unique_name,
+        "kubernetes.io/aws-ebs/aws://us-east-1a/vol-0123456789abcdef0"
+    );
+    assert!(matches!(in_tree.kind, MountKind::AwsEbs { .. }));
+
+    let aws = MigratedPlugins::from_feature_gates("CSIMigrationAWS=true").unwrap();
+    let migrated = mount(resolve(pvcs(), pvs(), &aws, claim_volume("c", false)));
+    let c = migrated.csi().unwrap();
+    assert_eq!(c.driver, "ebs.csi.aws.com");
+    assert_eq!(c.handle, "vol-0123456789abcdef0");
+    assert!(c.migrated);
+    assert_eq!(
+        migrated.unique_name,
+        "kubernetes.io/csi/ebs.csi.aws.com^vol-0123456789abcdef0"
+    );
+
+    let inline = Volume {
+        name: "inline".into(),
+        aws_elastic_block_store: Some(AWSElasticBlockStoreVolumeSource {
+            volume_id: "vol-0123456789abcdef0".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let v = mount(resolve(vec![], vec![], &aws, inline.clone()));
+    assert_eq!(v.spec_name, "inline");
+    assert!(v.csi().unwrap().migrated);
+    let v = mount(resolve(vec![], vec![], &MigratedPlugins::none(), inline));
+    assert_eq!(v.unique_name, "kubernetes.io/aws-ebs/vol-0123456789abcdef0");
+}
+
+#[test]
+fn ephemeral_inline_volumes_get_the_kubelets_handle_and_other_volumes_are_not_ours() {
+    let eph = Volume {
+        name: "scratch".into(),
+        csi: Some(CSIVolumeSource {
+            driver: "hostpath.csi.k8s.io".into(),
+            volume_attributes: Some([("size".to_string(), "1Mi".to_string())].into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let v = mount(resolve(vec![], vec![], &MigratedPlugins::none(), eph));
+    let c = v.csi().unwrap();
+    assert!(c.ephemeral);
+    assert_eq!(c.handle, ephemeral_volume_handle("uid-1", "scratch"));
+    assert!(c.handle.starts_with("csi-") && c.handle.len() == 4 + 64);
+    assert_eq!(
+        c.volume_context
+            .get(EPHEMERAL_CONTEXT_KEY)
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        c.volume_context.get("size").map(String::as_str),
+        Some("1Mi")
+    );
+
+    let cm = Volume {
+        name: "cm".into(),
+        config_map: Some(ConfigMapVolumeSource::default()),
+        ..Default::default()
+    };
+    assert_eq!(
+        resolve(vec![], vec![], &MigratedPlugins::none(), cm),
+        SpecOutcome::NotOurs
+    );
+}
