@@ -3,13 +3,13 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use csi_spec::v1::controller_server::Controller;
 use csi_spec::v1::controller_service_capability::rpc::Type as Rpc;
 use csi_spec::v1::validate_volume_capabilities_response::Confirmed;
 use csi_spec::v1::volume_content_source::{SnapshotSource, Type as SourceType, VolumeSource};
 use csi_spec::v1::{
+    ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
     ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
     ControllerServiceCapability, CreateSnapshotRequest, CreateSnapshotResponse,
     CreateVolumeRequest, CreateVolumeResponse, DeleteSnapshotRequest, DeleteSnapshotResponse,
@@ -25,7 +25,7 @@ use crate::config::{DEFAULT_VOLUME_SIZE, TOPOLOGY_KEY};
 use crate::driver::Driver;
 use crate::state::{Kind, Snapshot, Source, Volume};
 use crate::validate::{self, non_empty};
-use crate::{Error, Result, loopdev};
+use crate::{Error, Result, expand, loopdev, snapshots};
 
 #[derive(Debug)]
 pub(crate) struct ControllerSvc {
@@ -55,20 +55,6 @@ pub(crate) fn csi_volume(d: &Driver, v: &Volume) -> csi_spec::v1::Volume {
             }),
         }),
         accessible_topology: vec![d.topology()],
-    }
-}
-
-fn csi_snapshot(s: &Snapshot) -> csi_spec::v1::Snapshot {
-    csi_spec::v1::Snapshot {
-        size_bytes: i64::try_from(s.size_bytes).unwrap_or(i64::MAX),
-        snapshot_id: s.id.clone(),
-        source_volume_id: s.source_volume_id.clone(),
-        creation_time: Some(prost_types::Timestamp {
-            seconds: s.created_secs,
-            nanos: s.created_nanos,
-        }),
-        ready_to_use: true,
-        group_snapshot_id: String::new(),
     }
 }
 
@@ -123,16 +109,6 @@ pub(crate) fn page<T>(items: Vec<T>, max_entries: i32, token: &str) -> Result<(V
         items.into_iter().skip(start).take(end - start).collect(),
         next,
     ))
-}
-
-fn now() -> (i64, i32) {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    (
-        i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-        i32::try_from(d.subsec_nanos()).unwrap_or(0),
-    )
 }
 
 impl ControllerSvc {
@@ -278,59 +254,6 @@ impl ControllerSvc {
         backing::remove(&path, v.kind)?;
         d.update(|s| Ok(s.volumes.remove(volume_id))).await?;
         tracing::info!("deleted volume");
-        Ok(())
-    }
-
-    #[tracing::instrument(skip_all, fields(name = %req.name, source_volume_id = %req.source_volume_id))]
-    async fn create_snapshot_inner(&self, req: CreateSnapshotRequest) -> Result<Snapshot> {
-        let d = &self.driver;
-        non_empty("name", &req.name)?;
-        non_empty("source_volume_id", &req.source_volume_id)?;
-        let _name = d.locks.lock(&format!("snapshot-name/{}", req.name)).await;
-        if let Some(s) = d.snapshot().await.snapshot_by_name(&req.name) {
-            if s.source_volume_id != req.source_volume_id {
-                return Err(Error::AlreadyExists(format!(
-                    "snapshot name {} is already used for a snapshot of volume {}, not {}",
-                    req.name, s.source_volume_id, req.source_volume_id
-                )));
-            }
-            return Ok(s.clone());
-        }
-        let _vol = d.locks.lock(&req.source_volume_id).await;
-        let v = d.existing_volume(&req.source_volume_id).await?;
-        let id = uuid::Uuid::new_v4().to_string();
-        let dst = backing::snapshot_path(&d.config.state_dir, &id, v.kind);
-        backing::copy(&d.volume_path(&v), &dst, v.kind, 0).await?;
-        let (created_secs, created_nanos) = now();
-        let snap = Snapshot {
-            id,
-            name: req.name.clone(),
-            source_volume_id: v.id.clone(),
-            kind: v.kind,
-            size_bytes: backing::content_size(&dst, v.kind),
-            created_secs,
-            created_nanos,
-        };
-        let record = snap.clone();
-        d.update(|s| Ok(s.snapshots.insert(record.id.clone(), record)))
-            .await?;
-        tracing::info!(snapshot_id = %snap.id, "created snapshot");
-        Ok(snap)
-    }
-
-    async fn delete_snapshot_inner(&self, snapshot_id: &str) -> Result<()> {
-        let d = &self.driver;
-        non_empty("snapshot_id", snapshot_id)?;
-        let _lock = d.locks.lock(&format!("snapshot/{snapshot_id}")).await;
-        let Some(s) = d.snapshot().await.snapshots.get(snapshot_id).cloned() else {
-            return Ok(());
-        };
-        backing::remove(
-            &backing::snapshot_path(&d.config.state_dir, &s.id, s.kind),
-            s.kind,
-        )?;
-        d.update(|st| Ok(st.snapshots.remove(snapshot_id))).await?;
-        tracing::info!(snapshot_id, "deleted snapshot");
         Ok(())
     }
 }
@@ -524,6 +447,7 @@ impl Controller for ControllerSvc {
             Rpc::CreateDeleteSnapshot,
             Rpc::ListSnapshots,
             Rpc::CloneVolume,
+            Rpc::ExpandVolume,
             Rpc::SingleNodeMultiWriter,
         ]
         .into_iter()
@@ -534,13 +458,25 @@ impl Controller for ControllerSvc {
         }))
     }
 
+    async fn controller_expand_volume(
+        &self,
+        request: Request<ControllerExpandVolumeRequest>,
+    ) -> Result<Response<ControllerExpandVolumeResponse>, Status> {
+        let (size, node_expansion_required) =
+            expand::controller(&self.driver, &request.into_inner()).await?;
+        Ok(Response::new(ControllerExpandVolumeResponse {
+            capacity_bytes: i64::try_from(size).unwrap_or(i64::MAX),
+            node_expansion_required,
+        }))
+    }
+
     async fn create_snapshot(
         &self,
         request: Request<CreateSnapshotRequest>,
     ) -> Result<Response<CreateSnapshotResponse>, Status> {
-        let s = self.create_snapshot_inner(request.into_inner()).await?;
+        let s = snapshots::create(&self.driver, request.into_inner()).await?;
         Ok(Response::new(CreateSnapshotResponse {
-            snapshot: Some(csi_snapshot(&s)),
+            snapshot: Some(snapshots::csi_snapshot(&s)),
         }))
     }
 
@@ -548,8 +484,7 @@ impl Controller for ControllerSvc {
         &self,
         request: Request<DeleteSnapshotRequest>,
     ) -> Result<Response<DeleteSnapshotResponse>, Status> {
-        self.delete_snapshot_inner(&request.into_inner().snapshot_id)
-            .await?;
+        snapshots::delete(&self.driver, &request.into_inner().snapshot_id).await?;
         Ok(Response::new(DeleteSnapshotResponse {}))
     }
 
@@ -572,7 +507,7 @@ impl Controller for ControllerSvc {
             entries: items
                 .into_iter()
                 .map(|s| list_snapshots_response::Entry {
-                    snapshot: Some(csi_snapshot(s)),
+                    snapshot: Some(snapshots::csi_snapshot(s)),
                 })
                 .collect(),
             next_token,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use csi_spec::v1::identity_server::Identity;
-use csi_spec::v1::plugin_capability::service;
+use csi_spec::v1::plugin_capability::{service, volume_expansion};
 use csi_spec::v1::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
     GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
@@ -45,6 +45,8 @@ impl Identity for IdentitySvc {
                 PluginCapability::service(service::Type::ControllerService),
                 // Every volume lives on the node that created it.
                 PluginCapability::service(service::Type::VolumeAccessibilityConstraints),
+                // Images grow and loop devices pick up the new size while in use.
+                PluginCapability::volume_expansion(volume_expansion::Type::Online),
             ],
         }))
     }

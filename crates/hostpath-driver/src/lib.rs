@@ -30,11 +30,13 @@ mod backing;
 mod config;
 mod controller;
 mod driver;
+mod expand;
 mod identity;
 mod locks;
 mod loopdev;
 mod mounts;
 mod node;
+mod snapshots;
 mod state;
 mod validate;
 

@@ -3,13 +3,20 @@
 //! restarted driver adopts it instead of attaching a second one.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use mount_utils::cmd;
 
 use crate::{Error, Result};
 
-/// The loop devices whose backing file is `image` (canonical path), sorted by name.
+/// The usable loop devices whose backing file is `image` (canonical path), sorted by name. A
+/// device being detached (`losetup --detach` while something still held it open sets
+/// autoclear; the kernel lets go at the last close) is not usable and not listed.
 pub(crate) fn find(sys_root: &Path, image: &Path) -> Result<Vec<PathBuf>> {
+    find_with(sys_root, image, false)
+}
+
+fn find_with(sys_root: &Path, image: &Path, detaching_too: bool) -> Result<Vec<PathBuf>> {
     let image = std::fs::canonicalize(image).map_err(|e| Error::io("resolving", image, e))?;
     let block = sys_root.join("block");
     let entries = match std::fs::read_dir(&block) {
@@ -28,7 +35,12 @@ pub(crate) fn find(sys_root: &Path, image: &Path) -> Result<Vec<PathBuf>> {
         let Ok(text) = std::fs::read_to_string(entry.path().join("loop/backing_file")) else {
             continue;
         };
-        if backing_matches(&text, &image) {
+        if !backing_matches(&text, &image) {
+            continue;
+        }
+        let autoclear = std::fs::read_to_string(entry.path().join("loop/autoclear"))
+            .is_ok_and(|a| a.trim() == "1");
+        if detaching_too || !autoclear {
             found.push(PathBuf::from("/dev").join(name));
         }
     }
@@ -73,7 +85,13 @@ pub(crate) async fn ensure(sys_root: &Path, image: &Path) -> Result<PathBuf> {
     Ok(dev)
 }
 
+/// How long a detach waits for a device someone briefly holds open (udev probing it after
+/// the last writer closed) to be let go by the kernel.
+const DETACH_WAIT: Duration = Duration::from_secs(10);
+
 /// Detaches every loop device of `image`; none is fine (a retried call). Returns how many.
+/// Waits until the kernel has let go of them, so that a caller that detached sees no device
+/// of the image any more; one still held open after the wait goes at its last close.
 pub(crate) async fn detach_all(sys_root: &Path, image: &Path) -> Result<usize> {
     if !image.exists() {
         return Ok(0);
@@ -82,6 +100,18 @@ pub(crate) async fn detach_all(sys_root: &Path, image: &Path) -> Result<usize> {
     for dev in &devices {
         cmd::run_ok("losetup", ["--detach".as_ref(), dev.as_os_str()]).await?;
         tracing::info!(device = %dev.display(), image = %image.display(), "detached loop device");
+    }
+    let deadline = tokio::time::Instant::now() + DETACH_WAIT;
+    loop {
+        let left = find_with(sys_root, image, true)?;
+        if left.is_empty() {
+            break;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(devices = ?left, image = %image.display(), "loop devices still held open after detach; the kernel frees them at their last close");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Ok(devices.len())
 }
@@ -132,10 +162,17 @@ mod tests {
         add("loop1", Some("/other/file.img\n".into()));
         add("loop2", Some(format!("{} (deleted)\n", canon.display())));
         add("loop0", None);
+        add("loop4", Some(format!("{}\n", canon.display())));
+        std::fs::write(sys.path().join("block/loop4/loop/autoclear"), "1\n").unwrap();
         add("sda", Some(format!("{}\n", canon.display())));
         assert_eq!(
             find(sys.path(), &image).unwrap(),
             vec![PathBuf::from("/dev/loop3")]
+        );
+        // Being detached: not usable, but still there until the kernel lets go.
+        assert_eq!(
+            find_with(sys.path(), &image, true).unwrap(),
+            vec![PathBuf::from("/dev/loop3"), PathBuf::from("/dev/loop4")]
         );
         assert_eq!(
             dev_number(sys.path(), Path::new("/dev/loop3")).unwrap(),

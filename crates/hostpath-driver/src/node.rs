@@ -10,12 +10,12 @@ use csi_spec::v1::node_service_capability::rpc::Type as Rpc;
 use csi_spec::v1::volume_capability::access_mode::Mode;
 use csi_spec::v1::volume_usage::Unit;
 use csi_spec::v1::{
-    NodeGetCapabilitiesRequest, NodeGetCapabilitiesResponse, NodeGetInfoRequest,
-    NodeGetInfoResponse, NodeGetVolumeStatsRequest, NodeGetVolumeStatsResponse,
-    NodePublishVolumeRequest, NodePublishVolumeResponse, NodeServiceCapability,
-    NodeStageVolumeRequest, NodeStageVolumeResponse, NodeUnpublishVolumeRequest,
-    NodeUnpublishVolumeResponse, NodeUnstageVolumeRequest, NodeUnstageVolumeResponse,
-    VolumeCondition, VolumeUsage,
+    NodeExpandVolumeRequest, NodeExpandVolumeResponse, NodeGetCapabilitiesRequest,
+    NodeGetCapabilitiesResponse, NodeGetInfoRequest, NodeGetInfoResponse,
+    NodeGetVolumeStatsRequest, NodeGetVolumeStatsResponse, NodePublishVolumeRequest,
+    NodePublishVolumeResponse, NodeServiceCapability, NodeStageVolumeRequest,
+    NodeStageVolumeResponse, NodeUnpublishVolumeRequest, NodeUnpublishVolumeResponse,
+    NodeUnstageVolumeRequest, NodeUnstageVolumeResponse, VolumeCondition, VolumeUsage,
 };
 use mount_utils::{Usage, VolumeStats, mount};
 use tonic::{Request, Response, Status};
@@ -25,7 +25,7 @@ use crate::controller::reserve;
 use crate::driver::Driver;
 use crate::state::{Kind, Published, Staged, Volume};
 use crate::validate::{self, Access, non_empty};
-use crate::{Error, Result, backing, loopdev, mounts};
+use crate::{Error, Result, backing, expand, loopdev, mounts};
 
 #[derive(Debug)]
 pub(crate) struct NodeSvc {
@@ -130,7 +130,13 @@ impl NodeSvc {
                 }
                 None
             }
-            Kind::Block => Some(self.loop_device(&v).await?.0),
+            Kind::Block => {
+                // Nothing is mounted there, but the path is the volume's on this node (stats
+                // and expansion may name it), as the kubelet expects it to exist.
+                std::fs::create_dir_all(&staging)
+                    .map_err(|e| Error::io("creating", &staging, e))?;
+                Some(self.loop_device(&v).await?.0)
+            }
         };
         let id = v.id.clone();
         d.update(|s| {
@@ -547,6 +553,16 @@ impl Node for NodeSvc {
         Ok(Response::new(self.stats(request.into_inner()).await?))
     }
 
+    async fn node_expand_volume(
+        &self,
+        request: Request<NodeExpandVolumeRequest>,
+    ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
+        let size = expand::node(&self.driver, &request.into_inner()).await?;
+        Ok(Response::new(NodeExpandVolumeResponse {
+            capacity_bytes: i64::try_from(size).unwrap_or(i64::MAX),
+        }))
+    }
+
     async fn node_get_capabilities(
         &self,
         _request: Request<NodeGetCapabilitiesRequest>,
@@ -557,6 +573,7 @@ impl Node for NodeSvc {
         }
         rpcs.extend([
             Rpc::GetVolumeStats,
+            Rpc::ExpandVolume,
             Rpc::VolumeCondition,
             Rpc::SingleNodeMultiWriter,
         ]);

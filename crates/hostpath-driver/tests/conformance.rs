@@ -983,3 +983,143 @@ async fn serve_refuses_a_config_without_node_id() {
         .unwrap_err();
     assert!(err.to_string().contains("state.json"), "{err}");
 }
+
+#[tokio::test]
+async fn expansion_grows_within_capacity_and_names_fields() {
+    let s = Scratch::new();
+    let d = Driver::start(Config {
+        capacity_bytes: 64 << 20,
+        ..config(&s)
+    })
+    .await;
+    let mut c = d.controller();
+    let mut n = d.node();
+    let online = d
+        .identity()
+        .get_plugin_capabilities(GetPluginCapabilitiesRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .capabilities
+        .iter()
+        .any(|cap| {
+            matches!(
+                &cap.r#type,
+                Some(plugin_capability::Type::VolumeExpansion(v))
+                    if v.r#type == plugin_capability::volume_expansion::Type::Online as i32
+            )
+        });
+    assert!(online, "ONLINE volume expansion is offered");
+    let expand = |id: &str, bytes: i64| ControllerExpandVolumeRequest {
+        volume_id: id.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        ..Default::default()
+    };
+    expect_code(
+        c.controller_expand_volume(expand("", MIB)).await,
+        Code::InvalidArgument,
+        "volume_id is required",
+    );
+    expect_code(
+        c.controller_expand_volume(ControllerExpandVolumeRequest {
+            volume_id: "x".into(),
+            ..Default::default()
+        })
+        .await,
+        Code::InvalidArgument,
+        "capacity_range is required",
+    );
+    expect_code(
+        c.controller_expand_volume(expand("no-such-volume", MIB))
+            .await,
+        Code::NotFound,
+        "no-such-volume",
+    );
+    let m = create(&mut c, "pvc-m", 8 * MIB, mount_cap()).await;
+    let b = create(&mut c, "pvc-b", 8 * MIB, block_cap()).await;
+    // A directory grows by bookkeeping alone; an image grows on disk and needs the node.
+    let r = c
+        .controller_expand_volume(expand(&m.volume_id, 16 * MIB))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (r.capacity_bytes, r.node_expansion_required),
+        (16 * MIB, false)
+    );
+    let r = c
+        .controller_expand_volume(expand(&b.volume_id, 24 * MIB))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        (r.capacity_bytes, r.node_expansion_required),
+        (24 * MIB, true)
+    );
+    let img = s
+        .state_dir()
+        .join("volumes")
+        .join(format!("{}.img", b.volume_id));
+    assert_eq!(std::fs::metadata(&img).unwrap().len(), 24 << 20);
+    // Never shrinks: a smaller request answers the current size.
+    let r = c
+        .controller_expand_volume(expand(&b.volume_id, 4 * MIB))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.capacity_bytes, 24 * MIB);
+    let listed: Vec<i64> = c
+        .list_volumes(ListVolumesRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .entries
+        .into_iter()
+        .map(|e| e.volume.unwrap().capacity_bytes)
+        .collect();
+    assert_eq!(listed.iter().sum::<i64>(), 40 * MIB);
+    // 40 MiB taken of 64: growing one volume by 30 MiB more does not fit.
+    expect_code(
+        c.controller_expand_volume(expand(&m.volume_id, 46 * MIB))
+            .await,
+        Code::ResourceExhausted,
+        "capacity",
+    );
+    expect_code(
+        c.controller_expand_volume(expand(&m.volume_id, 65 * MIB))
+            .await,
+        Code::OutOfRange,
+        "capacity",
+    );
+    let node_expand = |id: &str, path: &str| NodeExpandVolumeRequest {
+        volume_id: id.into(),
+        volume_path: path.into(),
+        ..Default::default()
+    };
+    expect_code(
+        n.node_expand_volume(node_expand("", "/x")).await,
+        Code::InvalidArgument,
+        "volume_id is required",
+    );
+    expect_code(
+        n.node_expand_volume(node_expand(&b.volume_id, "")).await,
+        Code::InvalidArgument,
+        "volume_path is required",
+    );
+    expect_code(
+        n.node_expand_volume(node_expand("no-such-volume", "/x"))
+            .await,
+        Code::NotFound,
+        "no-such-volume",
+    );
+    let nowhere = s.path("nowhere").display().to_string();
+    expect_code(
+        n.node_expand_volume(node_expand(&b.volume_id, &nowhere))
+            .await,
+        Code::NotFound,
+        "nowhere",
+    );
+}

@@ -532,3 +532,92 @@ async fn single_writer_volumes_publish_once() {
     );
     assert!(!s.path("t2").exists() || mounts_at(&s.path("t2")) == 0);
 }
+
+#[tokio::test]
+async fn block_volume_expands_online() {
+    if !root_parts_or_skip("online expansion resizes a loop device") {
+        return;
+    }
+    let s = Scratch::new();
+    let d = Driver::start(config(&s)).await;
+    let (mut c, mut n) = (d.controller(), d.node());
+    let b = create(&mut c, "pvc-grow", 8 * MIB, block_cap()).await;
+    let id = b.volume_id.as_str();
+    let staging = s.path("staging");
+    let target = s.path("pod/dev");
+    n.node_stage_volume(stage_req(id, &staging, block_cap()))
+        .await
+        .unwrap();
+    n.node_publish_volume(publish_req(id, Some(&staging), &target, block_cap(), false))
+        .await
+        .unwrap();
+    let r = c
+        .controller_expand_volume(ControllerExpandVolumeRequest {
+            volume_id: id.into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 32 * MIB,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.node_expansion_required);
+    // Until the node step the loop device keeps its old size.
+    let total = |n: &mut csi_spec::v1::node_client::NodeClient<_>| {
+        let mut n = n.clone();
+        let req = stats_req(id, &target);
+        async move {
+            n.node_get_volume_stats(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .usage[0]
+                .total
+        }
+    };
+    assert_eq!(total(&mut n).await, 8 * MIB);
+    for path in [&target, &staging] {
+        let grown = n
+            .node_expand_volume(NodeExpandVolumeRequest {
+                volume_id: id.into(),
+                volume_path: path.display().to_string(),
+                capacity_range: Some(CapacityRange {
+                    required_bytes: 32 * MIB,
+                    limit_bytes: 0,
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(grown.capacity_bytes, 32 * MIB);
+    }
+    assert_eq!(total(&mut n).await, 32 * MIB);
+    // The device node at the target sees the new size too.
+    let mut f = std::fs::File::open(&target).unwrap();
+    assert_eq!(f.seek(SeekFrom::End(0)).unwrap(), 32 << 20);
+    drop(f);
+    // Asking the node for more than the controller granted is refused.
+    expect_code(
+        n.node_expand_volume(NodeExpandVolumeRequest {
+            volume_id: id.into(),
+            volume_path: target.display().to_string(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 64 * MIB,
+                limit_bytes: 0,
+            }),
+            ..Default::default()
+        })
+        .await,
+        Code::FailedPrecondition,
+        "controller",
+    );
+    n.node_unpublish_volume(unpublish_req(id, &target))
+        .await
+        .unwrap();
+    n.node_unstage_volume(unstage_req(id, &staging))
+        .await
+        .unwrap();
+}
