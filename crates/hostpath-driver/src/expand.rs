@@ -25,6 +25,12 @@ pub(crate) async fn controller(
         .capacity_range
         .as_ref()
         .ok_or_else(|| Error::required("capacity_range"))?;
+    if range.required_bytes == 0 && range.limit_bytes == 0 {
+        return Err(Error::invalid(
+            "capacity_range",
+            "must set required_bytes or limit_bytes: the size to grow to",
+        ));
+    }
     if let Some(cap) = &req.volume_capability {
         validate::capability("volume_capability", Some(cap))?;
     }

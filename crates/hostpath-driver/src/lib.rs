@@ -7,11 +7,13 @@
 //! `<state-dir>/state.json`, written atomically, so a restarted driver (even after SIGKILL)
 //! carries on; mounts and loop devices are checked against the kernel before they are trusted.
 //!
-//! - `identity`: csi.v1.Identity; `controller`: CreateVolume/DeleteVolume, snapshots, lists,
-//!   capacity; `node`: stage, publish, stats, ephemeral inline volumes;
+//! - `identity`: csi.v1.Identity; `controller`: CreateVolume/DeleteVolume, lists, capacity;
+//!   `snapshots`: CreateSnapshot/DeleteSnapshot; `expand`: online expansion (controller and
+//!   node); `node`: stage, publish, stats, ephemeral inline volumes;
 //! - `state`: the state file; `backing`: the volume and snapshot files on disk; `loopdev`:
-//!   loop devices found through sysfs before one is attached; `validate`: request checks
-//!   shared by the services; `locks`: one operation per volume at a time.
+//!   loop devices found through sysfs before one is attached; `mounts`: whose mount a path is;
+//!   `validate`: request checks shared by the services; `locks`: one operation per volume at a
+//!   time.
 //!
 //! [`serve`] runs the three services on a bound [`csi_spec::UnixSocket`]; [`run`] binds
 //! [`Config::endpoint`] first. See `docs/hostpath-driver.md`.

@@ -1033,6 +1033,11 @@ async fn expansion_grows_within_capacity_and_names_fields() {
         "capacity_range is required",
     );
     expect_code(
+        c.controller_expand_volume(expand("x", 0)).await,
+        Code::InvalidArgument,
+        "capacity_range must set required_bytes or limit_bytes",
+    );
+    expect_code(
         c.controller_expand_volume(expand("no-such-volume", MIB))
             .await,
         Code::NotFound,
