@@ -27,6 +27,13 @@ pub async fn report_in_use(
     stop: CancellationToken,
 ) {
     let nodes: Api<Node> = Api::all(client);
+    // Nothing is written before the reconciler computed the set once (with the volumes
+    // reconstructed from disk): an empty list written first would let the attach/detach
+    // controller detach volumes that are still mounted.
+    tokio::select! {
+        () = stop.cancelled() => return,
+        r = desired.changed() => if r.is_err() { return },
+    }
     // The first write always happens: the node may list volumes from before a restart.
     let mut first = true;
     loop {

@@ -207,6 +207,9 @@ impl VolumeManager {
         let mut csidrivers_changed = self.caches.csidrivers.changed();
         let mut drivers_changed = self.drivers.subscribe();
         let period = self.options.reconciler_sync_period;
+        // Outcomes received while waiting, applied at the top of the next pass.
+        let mut early: Vec<OpOutcome> = Vec::new();
+        let mut first_pass = true;
 
         loop {
             let dsw = {
@@ -218,7 +221,7 @@ impl VolumeManager {
                 let pods = self.caches.pods.list();
                 populator::populate(&ctx, pods.iter())
             };
-            while let Ok(outcome) = results.try_recv() {
+            while let Some(outcome) = early.pop().or_else(|| results.try_recv().ok()) {
                 let finished_pod = match &outcome {
                     OpOutcome::Unpublish { volume, result, .. } if result.is_ok() => {
                         Some(volume.pod_uid.clone())
@@ -239,15 +242,21 @@ impl VolumeManager {
                     confirmed.remove(&uid);
                 }
             }
-            in_use_tx.send_if_modified(|cur| {
-                let want = reconciler.volumes_in_use(&dsw);
-                if *cur == want {
-                    false
-                } else {
-                    *cur = want;
-                    true
-                }
-            });
+            let want = reconciler.volumes_in_use(&dsw);
+            if first_pass {
+                // Always notifies: the reporter waits for this first value.
+                in_use_tx.send_replace(want);
+                first_pass = false;
+            } else {
+                in_use_tx.send_if_modified(|cur| {
+                    if *cur == want {
+                        false
+                    } else {
+                        *cur = want;
+                        true
+                    }
+                });
+            }
             let reported = reported_rx.borrow_and_update().clone();
             let node = self.caches.node.get(&node_name);
             reconciler.pass(&PassInput {
@@ -328,9 +337,7 @@ impl VolumeManager {
                 .min(period.max(Duration::from_millis(1)));
             tokio::select! {
                 () = stop.cancelled() => break,
-                Some(outcome) = results.recv() => {
-                    reconciler.finished(outcome, &dsw);
-                }
+                Some(outcome) = results.recv() => early.push(outcome),
                 Some((uid, ok)) = status_done.recv() => {
                     posting.remove(&uid);
                     if !ok { confirmed.remove(&uid); }

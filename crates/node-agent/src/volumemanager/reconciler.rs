@@ -23,7 +23,7 @@ use volume_plugins::ObjectCache;
 use volume_plugins::names::volume_attachment_name;
 
 use super::cache::{
-    ActualStateOfWorld, DesiredStateOfWorld, MountedVolume, PodToMount, StagedVolume,
+    ActualStateOfWorld, DesiredStateOfWorld, MountedVolume, PodToMount, StagedVolume, VolumeHandle,
 };
 use super::operations::{self, MountRequest, Mounted, OpContext, OpError, PodInfo};
 use super::pod_events::PodEvents;
@@ -139,12 +139,19 @@ impl Reconciler {
     /// `node.status.volumesInUse` as it should be: every wanted volume the attach/detach
     /// controller manages, and every one still staged or published.
     pub fn volumes_in_use(&self, dsw: &DesiredStateOfWorld) -> BTreeSet<String> {
+        // A wanted volume counts as the attach/detach controller sees it now; one no pod
+        // wants any more stays listed, as it was mounted, until it is unmounted.
         let mut set: BTreeSet<String> = dsw
             .volumes()
             .filter(|(_, v)| self.adc_manages(v))
             .map(|(_, v)| v.unique_name.clone())
             .collect();
-        set.extend(self.asw.in_use().map(str::to_string));
+        set.extend(
+            self.asw
+                .in_use()
+                .filter(|u| !dsw.wants_volume(u))
+                .map(str::to_string),
+        );
         set
     }
 
@@ -155,6 +162,16 @@ impl Reconciler {
         self.mount_wanted(input, now);
         self.report_stuck(input.dsw, now);
         self.metrics.set_mounted(self.asw.mounted_count());
+    }
+
+    /// A CSI volume is torn down through its driver: after a restart the driver registers
+    /// again shortly, and the teardown waits for that rather than failing and backing off.
+    /// (A registry change wakes the reconciler.)
+    fn driver_registered(&self, handle: &VolumeHandle) -> bool {
+        match handle {
+            VolumeHandle::Csi { driver, .. } => self.ctx.drivers.get(driver).is_some(),
+            VolumeHandle::AwsEbs { .. } => true,
+        }
     }
 
     fn backing_off(&self, key: &(String, String), now: Instant) -> bool {
@@ -170,7 +187,10 @@ impl Reconciler {
             .collect();
         for m in unwanted {
             let key = (m.unique_name.clone(), m.pod_uid.clone());
-            if self.busy(&m.unique_name) || self.backing_off(&key, now) {
+            if self.busy(&m.unique_name)
+                || self.backing_off(&key, now)
+                || !self.driver_registered(&m.handle)
+            {
                 continue;
             }
             self.in_flight.insert(m.unique_name.clone());
@@ -198,7 +218,10 @@ impl Reconciler {
             .collect();
         for s in unused {
             let key = (s.unique_name.clone(), String::new());
-            if self.busy(&s.unique_name) || self.backing_off(&key, now) {
+            if self.busy(&s.unique_name)
+                || self.backing_off(&key, now)
+                || !self.driver_registered(&s.handle)
+            {
                 continue;
             }
             self.in_flight.insert(s.unique_name.clone());

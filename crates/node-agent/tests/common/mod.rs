@@ -1,0 +1,557 @@
+//! What the node agent's integration tests share: apiserver-lite, the attach/detach
+//! controller and csi-attacher from their libraries, and per node the real hostpath CSI
+//! driver on a unix socket under the node's root dir, registered through our
+//! csi-node-driver-registrar, with the node agent on top (in-process through
+//! `node_agent::run`, or the real binary).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use volume_plugins::SkipAttachMode;
+
+pub const DRIVER: &str = hostpath_driver::DEFAULT_DRIVER_NAME;
+pub const NS: &str = "default";
+/// How long anything may take before a test gives up (loaded 2-core CI machines).
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+pub fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if std::env::var_os("RUST_LOG").is_some() {
+        ONCE.call_once(|| sidecar::init_logging(0));
+    }
+}
+
+/// Whether this process may mount (CAP_SYS_ADMIN); otherwise the test is skipped (a failure
+/// under CSI_RS_REQUIRE_ALL).
+pub fn can_mount() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    if test_support::has_capability(CAP_SYS_ADMIN) {
+        return true;
+    }
+    test_support::skip_or_fail("the node agent's tests bind-mount volumes: run as root");
+    false
+}
+
+struct Task {
+    stop: CancellationToken,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// One node: its root dir, the hostpath driver, the registrar, the agent.
+pub struct TestNode {
+    pub name: String,
+    pub root: PathBuf,
+    pub driver_socket: PathBuf,
+    pub state_dir: PathBuf,
+    driver: Option<Task>,
+    registrar: Option<Task>,
+    agent: Option<Task>,
+}
+
+impl TestNode {
+    pub fn registry_dir(&self) -> PathBuf {
+        self.root.join("plugins_registry")
+    }
+}
+
+/// On a failed test (a panic before [`Env::shutdown`]) nothing may stay mounted.
+impl Drop for Env {
+    fn drop(&mut self) {
+        let Ok(bytes) = std::fs::read("/proc/self/mountinfo") else {
+            return;
+        };
+        let Ok(table) = mount_utils::findmnt::parse(&bytes) else {
+            return;
+        };
+        let root = mount_utils::findmnt::canonical(self.dir.path());
+        let mut points: Vec<PathBuf> = table
+            .into_iter()
+            .map(|e| e.mount_point)
+            .filter(|p| p.starts_with(&root))
+            .collect();
+        points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+        for p in points {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&p)
+                .status();
+        }
+    }
+}
+
+pub struct Env {
+    server: Option<apiserver::RunningApiServer>,
+    pub kube: Client,
+    pub dir: tempfile::TempDir,
+    pub nodes: Vec<TestNode>,
+    adc: Option<Task>,
+    attacher: Option<Task>,
+}
+
+impl Env {
+    pub async fn new() -> Self {
+        init_tracing();
+        apiserver::install_crypto_provider();
+        let server = apiserver::ApiServer::start(apiserver::Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            audit: true,
+            ..Default::default()
+        })
+        .await
+        .expect("api server");
+        let kube = server.client();
+        Self {
+            server: Some(server),
+            kube,
+            dir: tempfile::tempdir().expect("tempdir"),
+            nodes: Vec::new(),
+            adc: None,
+            attacher: None,
+        }
+    }
+
+    pub fn server(&self) -> &apiserver::RunningApiServer {
+        self.server.as_ref().expect("api server running")
+    }
+
+    pub fn kubeconfig_file(&self) -> PathBuf {
+        let path = self.dir.path().join("kubeconfig");
+        if !path.exists() {
+            std::fs::write(&path, self.server().kubeconfig_yaml()).unwrap();
+        }
+        path
+    }
+
+    async fn client_with_agent(&self, agent: &str) -> Client {
+        let kc = kube::config::Kubeconfig::from_yaml(&self.server().kubeconfig_yaml()).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        sidecar::rate_limited(config, agent, -1.0, 0).unwrap()
+    }
+
+    /// The attach/detach controller in `mode`.
+    pub fn start_adc(&mut self, mode: SkipAttachMode) {
+        let options = attach_detach::Options {
+            skip_attach: mode,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(1),
+            attach_timeout: Duration::from_secs(20),
+            detach_timeout: Duration::from_secs(20),
+            cache_sync_timeout: Duration::from_secs(30),
+            ..attach_detach::Options::default()
+        };
+        let config = attach_detach::Config::new(Some(self.kubeconfig_file()), options);
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = attach_detach::run(config, s).await {
+                panic!("attach/detach controller failed: {e}");
+            }
+        });
+        self.adc = Some(Task {
+            stop,
+            task: Some(task),
+        });
+    }
+
+    /// csi-attacher for the hostpath driver of node 0 (it has no ControllerPublish: the
+    /// attacher's trivial handler marks VolumeAttachments attached).
+    pub async fn start_attacher(&mut self) {
+        let socket = self.nodes[0].driver_socket.display().to_string();
+        let channel = csi_spec::connect_unix(&socket)
+            .await
+            .expect("dial hostpath");
+        let driver = attacher::Driver::Csi {
+            name: DRIVER.into(),
+            channel,
+            capabilities: attacher::Capabilities::from_rpc_types([]),
+        };
+        let options = attacher::Options {
+            timeout: Duration::from_secs(5),
+            workers: 4,
+            retry_interval_start: Duration::from_millis(50),
+            retry_interval_max: Duration::from_secs(1),
+            resync: Duration::ZERO,
+            reconcile_sync: Duration::ZERO,
+            max_entries: 0,
+            default_fstype: String::new(),
+        };
+        let client = self.client_with_agent("csi-attacher-under-test").await;
+        let mut registry = prometheus_client::registry::Registry::default();
+        let controller = attacher::Controller::new(client, driver, options, &mut registry, None);
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let task = tokio::spawn(async move {
+            let _ = controller.run(s).await;
+        });
+        self.attacher = Some(Task {
+            stop,
+            task: Some(task),
+        });
+    }
+
+    /// A node directory with the hostpath driver serving and registered through the
+    /// registrar (the agent is started separately). Returns the node's index.
+    pub async fn add_node(&mut self, name: &str) -> usize {
+        let root = self.dir.path().join(name).join("kubelet");
+        let state_dir = self.dir.path().join(name).join("hostpath-state");
+        let sock_dir = root.join("plugins").join(DRIVER);
+        std::fs::create_dir_all(&sock_dir).unwrap();
+        std::fs::create_dir_all(root.join("plugins_registry")).unwrap();
+        let driver_socket = sock_dir.join("csi.sock");
+        let mut node = TestNode {
+            name: name.into(),
+            root,
+            driver_socket,
+            state_dir,
+            driver: None,
+            registrar: None,
+            agent: None,
+        };
+        start_driver(&mut node).await;
+        start_registrar(&mut node).await;
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    /// The agent's options for node `i` (fast backoff and Events).
+    pub fn agent_options(&self, i: usize, mode: SkipAttachMode) -> node_agent::Options {
+        let n = &self.nodes[i];
+        let mut o = node_agent::Options::new(&n.name, &n.root);
+        o.skip_attach = mode;
+        o.backoff_initial = Duration::from_millis(100);
+        o.backoff_max = Duration::from_secs(2);
+        o.csi_timeout = Duration::from_secs(20);
+        o.attach_timeout = Duration::from_secs(20);
+        o.stuck_event_after = Duration::from_millis(500);
+        o.volume_stats_period = Duration::from_millis(500);
+        o.cache_sync_timeout = Duration::from_secs(30);
+        o
+    }
+
+    /// Starts the agent of node `i` in-process through `node_agent::run`.
+    pub fn start_agent(&mut self, i: usize, options: node_agent::Options) {
+        let mut config = node_agent::Config::new(Some(self.kubeconfig_file()), options);
+        config.kube_api_qps = -1.0;
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = node_agent::run(config, s).await {
+                panic!("node agent failed: {e}");
+            }
+        });
+        self.nodes[i].agent = Some(Task {
+            stop,
+            task: Some(task),
+        });
+    }
+
+    /// Stops the agent of node `i` cleanly (volumes stay mounted).
+    pub async fn stop_agent(&mut self, i: usize) {
+        if let Some(mut t) = self.nodes[i].agent.take() {
+            t.stop.cancel();
+            let task = t.task.take().unwrap();
+            tokio::time::timeout(PATIENCE, task)
+                .await
+                .expect("agent stops in time")
+                .expect("agent task");
+        }
+    }
+
+    /// Stops node `i`'s driver (its socket goes away).
+    pub async fn stop_driver(&mut self, i: usize) {
+        if let Some(t) = self.nodes[i].driver.take() {
+            stop_task(t).await;
+        }
+    }
+
+    pub async fn restart_driver(&mut self, i: usize) {
+        self.stop_driver(i).await;
+        start_driver(&mut self.nodes[i]).await;
+    }
+
+    /// Stops everything and unmounts what the agents left (a failed test's leftovers).
+    pub async fn shutdown(mut self) {
+        for t in [self.adc.take(), self.attacher.take()]
+            .into_iter()
+            .flatten()
+        {
+            stop_task(t).await;
+        }
+        for n in &mut self.nodes {
+            for t in [n.agent.take(), n.registrar.take(), n.driver.take()]
+                .into_iter()
+                .flatten()
+            {
+                stop_task(t).await;
+            }
+        }
+        unmount_below(self.dir.path()).await;
+        if let Some(server) = self.server.take() {
+            server.shutdown().await.expect("api server shutdown");
+        }
+    }
+
+    // ---- objects ----
+
+    pub async fn create<K>(&self, api: Api<K>, obj: Value) -> K
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let obj: K = serde_json::from_value(obj).expect("object");
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("create")
+    }
+
+    pub async fn create_csidriver(&self, attach_required: bool) {
+        self.create::<CSIDriver>(
+            Api::all(self.kube.clone()),
+            json!({"metadata": {"name": DRIVER}, "spec": {"attachRequired": attach_required}}),
+        )
+        .await;
+    }
+
+    /// A hostpath volume (CreateVolume on node `i`'s driver), its PV and a PVC bound to it
+    /// (as the PV controller would bind them). Returns the volume handle.
+    pub async fn create_bound_claim(&self, i: usize, pv: &str, pvc: &str, block: bool) -> String {
+        use csi_spec::v1::controller_client::ControllerClient;
+        use csi_spec::v1::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
+        use csi_spec::v1::{CapacityRange, CreateVolumeRequest, VolumeCapability};
+        let channel = csi_spec::connect_unix(&self.nodes[i].driver_socket.display().to_string())
+            .await
+            .unwrap();
+        let access_type = if block {
+            AccessType::Block(BlockVolume {})
+        } else {
+            AccessType::Mount(MountVolume::default())
+        };
+        let created = ControllerClient::new(channel)
+            .create_volume(CreateVolumeRequest {
+                name: pv.into(),
+                capacity_range: Some(CapacityRange {
+                    required_bytes: 16 << 20,
+                    limit_bytes: 0,
+                }),
+                volume_capabilities: vec![VolumeCapability {
+                    access_type: Some(access_type),
+                    access_mode: Some(AccessMode { mode: 1 }),
+                }],
+                ..Default::default()
+            })
+            .await
+            .expect("CreateVolume")
+            .into_inner()
+            .volume
+            .unwrap();
+        let claim = self
+            .create::<PersistentVolumeClaim>(
+                Api::namespaced(self.kube.clone(), NS),
+                json!({
+                    "metadata": {"name": pvc},
+                    "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
+                             "volumeMode": if block { "Block" } else { "Filesystem" },
+                             "resources": {"requests": {"storage": "16Mi"}}},
+                }),
+            )
+            .await;
+        self.create::<PersistentVolume>(
+            Api::all(self.kube.clone()),
+            json!({
+                "metadata": {"name": pv},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "capacity": {"storage": "16Mi"},
+                    "volumeMode": if block { "Block" } else { "Filesystem" },
+                    "claimRef": {"name": pvc, "namespace": NS, "uid": claim.metadata.uid},
+                    "csi": {"driver": DRIVER, "volumeHandle": created.volume_id,
+                            "volumeAttributes": created.volume_context},
+                },
+            }),
+        )
+        .await;
+        Api::<PersistentVolumeClaim>::namespaced(self.kube.clone(), NS)
+            .patch_status(
+                pvc,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"phase": "Bound"}})),
+            )
+            .await
+            .expect("bind PVC");
+        created.volume_id
+    }
+
+    /// A pod on `node` using claim `pvc` as volume `data`.
+    pub async fn create_pod(&self, name: &str, node: &str, pvc: &str) -> Pod {
+        self.create::<Pod>(
+            Api::namespaced(self.kube.clone(), NS),
+            json!({
+                "metadata": {"name": name},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [{"name": "c", "image": "busybox"}],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pvc}}],
+                },
+            }),
+        )
+        .await
+    }
+
+    pub fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.kube.clone(), NS)
+    }
+
+    pub fn nodes_api(&self) -> Api<Node> {
+        Api::all(self.kube.clone())
+    }
+
+    /// Waits until the pod is Ready and returns its `csi.rs/volume-paths` annotation.
+    pub async fn wait_ready(&self, pod: &str) -> std::collections::BTreeMap<String, String> {
+        let pods = self.pods();
+        test_support::eventually(&format!("pod {pod} Ready"), PATIENCE, || async {
+            let p = pods.get_opt(pod).await.ok()??;
+            let ready = p
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            if !ready {
+                return None;
+            }
+            let paths = p
+                .metadata
+                .annotations
+                .as_ref()?
+                .get("csi.rs/volume-paths")?;
+            serde_json::from_str(paths).ok()
+        })
+        .await
+    }
+
+    /// Deletes the pod and waits until the agent confirmed the deletion (it is gone).
+    pub async fn delete_pod_and_wait(&self, pod: &str) {
+        let pods = self.pods();
+        pods.delete(pod, &Default::default())
+            .await
+            .expect("delete pod");
+        test_support::eventually(&format!("pod {pod} gone"), PATIENCE, || async {
+            match pods.get_opt(pod).await {
+                Ok(None) => Some(()),
+                _ => None,
+            }
+        })
+        .await;
+    }
+
+    /// The node's `status.volumesInUse` and `status.volumesAttached` names.
+    pub async fn node_volumes(&self, node: &str) -> (Vec<String>, Vec<String>) {
+        let n = self.nodes_api().get(node).await.unwrap();
+        let status = n.status.unwrap_or_default();
+        (
+            status.volumes_in_use.unwrap_or_default(),
+            status
+                .volumes_attached
+                .unwrap_or_default()
+                .into_iter()
+                .map(|a| a.name)
+                .collect(),
+        )
+    }
+}
+
+async fn stop_task(mut t: Task) {
+    t.stop.cancel();
+    if let Some(task) = t.task.take() {
+        let _ = tokio::time::timeout(PATIENCE, task).await;
+    }
+}
+
+async fn start_driver(node: &mut TestNode) {
+    let config = hostpath_driver::Config {
+        endpoint: format!("unix://{}", node.driver_socket.display()),
+        node_id: node.name.clone(),
+        state_dir: node.state_dir.clone(),
+        ..hostpath_driver::Config::default()
+    };
+    let _ = std::fs::remove_file(&node.driver_socket);
+    let socket = csi_spec::UnixSocket::bind(&config.endpoint).expect("bind driver socket");
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = hostpath_driver::serve(socket, config, s.cancelled_owned()).await {
+            eprintln!("hostpath driver stopped: {e}");
+        }
+    });
+    node.driver = Some(Task {
+        stop,
+        task: Some(task),
+    });
+}
+
+async fn start_registrar(node: &mut TestNode) {
+    let config = registrar::Config {
+        csi_address: node.driver_socket.display().to_string(),
+        kubelet_registration_path: node.driver_socket.display().to_string(),
+        plugin_registration_path: node.registry_dir(),
+        timeout: Duration::from_secs(5),
+        http_endpoint: None,
+        mode: registrar::Mode::Registration,
+        v: 0,
+    };
+    let running = registrar::start(&config, DRIVER.to_string())
+        .await
+        .expect("registrar");
+    let stop = CancellationToken::new();
+    let s = stop.clone();
+    let task = tokio::spawn(async move {
+        let _ = running.wait(s).await;
+    });
+    node.registrar = Some(Task {
+        stop,
+        task: Some(task),
+    });
+}
+
+/// Unmounts every mount below `dir` (deepest first): what a failed test may leave.
+pub async fn unmount_below(dir: &Path) {
+    let Ok(table) = mount_utils::findmnt::read().await else {
+        return;
+    };
+    let root = mount_utils::findmnt::canonical(dir);
+    let mut points: Vec<PathBuf> = table
+        .into_iter()
+        .map(|e| e.mount_point)
+        .filter(|p| p.starts_with(&root))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for p in points {
+        let _ = mount_utils::mount::unmount(&p).await;
+    }
+}
+
+/// Whether `path` is a mount point now.
+pub async fn is_mounted(path: &Path) -> bool {
+    let table = mount_utils::findmnt::read().await.unwrap();
+    mount_utils::findmnt::mount_at(&table, path).is_some()
+}

@@ -1,0 +1,222 @@
+//! A non-attachable (node-local) CSI driver through the whole pod volume lifecycle, with the
+//! real hostpath driver, our registrar, the attach/detach controller and the node agent over
+//! apiserver-lite, real bind mounts: seed 000's skip attach in both modes, and the same driver
+//! with attachRequired true (csi-attacher's trivial handler).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{DRIVER, Env, PATIENCE, is_mounted};
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::Api;
+use kube::api::ListParams;
+use volume_plugins::SkipAttachMode;
+use volume_plugins::names::csi_unique_volume_name;
+
+/// Waits for the node's CSINode to list the hostpath driver (registration went through).
+async fn wait_registered(env: &Env, node: &str) {
+    let csinodes: Api<CSINode> = Api::all(env.kube.clone());
+    test_support::eventually("the driver on the CSINode", PATIENCE, || async {
+        let c = csinodes.get_opt(node).await.ok()??;
+        c.spec
+            .drivers
+            .iter()
+            .any(|d| d.name == DRIVER)
+            .then_some(())
+    })
+    .await;
+}
+
+async fn volume_attachments(env: &Env) -> usize {
+    Api::<VolumeAttachment>::all(env.kube.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+/// Writes through the pod's path and reads it back from the driver's volume directory.
+fn write_through(path: &Path, state_dir: &Path, handle: &str) {
+    std::fs::write(path.join("hello.txt"), b"from the pod").unwrap();
+    let found = walk_find(state_dir, "hello.txt");
+    assert!(
+        found.iter().any(|p| p.to_string_lossy().contains(handle)),
+        "the file must land in volume {handle}'s directory under {}: {found:?}",
+        state_dir.display()
+    );
+}
+
+fn walk_find(dir: &Path, name: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.file_name().is_some_and(|n| n == name) {
+            out.push(p.clone());
+        }
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            out.extend(walk_find(&p, name));
+        }
+    }
+    out
+}
+
+/// The lifecycle for one configuration; returns the VolumeAttachments seen at Ready.
+async fn lifecycle(mode: SkipAttachMode, attach_required: bool) {
+    let mut env = Env::new().await;
+    env.create_csidriver(attach_required).await;
+    let n = env.add_node("node-a").await;
+    env.start_adc(mode);
+    if attach_required {
+        env.start_attacher().await;
+    }
+    let options = env.agent_options(n, mode);
+    env.start_agent(n, options);
+    wait_registered(&env, "node-a").await;
+
+    let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
+    env.create_pod("pod-1", "node-a", "claim-1").await;
+    let paths = env.wait_ready("pod-1").await;
+    let path = Path::new(&paths["data"]).to_path_buf();
+    let unique = csi_unique_volume_name(DRIVER, &handle);
+
+    // The path is the kubelet's publish path, and a real mount.
+    let root = env.nodes[n].root.clone();
+    assert_eq!(
+        path,
+        root.join("pods")
+            .join(env.pods().get("pod-1").await.unwrap().metadata.uid.unwrap())
+            .join("volumes/kubernetes.io~csi/pv-1/mount")
+    );
+    assert!(is_mounted(&path).await, "{} is mounted", path.display());
+    write_through(&path, &env.nodes[n].state_dir, &handle);
+
+    let (in_use, attached) = env.node_volumes("node-a").await;
+    let vas = volume_attachments(&env).await;
+    match (mode, attach_required) {
+        (SkipAttachMode::BypassAdc, false) => {
+            assert_eq!(vas, 0, "no VolumeAttachment for attachRequired: false");
+            assert!(!attached.contains(&unique) && !in_use.contains(&unique));
+        }
+        (SkipAttachMode::ThroughAdc, false) => {
+            assert_eq!(vas, 0, "no VolumeAttachment in the seed's mode either");
+            assert!(
+                attached.contains(&unique),
+                "volumesAttached lists it: {attached:?}"
+            );
+            assert!(
+                in_use.contains(&unique),
+                "volumesInUse lists it: {in_use:?}"
+            );
+        }
+        (_, true) => {
+            assert_eq!(vas, 1, "one VolumeAttachment, attached by csi-attacher");
+            assert!(attached.contains(&unique) && in_use.contains(&unique));
+        }
+    }
+
+    env.delete_pod_and_wait("pod-1").await;
+    assert!(!is_mounted(&path).await, "unpublished");
+    assert!(!path.exists(), "the publish dir is gone");
+    let staging = root.join("plugins/kubernetes.io/csi").join(DRIVER);
+    test_support::eventually("unstaged", PATIENCE, || async {
+        (!staging_mounted(&staging).await).then_some(())
+    })
+    .await;
+    test_support::eventually("volumesInUse cleared", PATIENCE, || async {
+        let (in_use, _) = env.node_volumes("node-a").await;
+        (!in_use.contains(&unique)).then_some(())
+    })
+    .await;
+    if attach_required || mode == SkipAttachMode::ThroughAdc {
+        test_support::eventually("detached", PATIENCE, || async {
+            let (_, attached) = env.node_volumes("node-a").await;
+            (!attached.contains(&unique)).then_some(())
+        })
+        .await;
+    }
+    test_support::eventually("no VolumeAttachment left", PATIENCE, || async {
+        (volume_attachments(&env).await == 0).then_some(())
+    })
+    .await;
+    // The file is still in the volume.
+    assert!(!walk_find(&env.nodes[n].state_dir, "hello.txt").is_empty());
+    env.shutdown().await;
+}
+
+async fn staging_mounted(dir: &Path) -> bool {
+    let table = mount_utils::findmnt::read().await.unwrap();
+    let root = mount_utils::findmnt::canonical(dir);
+    table.iter().any(|e| e.mount_point.starts_with(&root))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_not_required_bypasses_the_adc_and_makes_no_volume_attachment() {
+    if !common::can_mount() {
+        return;
+    }
+    lifecycle(SkipAttachMode::BypassAdc, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_not_required_through_the_adc_is_listed_attached_without_a_volume_attachment() {
+    if !common::can_mount() {
+        return;
+    }
+    lifecycle(SkipAttachMode::ThroughAdc, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attach_required_goes_through_a_volume_attachment() {
+    if !common::can_mount() {
+        return;
+    }
+    lifecycle(SkipAttachMode::BypassAdc, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unregistered_driver_gets_a_failed_mount_event_that_says_so() {
+    if !common::can_mount() {
+        return;
+    }
+    let mut env = Env::new().await;
+    env.create_csidriver(false).await;
+    let n = env.add_node("node-a").await;
+    let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
+    // The driver's registration socket goes away: the agent never learns of the driver.
+    env.stop_driver(n).await;
+    let _ = handle;
+    let options = env.agent_options(n, SkipAttachMode::BypassAdc);
+    let registry = env.nodes[n].registry_dir();
+    for e in std::fs::read_dir(&registry).unwrap().flatten() {
+        std::fs::remove_file(e.path()).unwrap();
+    }
+    env.start_agent(n, options);
+    env.create_pod("pod-1", "node-a", "claim-1").await;
+    let events: Api<Event> = Api::namespaced(env.kube.clone(), common::NS);
+    let message = test_support::eventually("a FailedMount Event", PATIENCE, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("FailedMount"))
+            .and_then(|e| e.message)
+    })
+    .await;
+    assert!(
+        message.contains(
+            "driver name hostpath.csi.k8s.io not found in the list of registered CSI drivers"
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains("\"data\""),
+        "names the pod volume: {message}"
+    );
+    env.shutdown().await;
+}
