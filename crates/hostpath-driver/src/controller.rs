@@ -249,7 +249,7 @@ impl ControllerSvc {
         }
         let path = d.volume_path(&v);
         if v.kind == Kind::Block {
-            loopdev::detach_all(&d.config.sys_root, &path).await?;
+            loopdev::detach(&d.config.sys_root, &path, None).await?;
         }
         backing::remove(&path, v.kind)?;
         d.update(|s| Ok(s.volumes.remove(volume_id))).await?;

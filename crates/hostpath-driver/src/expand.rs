@@ -3,14 +3,13 @@
 //! loop device see the new size (`losetup --set-capacity`). A directory has no size of its
 //! own, so a mount volume's expansion is bookkeeping and needs no node step.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use csi_spec::v1::{ControllerExpandVolumeRequest, NodeExpandVolumeRequest};
-use mount_utils::cmd;
 
 use crate::config::DEFAULT_VOLUME_SIZE;
 use crate::driver::Driver;
-use crate::state::{Kind, Volume};
+use crate::state::Kind;
 use crate::validate::{self, non_empty};
 use crate::{Error, Result, backing, loopdev, mounts};
 
@@ -103,34 +102,27 @@ pub(crate) async fn node(d: &Driver, req: &NodeExpandVolumeRequest) -> Result<u6
         }
         Kind::Block => {
             let sys = &d.config.sys_root;
-            let dev = loopdev::find(sys, &d.volume_path(&v))?
-                .into_iter()
-                .next()
-                .ok_or_else(not_here)?;
-            let number = loopdev::dev_number(sys, &dev)?;
-            if !is_block_path(&v, &path, number).await? {
+            let image = d.volume_path(&v);
+            // The staging path (nothing is mounted there) or a target a loop device is bound onto.
+            let staged_here = v.staged.as_ref().is_some_and(|s| s.path == path);
+            if !staged_here && mounts::loop_mount(sys, &image, &path).await?.is_none() {
                 return Err(not_here());
             }
-            cmd::run_ok("losetup", ["--set-capacity".as_ref(), dev.as_os_str()]).await?;
-            let size = mount_utils::stats::block_device_size(sys, number)?;
+            let devices = loopdev::refresh_capacity(sys, &image).await?;
+            let mut size = None::<u64>;
+            for dev in &devices {
+                let s = mount_utils::stats::block_device_size(sys, dev.number)?;
+                size = Some(size.map_or(s, |m| m.min(s)));
+            }
+            let size = size.ok_or_else(not_here)?;
             if size < required {
                 return Err(Error::FailedPrecondition(format!(
-                    "loop device {} of volume {} has {size} bytes, less than the {required} required; expand the volume through the controller first",
-                    dev.display(),
+                    "the loop devices of volume {} have {size} bytes, less than the {required} required; expand the volume through the controller first",
                     v.id
                 )));
             }
-            tracing::info!(device = %dev.display(), size, "loop device resized");
+            tracing::info!(devices = devices.len(), size, "loop devices resized");
             Ok(size)
         }
     }
-}
-
-/// A block volume's path on the node: its staging path (no mount there) or a target the loop
-/// device is bound onto.
-async fn is_block_path(v: &Volume, path: &Path, number: (u32, u32)) -> Result<bool> {
-    if v.staged.as_ref().is_some_and(|s| s.path == path) {
-        return Ok(true);
-    }
-    Ok(mounts::device_mount(path, number).await?.is_some())
 }

@@ -1,6 +1,11 @@
 //! Loop devices for block volumes. The kernel is the record: a device whose
 //! `/sys/block/loopN/loop/backing_file` names a volume's image is that volume's device, so a
 //! restarted driver adopts it instead of attaching a second one.
+//!
+//! An image has at most one writable device and at most one read-only one (`losetup
+//! --read-only`, sysfs `ro` = 1). Read-only publications get the read-only device: a read-only
+//! bind mount of a device node does not stop writes to the device, a read-only loop device
+//! does.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,14 +14,24 @@ use mount_utils::cmd;
 
 use crate::{Error, Result};
 
+/// One loop device of an image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LoopDev {
+    /// `/dev/loopN`.
+    pub path: PathBuf,
+    pub read_only: bool,
+    /// (major, minor).
+    pub number: (u32, u32),
+}
+
 /// The usable loop devices whose backing file is `image` (canonical path), sorted by name. A
 /// device being detached (`losetup --detach` while something still held it open sets
 /// autoclear; the kernel lets go at the last close) is not usable and not listed.
-pub(crate) fn find(sys_root: &Path, image: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn find(sys_root: &Path, image: &Path) -> Result<Vec<LoopDev>> {
     find_with(sys_root, image, false)
 }
 
-fn find_with(sys_root: &Path, image: &Path, detaching_too: bool) -> Result<Vec<PathBuf>> {
+fn find_with(sys_root: &Path, image: &Path, detaching_too: bool) -> Result<Vec<LoopDev>> {
     let image = std::fs::canonicalize(image).map_err(|e| Error::io("resolving", image, e))?;
     let block = sys_root.join("block");
     let entries = match std::fs::read_dir(&block) {
@@ -38,13 +53,31 @@ fn find_with(sys_root: &Path, image: &Path, detaching_too: bool) -> Result<Vec<P
         if !backing_matches(&text, &image) {
             continue;
         }
-        let autoclear = std::fs::read_to_string(entry.path().join("loop/autoclear"))
-            .is_ok_and(|a| a.trim() == "1");
-        if detaching_too || !autoclear {
-            found.push(PathBuf::from("/dev").join(name));
+        let flag = |file: &str| {
+            std::fs::read_to_string(entry.path().join(file)).is_ok_and(|a| a.trim() == "1")
+        };
+        if !detaching_too && flag("loop/autoclear") {
+            continue;
         }
+        let dev_file = entry.path().join("dev");
+        let Ok(text) = std::fs::read_to_string(&dev_file) else {
+            // Unbound between the two reads.
+            continue;
+        };
+        let number = parse_dev(&text).ok_or_else(|| {
+            Error::Mount(mount_utils::Error::Sysfs {
+                file: dev_file,
+                text,
+                expected: "MAJOR:MINOR",
+            })
+        })?;
+        found.push(LoopDev {
+            path: PathBuf::from("/dev").join(name),
+            read_only: flag("ro"),
+            number,
+        });
     }
-    found.sort();
+    found.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(found)
 }
 
@@ -55,33 +88,36 @@ fn backing_matches(text: &str, image: &Path) -> bool {
     !text.is_empty() && Path::new(text) == image
 }
 
-/// The loop device of `image`: an existing one if there is one, else a newly attached one.
-/// The caller holds the volume's lock, so no second attach of the same image races this one;
-/// `--nooverlap` makes losetup reuse a device it finds for the file all the same.
-pub(crate) async fn ensure(sys_root: &Path, image: &Path) -> Result<PathBuf> {
-    if let Some(dev) = find(sys_root, image)?.into_iter().next() {
-        tracing::debug!(device = %dev.display(), image = %image.display(), "reusing loop device");
+/// The writable (or read-only) loop device of `image`: an existing one if there is one, else
+/// a newly attached one. The caller holds the volume's lock, so no second attach of the same
+/// image races this one.
+pub(crate) async fn ensure(sys_root: &Path, image: &Path, read_only: bool) -> Result<LoopDev> {
+    if let Some(dev) = find(sys_root, image)?
+        .into_iter()
+        .find(|d| d.read_only == read_only)
+    {
+        tracing::debug!(device = %dev.path.display(), image = %image.display(), read_only, "reusing loop device");
         return Ok(dev);
     }
-    let out = cmd::run_ok(
-        "losetup",
-        [
-            "--find".as_ref(),
-            "--show".as_ref(),
-            "--nooverlap".as_ref(),
-            image.as_os_str(),
-        ],
-    )
-    .await?;
-    let dev = PathBuf::from(out.stdout.trim());
-    if dev.as_os_str().is_empty() {
-        return Err(Error::Mount(mount_utils::Error::Command {
-            command: format!("losetup --find --show --nooverlap {}", image.display()),
-            status: "exit code 0".into(),
-            output: "no device name printed".into(),
-        }));
+    let mut args: Vec<&std::ffi::OsStr> = vec!["--find".as_ref(), "--show".as_ref()];
+    if read_only {
+        args.push("--read-only".as_ref());
     }
-    tracing::info!(device = %dev.display(), image = %image.display(), "attached loop device");
+    args.push(image.as_os_str());
+    let out = cmd::run_ok("losetup", &args).await?;
+    let path = PathBuf::from(out.stdout.trim());
+    let attached = find(sys_root, image)?.into_iter().find(|d| d.path == path);
+    let Some(dev) = attached else {
+        return Err(Error::Mount(mount_utils::Error::Command {
+            command: format!("losetup {}", image.display()),
+            status: "exit code 0".into(),
+            output: format!(
+                "printed {:?}, which sysfs does not show bound to the image",
+                out.stdout.trim()
+            ),
+        }));
+    };
+    tracing::info!(device = %dev.path.display(), image = %image.display(), read_only, "attached loop device");
     Ok(dev)
 }
 
@@ -89,21 +125,29 @@ pub(crate) async fn ensure(sys_root: &Path, image: &Path) -> Result<PathBuf> {
 /// the last writer closed) to be let go by the kernel.
 const DETACH_WAIT: Duration = Duration::from_secs(10);
 
-/// Detaches every loop device of `image`; none is fine (a retried call). Returns how many.
-/// Waits until the kernel has let go of them, so that a caller that detached sees no device
-/// of the image any more; one still held open after the wait goes at its last close.
-pub(crate) async fn detach_all(sys_root: &Path, image: &Path) -> Result<usize> {
+/// Detaches the loop devices of `image` that `which` selects (`Some(ro)`: only the read-only
+/// or only the writable ones; `None`: all); none is fine (a retried call). Waits until the
+/// kernel has let go of them, so that the caller sees them gone; one still held open after the
+/// wait goes at its last close. Returns how many were detached.
+pub(crate) async fn detach(sys_root: &Path, image: &Path, which: Option<bool>) -> Result<usize> {
     if !image.exists() {
         return Ok(0);
     }
-    let devices = find(sys_root, image)?;
+    let selected = |d: &LoopDev| which.is_none_or(|ro| d.read_only == ro);
+    let devices: Vec<LoopDev> = find(sys_root, image)?
+        .into_iter()
+        .filter(selected)
+        .collect();
     for dev in &devices {
-        cmd::run_ok("losetup", ["--detach".as_ref(), dev.as_os_str()]).await?;
-        tracing::info!(device = %dev.display(), image = %image.display(), "detached loop device");
+        cmd::run_ok("losetup", ["--detach".as_ref(), dev.path.as_os_str()]).await?;
+        tracing::info!(device = %dev.path.display(), image = %image.display(), "detached loop device");
     }
     let deadline = tokio::time::Instant::now() + DETACH_WAIT;
     loop {
-        let left = find_with(sys_root, image, true)?;
+        let left: Vec<LoopDev> = find_with(sys_root, image, true)?
+            .into_iter()
+            .filter(|d| devices.iter().any(|x| x.path == d.path))
+            .collect();
         if left.is_empty() {
             break;
         }
@@ -116,21 +160,13 @@ pub(crate) async fn detach_all(sys_root: &Path, image: &Path) -> Result<usize> {
     Ok(devices.len())
 }
 
-/// (major, minor) of a loop device from sysfs (`/sys/block/loopN/dev`).
-pub(crate) fn dev_number(sys_root: &Path, device: &Path) -> Result<(u32, u32)> {
-    let name = device
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or_default();
-    let file = sys_root.join("block").join(name).join("dev");
-    let text = std::fs::read_to_string(&file).map_err(|e| Error::io("reading", &file, e))?;
-    parse_dev(&text).ok_or_else(|| {
-        Error::Mount(mount_utils::Error::Sysfs {
-            file,
-            text,
-            expected: "MAJOR:MINOR",
-        })
-    })
+/// Makes every loop device of `image` see the image's current size.
+pub(crate) async fn refresh_capacity(sys_root: &Path, image: &Path) -> Result<Vec<LoopDev>> {
+    let devices = find(sys_root, image)?;
+    for dev in &devices {
+        cmd::run_ok("losetup", ["--set-capacity".as_ref(), dev.path.as_os_str()]).await?;
+    }
+    Ok(devices)
 }
 
 fn parse_dev(text: &str) -> Option<(u32, u32)> {
@@ -150,35 +186,43 @@ mod tests {
         let image = img_dir.path().join("v.img");
         std::fs::write(&image, b"").unwrap();
         let canon = std::fs::canonicalize(&image).unwrap();
-        let add = |name: &str, backing: Option<String>| {
+        let add = |name: &str, minor: u32, backing: Option<String>, ro: bool| {
             let d = sys.path().join("block").join(name);
             std::fs::create_dir_all(d.join("loop")).unwrap();
-            std::fs::write(d.join("dev"), "7:3\n").unwrap();
+            std::fs::write(d.join("dev"), format!("7:{minor}\n")).unwrap();
+            std::fs::write(d.join("ro"), if ro { "1\n" } else { "0\n" }).unwrap();
             if let Some(b) = backing {
                 std::fs::write(d.join("loop/backing_file"), b).unwrap();
             }
         };
-        add("loop3", Some(format!("{}\n", canon.display())));
-        add("loop1", Some("/other/file.img\n".into()));
-        add("loop2", Some(format!("{} (deleted)\n", canon.display())));
-        add("loop0", None);
-        add("loop4", Some(format!("{}\n", canon.display())));
+        let ours = format!("{}\n", canon.display());
+        add("loop3", 3, Some(ours.clone()), false);
+        add("loop5", 5, Some(ours.clone()), true);
+        add("loop1", 1, Some("/other/file.img\n".into()), false);
+        add(
+            "loop2",
+            2,
+            Some(format!("{} (deleted)\n", canon.display())),
+            false,
+        );
+        add("loop0", 0, None, false);
+        add("loop4", 4, Some(ours.clone()), false);
         std::fs::write(sys.path().join("block/loop4/loop/autoclear"), "1\n").unwrap();
-        add("sda", Some(format!("{}\n", canon.display())));
+        add("sda", 8, Some(ours), false);
+        let dev = |n: u32, ro: bool| LoopDev {
+            path: PathBuf::from(format!("/dev/loop{n}")),
+            read_only: ro,
+            number: (7, n),
+        };
         assert_eq!(
             find(sys.path(), &image).unwrap(),
-            vec![PathBuf::from("/dev/loop3")]
+            vec![dev(3, false), dev(5, true)]
         );
         // Being detached: not usable, but still there until the kernel lets go.
         assert_eq!(
             find_with(sys.path(), &image, true).unwrap(),
-            vec![PathBuf::from("/dev/loop3"), PathBuf::from("/dev/loop4")]
+            vec![dev(3, false), dev(4, false), dev(5, true)]
         );
-        assert_eq!(
-            dev_number(sys.path(), Path::new("/dev/loop3")).unwrap(),
-            (7, 3)
-        );
-        assert!(dev_number(sys.path(), Path::new("/dev/loop9")).is_err());
         // No sysfs block dir at all: no devices.
         let empty = tempfile::tempdir().unwrap();
         assert!(find(empty.path(), &image).unwrap().is_empty());

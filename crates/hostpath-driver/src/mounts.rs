@@ -8,6 +8,7 @@ use std::path::Path;
 use mount_utils::findmnt::{self, MountEntry};
 
 use crate::Result;
+use crate::loopdev::{self, LoopDev};
 
 /// What is mounted at `path` (the topmost mount), if anything.
 pub(crate) async fn mount_at(path: &Path) -> Result<Option<MountEntry>> {
@@ -45,6 +46,23 @@ pub(crate) async fn device_mount(path: &Path, dev: (u32, u32)) -> Result<Option<
     Ok(mount_at(path)
         .await?
         .filter(|_| device_number(path) == Some(dev)))
+}
+
+/// The loop device of `image` that is bound onto `path`, if `path` is a mount of one of them.
+pub(crate) async fn loop_mount(
+    sys_root: &Path,
+    image: &Path,
+    path: &Path,
+) -> Result<Option<LoopDev>> {
+    let Some(number) = device_number(path) else {
+        return Ok(None);
+    };
+    if !image.exists() || mount_at(path).await?.is_none() {
+        return Ok(None);
+    }
+    Ok(loopdev::find(sys_root, image)?
+        .into_iter()
+        .find(|d| d.number == number))
 }
 
 #[cfg(test)]

@@ -23,9 +23,10 @@ use tonic::{Request, Response, Status};
 use crate::config::{DEFAULT_VOLUME_SIZE, EPHEMERAL_CONTEXT_KEY};
 use crate::controller::reserve;
 use crate::driver::Driver;
+use crate::loopdev::{self, LoopDev};
 use crate::state::{Kind, Published, Staged, Volume};
 use crate::validate::{self, Access, non_empty};
-use crate::{Error, Result, backing, expand, loopdev, mounts};
+use crate::{Error, Result, backing, expand, mounts};
 
 #[derive(Debug)]
 pub(crate) struct NodeSvc {
@@ -73,17 +74,26 @@ impl NodeSvc {
         &self.driver.config.sys_root
     }
 
-    /// The loop device of a block volume (adopted if one exists) and its device number.
-    async fn loop_device(&self, v: &Volume) -> Result<(PathBuf, (u32, u32))> {
-        let dev = loopdev::ensure(self.sys(), &self.driver.volume_path(v)).await?;
-        let number = loopdev::dev_number(self.sys(), &dev)?;
-        Ok((dev, number))
+    /// The writable or read-only loop device of a block volume (adopted if one exists).
+    async fn loop_device(&self, v: &Volume, read_only: bool) -> Result<LoopDev> {
+        loopdev::ensure(self.sys(), &self.driver.volume_path(v), read_only).await
     }
 
-    /// Detaches a block volume's loop devices once nothing stages or publishes it.
+    /// Detaches the loop devices a block volume no longer needs: the writable one once it is
+    /// neither staged nor published read-write, the read-only one once no read-only
+    /// publication is left.
     async fn release_loop(&self, v: &Volume) -> Result<()> {
-        if v.kind == Kind::Block && !v.in_use() {
-            loopdev::detach_all(self.sys(), &self.driver.volume_path(v)).await?;
+        if v.kind != Kind::Block {
+            return Ok(());
+        }
+        let image = self.driver.volume_path(v);
+        let need_rw = v.staged.is_some() || v.published.values().any(|p| !p.read_only);
+        let need_ro = v.published.values().any(|p| p.read_only);
+        if !need_rw {
+            loopdev::detach(self.sys(), &image, Some(false)).await?;
+        }
+        if !need_ro {
+            loopdev::detach(self.sys(), &image, Some(true)).await?;
         }
         Ok(())
     }
@@ -135,7 +145,7 @@ impl NodeSvc {
                 // and expansion may name it), as the kubelet expects it to exist.
                 std::fs::create_dir_all(&staging)
                     .map_err(|e| Error::io("creating", &staging, e))?;
-                Some(self.loop_device(&v).await?.0)
+                Some(self.loop_device(&v, false).await?.path)
             }
         };
         let id = v.id.clone();
@@ -250,6 +260,14 @@ impl NodeSvc {
         let _lock = d.locks.lock(&req.volume_id).await;
         let (v, created) = self.volume_to_publish(&req).await?;
         let result = self.publish_volume(&req, &v, &target).await;
+        if result.is_err() && v.kind == Kind::Block {
+            // A loop device attached for a publish that failed is not left behind.
+            if let Some(now) = d.volume(&v.id).await {
+                if let Err(e) = self.release_loop(&now).await {
+                    tracing::warn!(error = %e, "releasing loop devices after a failed publish");
+                }
+            }
+        }
         if result.is_err() && created {
             // An ephemeral volume that never got published is not left behind.
             let _ = backing::remove(&d.volume_path(&v), v.kind);
@@ -312,12 +330,12 @@ impl NodeSvc {
                 existing
             }
             Kind::Block => {
-                let (dev, number) = self.loop_device(v).await?;
+                let dev = self.loop_device(v, read_only).await?;
                 if let Some(parent) = target.parent() {
                     std::fs::create_dir_all(parent)
                         .map_err(|e| Error::io("creating", parent, e))?;
                 }
-                let existing = mounts::device_mount(target, number).await?;
+                let existing = mounts::device_mount(target, dev.number).await?;
                 if existing.is_none() {
                     self.refuse_foreign_mount(v, target).await?;
                     std::fs::OpenOptions::new()
@@ -326,7 +344,7 @@ impl NodeSvc {
                         .write(true)
                         .open(target)
                         .map_err(|e| Error::io("creating the block target file", target, e))?;
-                    mount::bind(&dev, target, read_only).await?;
+                    mount::bind(&dev.path, target, read_only).await?;
                 }
                 existing
             }
@@ -391,19 +409,9 @@ impl NodeSvc {
             Kind::Mount => mounts::dir_mount(&target, &d.volume_path(&v))
                 .await?
                 .is_some(),
-            Kind::Block => {
-                let image = d.volume_path(&v);
-                match loopdev::find(self.sys(), &image)
-                    .ok()
-                    .and_then(|l| l.into_iter().next())
-                {
-                    Some(dev) => {
-                        let number = loopdev::dev_number(self.sys(), &dev)?;
-                        mounts::device_mount(&target, number).await?.is_some()
-                    }
-                    None => false,
-                }
-            }
+            Kind::Block => mounts::loop_mount(self.sys(), &d.volume_path(&v), &target)
+                .await?
+                .is_some(),
         };
         if ours || recorded {
             mount::unmount(&target).await?;
@@ -461,16 +469,11 @@ impl NodeSvc {
                 mount_utils::stats::filesystem(&path)?
             }
             Kind::Block => {
-                let dev = loopdev::find(self.sys(), &backing)?
-                    .into_iter()
-                    .next()
+                let dev = mounts::loop_mount(self.sys(), &backing, &path)
+                    .await?
                     .ok_or_else(not_here)?;
-                let number = loopdev::dev_number(self.sys(), &dev)?;
-                if mounts::device_mount(&path, number).await?.is_none() {
-                    return Err(not_here());
-                }
                 VolumeStats::Block {
-                    size_bytes: mount_utils::stats::block_device_size(self.sys(), number)?,
+                    size_bytes: mount_utils::stats::block_device_size(self.sys(), dev.number)?,
                 }
             }
         };

@@ -621,3 +621,70 @@ async fn block_volume_expands_online() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn read_only_block_publish_refuses_writes() {
+    if !root_parts_or_skip("read-only block publish attaches a read-only loop device") {
+        return;
+    }
+    let s = Scratch::new();
+    let d = Driver::start(config(&s)).await;
+    let (mut c, mut n) = (d.controller(), d.node());
+    let b = create(&mut c, "pvc-ro-block", 4 * MIB, block_cap()).await;
+    let id = b.volume_id.as_str();
+    let image = s.state_dir().join("volumes").join(format!("{id}.img"));
+    let staging = s.path("staging");
+    let (rw, ro) = (s.path("pod/rw"), s.path("pod/ro"));
+    n.node_stage_volume(stage_req(id, &staging, block_cap()))
+        .await
+        .unwrap();
+    n.node_publish_volume(publish_req(id, Some(&staging), &rw, block_cap(), false))
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        n.node_publish_volume(publish_req(id, Some(&staging), &ro, block_cap(), true))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        loops_of(&image).len(),
+        2,
+        "one writable and one read-only device"
+    );
+    let dd = |target: &std::path::Path| {
+        std::process::Command::new("dd")
+            .arg("if=/dev/zero")
+            .arg(format!("of={}", target.display()))
+            .args(["bs=4096", "count=1", "conv=notrunc,fsync", "status=none"])
+            .output()
+            .unwrap()
+    };
+    let refused = dd(&ro);
+    assert!(
+        !refused.status.success(),
+        "writing through the read-only target must fail"
+    );
+    assert!(dd(&rw).status.success());
+    // Reading through the read-only target works.
+    let mut f = std::fs::File::open(&ro).unwrap();
+    let mut buf = [0u8; 512];
+    f.read_exact(&mut buf).unwrap();
+    drop(f);
+    n.node_get_volume_stats(stats_req(id, &ro)).await.unwrap();
+
+    n.node_unpublish_volume(unpublish_req(id, &ro))
+        .await
+        .unwrap();
+    assert_eq!(
+        loops_of(&image).len(),
+        1,
+        "the read-only device goes with its last user"
+    );
+    n.node_unpublish_volume(unpublish_req(id, &rw))
+        .await
+        .unwrap();
+    n.node_unstage_volume(unstage_req(id, &staging))
+        .await
+        .unwrap();
+    assert!(loops_of(&image).is_empty());
+}
