@@ -279,6 +279,26 @@ async fn link_block_device(target: &Path, link: &Path) -> Result<(), OpError> {
         .map_err(|e| OpError::new(Step::SetUp, format!("linking {}: {e}", link.display())))
 }
 
+/// A teardown call answered NOT_FOUND: the driver no longer knows the volume (an ephemeral
+/// volume it deleted at the first unpublish, whose result a restart lost; a volume deleted
+/// behind the node's back). There is nothing left to undo through the driver; whether the
+/// path is still mounted is checked right after, so a driver that forgot a mounted volume
+/// still fails the teardown.
+fn gone_is_done<T>(
+    result: Result<T, tonic::Status>,
+    step: Step,
+    handle: &str,
+) -> Result<(), OpError> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(s) if s.code() == tonic::Code::NotFound => {
+            tracing::info!(volume_handle = handle, step = step.as_str(), message = s.message(), "the driver does not know the volume any more; treated as done");
+            Ok(())
+        }
+        Err(s) => Err(OpError::new(step, rpc_error(&s))),
+    }
+}
+
 fn attach_error(e: &volume_plugins::Error) -> String {
     match e {
         volume_plugins::Error::AttachFailed {
@@ -311,7 +331,7 @@ pub(super) async fn unpublish(ctx: &OpContext, v: &MountedVolume) -> Result<(), 
     } else {
         ctx.paths.csi_publish_path(&v.pod_uid, &v.spec_name)
     };
-    NodeClient::new(drv.channel.clone())
+    let unpublished = NodeClient::new(drv.channel.clone())
         .node_unpublish_volume(request(
             ctx,
             NodeUnpublishVolumeRequest {
@@ -319,8 +339,8 @@ pub(super) async fn unpublish(ctx: &OpContext, v: &MountedVolume) -> Result<(), 
                 target_path: path_str(&target),
             },
         ))
-        .await
-        .map_err(|s| OpError::new(Step::TearDown, rpc_error(&s)))?;
+        .await;
+    gone_is_done(unpublished, Step::TearDown, handle)?;
     if block {
         let link = ctx.paths.pod_block_link(&v.pod_uid, &v.spec_name);
         let _ = tokio::fs::remove_file(&link).await;
@@ -381,7 +401,7 @@ pub(super) async fn unstage(ctx: &OpContext, v: &StagedVolume) -> Result<(), OpE
         return Ok(());
     };
     let drv = driver(ctx, driver_name, Step::UnmountDevice)?;
-    NodeClient::new(drv.channel.clone())
+    let unstaged = NodeClient::new(drv.channel.clone())
         .node_unstage_volume(request(
             ctx,
             NodeUnstageVolumeRequest {
@@ -389,8 +409,8 @@ pub(super) async fn unstage(ctx: &OpContext, v: &StagedVolume) -> Result<(), OpE
                 staging_target_path: path_str(staging),
             },
         ))
-        .await
-        .map_err(|s| OpError::new(Step::UnmountDevice, rpc_error(&s)))?;
+        .await;
+    gone_is_done(unstaged, Step::UnmountDevice, handle)?;
     let data_file = if block {
         ctx.paths.csi_block_vol_data(&v.spec_name)
     } else {
