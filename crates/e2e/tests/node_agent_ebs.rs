@@ -11,6 +11,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{DRIVER, ZONE, aws_config, start_attacher, start_driver};
@@ -77,6 +78,7 @@ async fn start_node(
     name: &str,
     instance: &str,
     dev_root: PathBuf,
+    gates: &str,
     stop: &CancellationToken,
 ) -> PathBuf {
     let root = dir.join(name).join("kubelet");
@@ -84,6 +86,7 @@ async fn start_node(
     std::fs::create_dir_all(&sock_dir).unwrap();
     std::fs::create_dir_all(root.join("plugins_registry")).unwrap();
     std::fs::create_dir_all(&dev_root).unwrap();
+    let agent_dev_root = dev_root.clone();
     let socket = sock_dir.join("csi.sock");
     let endpoint = format!("unix://{}", socket.display());
     let config = DriverConfig {
@@ -128,6 +131,8 @@ async fn start_node(
     options.backoff_initial = Duration::from_millis(100);
     options.backoff_max = Duration::from_secs(2);
     options.stuck_event_after = Duration::from_secs(1);
+    options.migrated = volume_plugins::MigratedPlugins::from_feature_gates(gates).unwrap();
+    options.dev_root = agent_dev_root;
     let config = node_agent::Config::new(Some(kubeconfig.to_path_buf()), options);
     tokio::spawn(node_agent::run(config, stop.clone()));
     root
@@ -159,6 +164,10 @@ async fn wait_ready(pods: &Api<Pod>, name: &str) -> PathBuf {
 }
 
 async fn pod_on(kube: &Client, name: &str, node: &str) {
+    pod_with_claim(kube, name, node, "claim-1").await;
+}
+
+async fn pod_with_claim(kube: &Client, name: &str, node: &str, claim: &str) {
     create::<Pod>(
         Api::namespaced(kube.clone(), NS),
         json!({
@@ -166,7 +175,7 @@ async fn pod_on(kube: &Client, name: &str, node: &str) {
             "spec": {
                 "nodeName": node,
                 "containers": [{"name": "c", "image": "busybox"}],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "claim-1"}}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
             }
         }),
     )
@@ -186,132 +195,210 @@ async fn node_volumes(kube: &Client, node: &str) -> (Vec<String>, Vec<String>) {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ebs_volume_moves_from_node_a_to_node_b_with_its_data() {
-    if !Path::new("/dev/loop-control").exists() {
-        test_support::skip_or_fail("needs loop devices (/dev/loop-control) and root");
-        return;
-    }
-    apiserver::install_crypto_provider();
-    let dir = tempfile::tempdir().unwrap();
-    let cleanup = Cleanup {
-        stop: CancellationToken::new(),
-        dir: dir.path().to_path_buf(),
-    };
-    let stop = cleanup.stop.clone();
-    let sim = Simulator::start(
-        SimConfig {
-            state_dir: dir.path().join("ec2"),
-            device_dir: Some(dir.path().join("dev")),
-            timing: Timing::Fast,
-            backing: Backing::Loop,
-            device_layout: DeviceLayout::PerInstance,
-            ..SimConfig::default()
-        },
-        ([127, 0, 0, 1], 0).into(),
-    )
-    .await
-    .unwrap();
-    let aws = aws_config(&sim.endpoint());
-    let cloud = AwsCloud::new(aws.clone(), CloudMetrics::new())
+/// ec2-sim (loop devices, one device dir per instance), two instances, the API server, the
+/// EBS driver's controller service, csi-attacher, the attach/detach controller (with EC2 for
+/// its in-tree plugin when `adc_gates` is set) and two nodes with their agents.
+struct World {
+    // Dropped first: stops the tasks and unmounts leftovers before ec2-sim goes.
+    cleanup: Cleanup,
+    sim: Simulator,
+    server: apiserver::RunningApiServer,
+    cloud: Arc<AwsCloud>,
+    kube: Client,
+    roots: [PathBuf; 2],
+    _driver: common::DriverTask,
+    _dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn start(adc_gates: &str, node_gates: [&str; 2]) -> Option<World> {
+        if !Path::new("/dev/loop-control").exists() {
+            test_support::skip_or_fail("needs loop devices (/dev/loop-control) and root");
+            return None;
+        }
+        apiserver::install_crypto_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let cleanup = Cleanup {
+            stop: CancellationToken::new(),
+            dir: dir.path().to_path_buf(),
+        };
+        let stop = cleanup.stop.clone();
+        let sim = Simulator::start(
+            SimConfig {
+                state_dir: dir.path().join("ec2"),
+                device_dir: Some(dir.path().join("dev")),
+                timing: Timing::Fast,
+                backing: Backing::Loop,
+                device_layout: DeviceLayout::PerInstance,
+                ..SimConfig::default()
+            },
+            ([127, 0, 0, 1], 0).into(),
+        )
         .await
         .unwrap();
-    let instance_a = cloud
-        .run_instance("e2e-a", Some(ZONE))
+        let aws = aws_config(&sim.endpoint());
+        let cloud = Arc::new(
+            AwsCloud::new(aws.clone(), CloudMetrics::new())
+                .await
+                .unwrap(),
+        );
+        let mut instances = Vec::new();
+        for n in ["a", "b"] {
+            let i = cloud
+                .run_instance(&format!("e2e-{n}"), Some(ZONE))
+                .await
+                .unwrap();
+            instances.push(i.instance_id);
+        }
+        let server = apiserver::ApiServer::start(apiserver::Config {
+            listen: ([127, 0, 0, 1], 0).into(),
+            ..Default::default()
+        })
         .await
-        .unwrap()
-        .instance_id;
-    let instance_b = cloud
-        .run_instance("e2e-b", Some(ZONE))
-        .await
-        .unwrap()
-        .instance_id;
-    let volume_id = cloud
-        .create_disk(
-            "e2e-node-agent",
-            &DiskOptions {
-                size_gib: 1,
-                volume_type: "gp3".into(),
-                zone: ZONE.into(),
-                ..Default::default()
+        .unwrap();
+        let kube = server.client();
+        let kubeconfig = dir.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+
+        // The control plane: the EBS driver's controller service, csi-attacher, the ADC.
+        let ctrl_endpoint = format!("unix://{}", dir.path().join("ctrl.sock").display());
+        let driver = start_driver(&ctrl_endpoint, aws).await;
+        start_attacher(kube.clone(), &ctrl_endpoint, None, stop.clone()).await;
+        let adc_options = attach_detach::Options {
+            skip_attach: SkipAttachMode::BypassAdc,
+            migrated: volume_plugins::MigratedPlugins::from_feature_gates(adc_gates).unwrap(),
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(2),
+            ..attach_detach::Options::default()
+        };
+        let mut adc_config = attach_detach::Config::new(Some(kubeconfig.clone()), adc_options);
+        adc_config.cloud = Some(cloud.clone());
+        tokio::spawn(attach_detach::run(adc_config, stop.clone()));
+        create::<CSIDriver>(
+            Api::all(kube.clone()),
+            json!({"metadata": {"name": DRIVER}, "spec": {"attachRequired": true}}),
+        )
+        .await;
+        let mut roots = Vec::new();
+        for (i, name) in ["node-a", "node-b"].into_iter().enumerate() {
+            let root = start_node(
+                &kubeconfig,
+                dir.path(),
+                name,
+                &instances[i],
+                sim.node_dev_root(&instances[i]),
+                node_gates[i],
+                &stop,
+            )
+            .await;
+            roots.push(root);
+        }
+        let roots: [PathBuf; 2] = roots.try_into().unwrap();
+        Some(World {
+            cleanup,
+            sim,
+            server,
+            cloud,
+            kube,
+            roots,
+            _driver: driver,
+            _dir: dir,
+        })
+    }
+
+    async fn disk(&self, name: &str) -> String {
+        self.cloud
+            .create_disk(
+                name,
+                &DiskOptions {
+                    size_gib: 1,
+                    volume_type: "gp3".into(),
+                    zone: ZONE.into(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap()
+            .volume_id
+    }
+
+    /// A PVC bound to a PV with the given volume source (as the PV controller binds them).
+    async fn bound_claim(&self, claim: &str, pv: &str, source: Value) {
+        let c = create::<PersistentVolumeClaim>(
+            Api::namespaced(self.kube.clone(), NS),
+            json!({"metadata": {"name": claim},
+                   "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
+                            "resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .await;
+        let mut spec = json!({"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
+                              "claimRef": {"name": claim, "namespace": NS, "uid": c.metadata.uid}});
+        for (k, v) in source.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        create::<PersistentVolume>(
+            Api::all(self.kube.clone()),
+            json!({"metadata": {"name": pv}, "spec": spec}),
+        )
+        .await;
+        Api::<PersistentVolumeClaim>::namespaced(self.kube.clone(), NS)
+            .patch_status(
+                claim,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": {"phase": "Bound"}})),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn wait_detached(&self, volume_id: &str) {
+        test_support::eventually(
+            &format!("{volume_id} detached in EC2"),
+            PATIENCE,
+            || async {
+                let v = self.cloud.get_disk_by_id(volume_id).await.ok()?;
+                v.attachments.is_empty().then_some(())
             },
         )
-        .await
-        .unwrap()
-        .volume_id;
+        .await;
+    }
 
-    let server = apiserver::ApiServer::start(apiserver::Config {
-        listen: ([127, 0, 0, 1], 0).into(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let kube = server.client();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    async fn wait_node_clean(&self, i: usize) {
+        let root = self.roots[i].clone();
+        test_support::eventually("nothing mounted on the node", PATIENCE, || async {
+            let table = mount_utils::findmnt::read().await.ok()?;
+            (!table.iter().any(|e| e.mount_point.starts_with(&root))).then_some(())
+        })
+        .await;
+    }
 
-    // The control plane: the EBS driver's controller service, csi-attacher, the ADC.
-    let ctrl_endpoint = format!("unix://{}", dir.path().join("ctrl.sock").display());
-    let _driver = start_driver(&ctrl_endpoint, aws).await;
-    start_attacher(kube.clone(), &ctrl_endpoint, None, stop.clone()).await;
-    let adc_options = attach_detach::Options {
-        skip_attach: SkipAttachMode::BypassAdc,
-        backoff_initial: Duration::from_millis(100),
-        backoff_max: Duration::from_secs(2),
-        ..attach_detach::Options::default()
+    async fn shutdown(self) {
+        let World {
+            cleanup,
+            sim,
+            server,
+            ..
+        } = self;
+        drop(cleanup);
+        server.shutdown().await.unwrap();
+        sim.shutdown().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ebs_volume_moves_from_node_a_to_node_b_with_its_data() {
+    let Some(w) = World::start("", ["", ""]).await else {
+        return;
     };
-    tokio::spawn(attach_detach::run(
-        attach_detach::Config::new(Some(kubeconfig.clone()), adc_options),
-        stop.clone(),
-    ));
-    create::<CSIDriver>(
-        Api::all(kube.clone()),
-        json!({"metadata": {"name": DRIVER}, "spec": {"attachRequired": true}}),
+    let kube = w.kube.clone();
+    let (root_a, root_b) = (w.roots[0].clone(), w.roots[1].clone());
+    let volume_id = w.disk("e2e-node-agent").await;
+    w.bound_claim(
+        "claim-1",
+        "pv-1",
+        json!({"csi": {"driver": DRIVER, "volumeHandle": volume_id, "fsType": "ext4"}}),
     )
     .await;
-
-    let root_a = start_node(
-        &kubeconfig,
-        dir.path(),
-        "node-a",
-        &instance_a,
-        sim.node_dev_root(&instance_a),
-        &stop,
-    )
-    .await;
-    let root_b = start_node(
-        &kubeconfig,
-        dir.path(),
-        "node-b",
-        &instance_b,
-        sim.node_dev_root(&instance_b),
-        &stop,
-    )
-    .await;
-
-    let claim = create::<PersistentVolumeClaim>(
-        Api::namespaced(kube.clone(), NS),
-        json!({"metadata": {"name": "claim-1"},
-               "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-1",
-                        "resources": {"requests": {"storage": "1Gi"}}}}),
-    )
-    .await;
-    create::<PersistentVolume>(
-        Api::all(kube.clone()),
-        json!({"metadata": {"name": "pv-1"},
-               "spec": {"accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
-                        "claimRef": {"name": "claim-1", "namespace": NS, "uid": claim.metadata.uid},
-                        "csi": {"driver": DRIVER, "volumeHandle": volume_id, "fsType": "ext4"}}}),
-    )
-    .await;
-    Api::<PersistentVolumeClaim>::namespaced(kube.clone(), NS)
-        .patch_status(
-            "claim-1",
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"status": {"phase": "Bound"}})),
-        )
-        .await
-        .unwrap();
     let pods: Api<Pod> = Api::namespaced(kube.clone(), NS);
     let unique = csi_unique_volume_name(DRIVER, &volume_id);
 
@@ -363,11 +450,7 @@ async fn ebs_volume_moves_from_node_a_to_node_b_with_its_data() {
         left_on_a.is_empty(),
         "nothing stays mounted on node-a: {left_on_a:?}"
     );
-    test_support::eventually("the volume detached in EC2", PATIENCE, || async {
-        let v = cloud.get_disk_by_id(&volume_id).await.ok()?;
-        v.attachments.is_empty().then_some(())
-    })
-    .await;
+    w.wait_detached(&volume_id).await;
 
     // Node B: the same volume, with the file.
     pod_on(&kube, "pod-b", "node-b").await;
@@ -384,12 +467,93 @@ async fn ebs_volume_moves_from_node_a_to_node_b_with_its_data() {
         (!table.iter().any(|e| e.mount_point.starts_with(&root_b))).then_some(())
     })
     .await;
-    test_support::eventually("detached from instance B", PATIENCE, || async {
-        let v = cloud.get_disk_by_id(&volume_id).await.ok()?;
-        v.attachments.is_empty().then_some(())
+    w.wait_detached(&volume_id).await;
+    w.shutdown().await;
+}
+
+/// Seed 003 on real nodes: the attach/detach controller migrated aws-ebs and has EC2 for its
+/// in-tree plugin; node A's agent did not migrate it, node B's did. An in-tree EBS PV on node A
+/// is attached by the controller itself (no VolumeAttachment) and mounted by the agent's in-tree
+/// path (device under the instance's device dir, ext4, the plugin's staging path); one on
+/// node B is translated, attached through a VolumeAttachment by the EBS driver and staged and
+/// published through CSI. Both are written, torn down and detached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_tree_ebs_volumes_follow_each_nodes_migration_gate() {
+    let Some(w) = World::start("CSIMigrationAWS=true", ["", "CSIMigrationAWS=true"]).await else {
+        return;
+    };
+    let kube = w.kube.clone();
+    let pods: Api<Pod> = Api::namespaced(kube.clone(), NS);
+    let vol_a = w.disk("e2e-in-tree-a").await;
+    let vol_b = w.disk("e2e-in-tree-b").await;
+    for (claim, pv, vol) in [("claim-a", "pv-a", &vol_a), ("claim-b", "pv-b", &vol_b)] {
+        w.bound_claim(
+            claim,
+            pv,
+            json!({"awsElasticBlockStore": {"volumeID": format!("aws://{ZONE}/{vol}"), "fsType": "ext4"}}),
+        )
+        .await;
+    }
+    pod_with_claim(&kube, "pod-a", "node-a", "claim-a").await;
+    pod_with_claim(&kube, "pod-b", "node-b", "claim-b").await;
+    let path_a = wait_ready(&pods, "pod-a").await;
+    let path_b = wait_ready(&pods, "pod-b").await;
+
+    // Node A: in-tree all the way.
+    assert!(
+        path_a
+            .to_string_lossy()
+            .contains("/volumes/kubernetes.io~aws-ebs/pv-a"),
+        "{path_a:?}"
+    );
+    let staging_a = w.roots[0]
+        .join("plugins/kubernetes.io/aws-ebs/mounts/aws")
+        .join(ZONE)
+        .join(&vol_a);
+    let table = mount_utils::findmnt::read().await.unwrap();
+    let staged = mount_utils::findmnt::mount_at(&table, &staging_a).expect("in-tree staging mount");
+    assert_eq!(staged.fs_type, "ext4");
+    let (_, attached_a) = node_volumes(&kube, "node-a").await;
+    assert!(
+        attached_a.contains(&format!("kubernetes.io/aws-ebs/aws://{ZONE}/{vol_a}")),
+        "{attached_a:?}"
+    );
+    // Node B: through CSI.
+    assert!(
+        path_b
+            .to_string_lossy()
+            .ends_with("/volumes/kubernetes.io~csi/pv-b/mount"),
+        "{path_b:?}"
+    );
+    let (_, attached_b) = node_volumes(&kube, "node-b").await;
+    assert!(
+        attached_b.contains(&csi_unique_volume_name(DRIVER, &vol_b)),
+        "{attached_b:?}"
+    );
+    let vas = Api::<VolumeAttachment>::all(kube.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap();
+    let va_volumes: Vec<String> = vas.items.iter().map(|v| v.spec.node_name.clone()).collect();
+    assert_eq!(
+        va_volumes,
+        vec!["node-b"],
+        "a VolumeAttachment only for the migrated node"
+    );
+    std::fs::write(path_a.join("a.txt"), b"in-tree").unwrap();
+    std::fs::write(path_b.join("b.txt"), b"csi").unwrap();
+
+    for p in ["pod-a", "pod-b"] {
+        pods.delete(p, &Default::default()).await.unwrap();
+    }
+    w.wait_node_clean(0).await;
+    w.wait_node_clean(1).await;
+    w.wait_detached(&vol_a).await;
+    w.wait_detached(&vol_b).await;
+    test_support::eventually("both pods gone", PATIENCE, || async {
+        let left = pods.list(&ListParams::default()).await.ok()?.items.len();
+        (left == 0).then_some(())
     })
     .await;
-    drop(cleanup);
-    server.shutdown().await.unwrap();
-    sim.shutdown().await.unwrap();
+    w.shutdown().await;
 }
