@@ -220,3 +220,141 @@ async fn an_unregistered_driver_gets_a_failed_mount_event_that_says_so() {
     );
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_block_and_ephemeral_inline_volumes() {
+    use std::os::unix::fs::FileTypeExt;
+    if !common::can_mount() {
+        return;
+    }
+    let mut env = Env::new().await;
+    env.create_csidriver(false).await;
+    let n = env.add_node("node-a").await;
+    let options = env.agent_options(n, SkipAttachMode::BypassAdc);
+    env.start_agent(n, options);
+    wait_registered(&env, "node-a").await;
+
+    // A raw block volume: the pod's link resolves to a block device.
+    env.create_bound_claim(n, "pv-block", "claim-block", true)
+        .await;
+    env.create_pod("pod-block", "node-a", "claim-block").await;
+    let paths = env.wait_ready("pod-block").await;
+    let link = Path::new(&paths["data"]).to_path_buf();
+    let uid = env
+        .pods()
+        .get("pod-block")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    assert_eq!(
+        link,
+        env.nodes[n]
+            .root
+            .join("pods")
+            .join(&uid)
+            .join("volumeDevices/kubernetes.io~csi/pv-block")
+    );
+    let meta = std::fs::metadata(&link).unwrap();
+    assert!(
+        meta.file_type().is_block_device(),
+        "{link:?} is a block device"
+    );
+
+    // A CSI ephemeral inline volume: published without any PV, gone with the pod.
+    env.create::<k8s_openapi::api::core::v1::Pod>(
+        env.pods(),
+        serde_json::json!({
+            "metadata": {"name": "pod-eph"},
+            "spec": {
+                "nodeName": "node-a",
+                "containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [{"name": "scratch", "csi": {"driver": DRIVER}}],
+            },
+        }),
+    )
+    .await;
+    let paths = env.wait_ready("pod-eph").await;
+    let scratch = Path::new(&paths["scratch"]).to_path_buf();
+    assert!(is_mounted(&scratch).await);
+    assert!(
+        scratch.ends_with("volumes/kubernetes.io~csi/scratch/mount"),
+        "{scratch:?}"
+    );
+    std::fs::write(scratch.join("tmp.txt"), b"scratch").unwrap();
+
+    env.delete_pod_and_wait("pod-eph").await;
+    assert!(!is_mounted(&scratch).await && !scratch.exists());
+    env.delete_pod_and_wait("pod-block").await;
+    assert!(!link.exists(), "the block link is gone");
+    let root = env.nodes[n].root.clone();
+    test_support::eventually("nothing mounted under the root dir", PATIENCE, || async {
+        let table = mount_utils::findmnt::read().await.ok()?;
+        let r = mount_utils::findmnt::canonical(&root);
+        (!table.iter().any(|e| e.mount_point.starts_with(&r))).then_some(())
+    })
+    .await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attach_error_is_named_in_a_failed_mount_event() {
+    if !common::can_mount() {
+        return;
+    }
+    let mut env = Env::new().await;
+    env.create_csidriver(true).await;
+    let n = env.add_node("node-a").await;
+    env.start_adc(SkipAttachMode::BypassAdc);
+    // No csi-attacher: the test plays one that fails.
+    let options = env.agent_options(n, SkipAttachMode::BypassAdc);
+    env.start_agent(n, options);
+    wait_registered(&env, "node-a").await;
+    env.create_bound_claim(n, "pv-1", "claim-1", false).await;
+    env.create_pod("pod-1", "node-a", "claim-1").await;
+    let vas: Api<VolumeAttachment> = Api::all(env.kube.clone());
+    let va = test_support::eventually("the VolumeAttachment", PATIENCE, || async {
+        vas.list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .next()
+    })
+    .await;
+    let name = va.metadata.name.clone().unwrap();
+    vas.patch_status(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&serde_json::json!({"status": {"attached": false,
+            "attachError": {"message": "rpc error: code = Internal desc = the disk is on fire", "time": "2026-01-01T00:00:00Z"}}})),
+    )
+    .await
+    .unwrap();
+    let events: Api<Event> = Api::namespaced(env.kube.clone(), common::NS);
+    let message = test_support::eventually(
+        "a FailedMount Event with the attach error",
+        PATIENCE,
+        || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("FailedMount"))
+                .filter_map(|e| e.message)
+                .find(|m| m.contains("the disk is on fire"))
+        },
+    )
+    .await;
+    assert!(
+        message.contains(&name),
+        "names the VolumeAttachment: {message}"
+    );
+    let pod = env.pods().get("pod-1").await.unwrap();
+    let ready = pod
+        .status
+        .and_then(|s| s.conditions)
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    assert!(!ready, "not Ready while the attach fails");
+    env.shutdown().await;
+}
