@@ -246,7 +246,18 @@ impl Env {
 
     /// Starts the agent of node `i` in-process through `node_agent::run`.
     pub fn start_agent(&mut self, i: usize, options: node_agent::Options) {
+        self.start_agent_with_http(i, options, None);
+    }
+
+    /// [`Self::start_agent`] serving /metrics and /healthz on `http` (host:port).
+    pub fn start_agent_with_http(
+        &mut self,
+        i: usize,
+        options: node_agent::Options,
+        http: Option<String>,
+    ) {
         let mut config = node_agent::Config::new(Some(self.kubeconfig_file()), options);
+        config.http_endpoint = http;
         config.kube_api_qps = -1.0;
         let stop = CancellationToken::new();
         let s = stop.clone();
@@ -554,4 +565,32 @@ pub async fn unmount_below(dir: &Path) {
 pub async fn is_mounted(path: &Path) -> bool {
     let table = mount_utils::findmnt::read().await.unwrap();
     mount_utils::findmnt::mount_at(&table, path).is_some()
+}
+
+/// A free port on 127.0.0.1 (bound and released: another process could take it in between,
+/// which on a test machine does not happen in practice).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET `path` on 127.0.0.1:`port` over plain HTTP/1.0; the body, if the status is 200.
+pub async fn http_get(port: u16, path: &str) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await.ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200")
+        .then(|| body.to_string())
+        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
 }
