@@ -1,0 +1,213 @@
+//! The run's objects: a CSI volume per pod (CreateVolume on the driver's socket, as the
+//! external-provisioner would), its PV and a PVC bound to it (status.phase Bound, as the PV
+//! controller would bind them), and the pods, already scheduled (spec.nodeName).
+
+use std::collections::HashMap;
+
+use csi_spec::v1::controller_client::ControllerClient;
+use csi_spec::v1::volume_capability::{AccessMode, AccessType, MountVolume};
+use csi_spec::v1::{
+    CapacityRange, CreateVolumeRequest, Topology, TopologyRequirement, VolumeCapability,
+};
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::{Error, Scenario, ebs};
+
+pub(crate) const NS: &str = "default";
+/// The label on every pod of the run (the pods watch selects it).
+pub(crate) const POD_LABEL: &str = "app.kubernetes.io/created-by";
+pub(crate) const POD_LABEL_VALUE: &str = "node-load";
+
+pub(crate) fn pod_name(i: usize) -> String {
+    format!("pod-{i:05}")
+}
+
+fn pv_name(i: usize) -> String {
+    format!("pv-{i:05}")
+}
+
+fn pvc_name(i: usize) -> String {
+    format!("pvc-{i:05}")
+}
+
+/// The node pod `i` runs on.
+pub(crate) fn node_of(i: usize, nodes: usize) -> usize {
+    i % nodes
+}
+
+/// What one volume needs: where to create it and how big.
+struct VolumeSpec {
+    endpoint: String,
+    bytes: i64,
+    fs_type: Option<&'static str>,
+    zone: Option<&'static str>,
+}
+
+struct Created {
+    handle: String,
+    context: HashMap<String, String>,
+}
+
+async fn create_volume(name: String, spec: &VolumeSpec) -> Result<Created, Error> {
+    let err = |reason: String| Error::Csi {
+        op: format!("CreateVolume {name} at {}", spec.endpoint),
+        reason,
+    };
+    let channel = csi_spec::connect_unix(&spec.endpoint)
+        .await
+        .map_err(|e| err(e.to_string()))?;
+    let topology = spec.zone.map(|zone| {
+        let t = Topology {
+            segments: [(ebs::ZONE_KEY.to_string(), zone.to_string())].into(),
+        };
+        TopologyRequirement {
+            requisite: vec![t.clone()],
+            preferred: vec![t],
+        }
+    });
+    let created = ControllerClient::new(channel)
+        .create_volume(CreateVolumeRequest {
+            name: name.clone(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: spec.bytes,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![VolumeCapability {
+                access_type: Some(AccessType::Mount(MountVolume {
+                    fs_type: spec.fs_type.unwrap_or_default().to_string(),
+                    ..MountVolume::default()
+                })),
+                access_mode: Some(AccessMode { mode: 1 }),
+            }],
+            accessibility_requirements: topology,
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| err(e.to_string()))?
+        .into_inner()
+        .volume
+        .ok_or_else(|| err("no volume in the answer".into()))?;
+    Ok(Created {
+        handle: created.volume_id,
+        context: created.volume_context,
+    })
+}
+
+fn from_json<K: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<K, Error> {
+    serde_json::from_value(v).map_err(|e| Error::Other(format!("{what}: {e}")))
+}
+
+/// Volume, PVC, PV and the PVC's Bound status for pod `i`.
+async fn bind_one(
+    kube: &Client,
+    scenario: Scenario,
+    driver: &str,
+    spec: &VolumeSpec,
+    i: usize,
+) -> Result<(), Error> {
+    let (pv, pvc) = (pv_name(i), pvc_name(i));
+    let created = create_volume(pv.clone(), spec).await?;
+    let kerr = |op: String| move |source| Error::Kube { op, source };
+    let size = if scenario.is_ebs() { "1Gi" } else { "16Mi" };
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.clone(), NS);
+    let claim: PersistentVolumeClaim = from_json(
+        "PVC",
+        json!({
+            "metadata": {"name": pvc},
+            "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
+                     "volumeMode": "Filesystem",
+                     "resources": {"requests": {"storage": size}}},
+        }),
+    )?;
+    let claim = claims
+        .create(&PostParams::default(), &claim)
+        .await
+        .map_err(kerr(format!("creating PVC {pvc}")))?;
+    let mut csi = json!({"driver": driver, "volumeHandle": created.handle,
+                         "volumeAttributes": created.context});
+    if let Some(fs) = spec.fs_type {
+        csi["fsType"] = json!(fs);
+    }
+    let volume: PersistentVolume = from_json(
+        "PV",
+        json!({
+            "metadata": {"name": pv},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "capacity": {"storage": size},
+                "volumeMode": "Filesystem",
+                "persistentVolumeReclaimPolicy": "Retain",
+                "claimRef": {"name": pvc, "namespace": NS, "uid": claim.metadata.uid},
+                "csi": csi,
+            },
+        }),
+    )?;
+    let volumes: Api<PersistentVolume> = Api::all(kube.clone());
+    volumes
+        .create(&PostParams::default(), &volume)
+        .await
+        .map_err(kerr(format!("creating PV {pv}")))?;
+    let bound = json!({"status": {"phase": "Bound"}});
+    volumes
+        .patch_status(&pv, &PatchParams::default(), &Patch::Merge(&bound))
+        .await
+        .map_err(kerr(format!("binding PV {pv}")))?;
+    claims
+        .patch_status(&pvc, &PatchParams::default(), &Patch::Merge(&bound))
+        .await
+        .map_err(kerr(format!("binding PVC {pvc}")))?;
+    Ok(())
+}
+
+/// A volume, PV and bound PVC for every pod, `parallelism` at a time. Hostpath volumes are
+/// created on the node the pod will run on (they are node-local); EBS volumes through the
+/// controller, in the instances' zone.
+pub(crate) async fn bind_all(
+    kube: &Client,
+    scenario: Scenario,
+    driver: &str,
+    endpoints: &[String],
+    pods: usize,
+    parallelism: usize,
+) -> Result<(), Error> {
+    let specs: Vec<VolumeSpec> = endpoints
+        .iter()
+        .map(|e| VolumeSpec {
+            endpoint: e.clone(),
+            bytes: if scenario.is_ebs() { 1 << 30 } else { 16 << 20 },
+            fs_type: scenario.is_ebs().then_some("ext4"),
+            zone: scenario.is_ebs().then_some(ebs::ZONE),
+        })
+        .collect();
+    let specs = &specs;
+    futures::stream::iter(0..pods)
+        .map(|i| async move {
+            let spec = specs
+                .get(i % specs.len().max(1))
+                .ok_or_else(|| Error::Config("no driver endpoint".into()))?;
+            bind_one(kube, scenario, driver, spec, i).await
+        })
+        .buffer_unordered(parallelism)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
+}
+
+/// Pod `i` on `node`, with its PVC as volume `data`.
+pub(crate) fn pod(i: usize, node: &str) -> Result<Pod, Error> {
+    from_json(
+        "Pod",
+        json!({
+            "metadata": {"name": pod_name(i), "labels": {POD_LABEL: POD_LABEL_VALUE}},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pvc_name(i)}}],
+            },
+        }),
+    )
+}

@@ -1,0 +1,224 @@
+//! What a scenario measured, as a table (one column per scenario) or JSON.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::stats::{Summary, summarize};
+use crate::{LoadConfig, Scenario};
+
+/// One node agent's numbers.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentStats {
+    pub node: String,
+    /// VmRSS once every pod was Ready.
+    pub rss_bytes: u64,
+    /// VmHWM (peak RSS) at the same moment.
+    pub hwm_bytes: u64,
+    /// User + system CPU time since the agent started, when every pod was Ready / after the
+    /// teardown.
+    pub cpu_s_at_ready: Option<f64>,
+    pub cpu_s_at_end: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioReport {
+    pub scenario: Scenario,
+    pub nodes: usize,
+    pub pods: usize,
+    pub agent_args: Vec<String>,
+    /// Volumes created, PVs and PVCs bound, pods watch synced (not timed below).
+    pub setup_s: f64,
+    /// From the first pod create until the last create was answered.
+    pub pods_created_s: f64,
+    /// Per pod: just before its create call → the watch sees Ready=True.
+    pub ready: Summary,
+    /// From the first create until the first / last pod was Ready (wall time).
+    pub first_ready_s: Option<f64>,
+    pub all_ready_s: Option<f64>,
+    /// Per pod: just before its delete call → the watch sees it gone.
+    pub delete: Summary,
+    /// From the first delete until the last pod was gone.
+    pub all_deleted_s: Option<f64>,
+    /// From the first delete until nothing was mounted below the nodes' dirs.
+    pub all_unmounted_s: Option<f64>,
+    pub agent_rss_max_bytes: u64,
+    pub agent_rss_mean_bytes: u64,
+    pub agent_hwm_max_bytes: u64,
+    pub agents: Vec<AgentStats>,
+    /// VmRSS of the biggest driver node plugin when every pod was Ready.
+    pub driver_rss_max_bytes: Option<u64>,
+    /// Mounts below the temp dir when every pod was Ready (stage + publish).
+    pub mounts_when_ready: usize,
+    /// Mounts left after every process stopped (unmounted with umount -l; 0 after a clean run).
+    pub mounts_left_at_end: usize,
+    /// Per pod ready latency in seconds, in creation order.
+    pub latencies_s: Vec<f64>,
+}
+
+fn secs(d: Option<Duration>) -> Option<f64> {
+    d.map(|d| d.as_secs_f64())
+}
+
+impl ScenarioReport {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        scenario: Scenario,
+        config: &LoadConfig,
+        setup: Duration,
+        created: Duration,
+        latencies: &[Duration],
+        first_ready: Option<Duration>,
+        all_ready: Option<Duration>,
+        delete_latencies: &[Duration],
+        all_deleted: Option<Duration>,
+        all_unmounted: Option<Duration>,
+        agents: Vec<AgentStats>,
+        driver_rss_max_bytes: Option<u64>,
+        mounts_when_ready: usize,
+    ) -> Self {
+        let rss: Vec<u64> = agents.iter().map(|a| a.rss_bytes).collect();
+        Self {
+            scenario,
+            nodes: config.nodes,
+            pods: config.pods,
+            agent_args: config.agent_args.clone(),
+            setup_s: setup.as_secs_f64(),
+            pods_created_s: created.as_secs_f64(),
+            ready: summarize(latencies),
+            first_ready_s: secs(first_ready),
+            all_ready_s: secs(all_ready),
+            delete: summarize(delete_latencies),
+            all_deleted_s: secs(all_deleted),
+            all_unmounted_s: secs(all_unmounted),
+            agent_rss_max_bytes: rss.iter().copied().max().unwrap_or(0),
+            agent_rss_mean_bytes: if rss.is_empty() {
+                0
+            } else {
+                rss.iter().sum::<u64>() / rss.len() as u64
+            },
+            agent_hwm_max_bytes: agents.iter().map(|a| a.hwm_bytes).max().unwrap_or(0),
+            agents,
+            driver_rss_max_bytes,
+            mounts_when_ready,
+            mounts_left_at_end: 0,
+            latencies_s: latencies.iter().map(Duration::as_secs_f64).collect(),
+        }
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
+}
+
+fn s(v: f64) -> String {
+    if v < 1.0 {
+        format!("{:.0} ms", v * 1000.0)
+    } else {
+        format!("{v:.2} s")
+    }
+}
+
+fn opt_s(v: Option<f64>) -> String {
+    v.map_or_else(|| "n/a".into(), s)
+}
+
+/// One row's cell for one report.
+type Cell = Box<dyn Fn(&ScenarioReport) -> String>;
+
+/// The reports side by side, then the ratios issue 12 asks about.
+pub fn table(reports: &[ScenarioReport]) -> String {
+    let mut out = String::new();
+    let rows: Vec<(&str, Cell)> = vec![
+        (
+            "nodes / pods",
+            Box::new(|r| format!("{} / {}", r.nodes, r.pods)),
+        ),
+        ("setup (not timed)", Box::new(|r| s(r.setup_s))),
+        ("pods created", Box::new(|r| s(r.pods_created_s))),
+        ("ready p50", Box::new(|r| s(r.ready.p50_s))),
+        ("ready p90", Box::new(|r| s(r.ready.p90_s))),
+        ("ready p99", Box::new(|r| s(r.ready.p99_s))),
+        ("ready max", Box::new(|r| s(r.ready.max_s))),
+        ("first Ready", Box::new(|r| opt_s(r.first_ready_s))),
+        ("all Ready (wall)", Box::new(|r| opt_s(r.all_ready_s))),
+        (
+            "pods Ready",
+            Box::new(|r| format!("{} / {}", r.ready.count, r.pods)),
+        ),
+        ("delete p50", Box::new(|r| s(r.delete.p50_s))),
+        ("delete p99", Box::new(|r| s(r.delete.p99_s))),
+        ("all deleted (wall)", Box::new(|r| opt_s(r.all_deleted_s))),
+        (
+            "all unmounted (wall)",
+            Box::new(|r| opt_s(r.all_unmounted_s)),
+        ),
+        ("agent RSS max", Box::new(|r| mib(r.agent_rss_max_bytes))),
+        ("agent RSS mean", Box::new(|r| mib(r.agent_rss_mean_bytes))),
+        ("agent VmHWM max", Box::new(|r| mib(r.agent_hwm_max_bytes))),
+        (
+            "agent CPU (sum, whole run)",
+            Box::new(|r| {
+                let total: f64 = r.agents.iter().filter_map(|a| a.cpu_s_at_end).sum();
+                format!("{total:.2} s")
+            }),
+        ),
+        (
+            "driver RSS max",
+            Box::new(|r| r.driver_rss_max_bytes.map_or_else(|| "n/a".into(), mib)),
+        ),
+        (
+            "mounts when Ready",
+            Box::new(|r| r.mounts_when_ready.to_string()),
+        ),
+        (
+            "mounts left at end",
+            Box::new(|r| r.mounts_left_at_end.to_string()),
+        ),
+    ];
+    let width = 28;
+    let col = reports
+        .iter()
+        .map(|r| r.scenario.name().len())
+        .max()
+        .unwrap_or(0)
+        .max(12)
+        + 2;
+    let _ = write!(out, "{:width$}", "");
+    for r in reports {
+        let _ = write!(out, "{:>col$}", r.scenario.name());
+    }
+    out.push('\n');
+    for (label, f) in &rows {
+        let _ = write!(out, "{label:width$}");
+        for r in reports {
+            let _ = write!(out, "{:>col$}", f(r));
+        }
+        out.push('\n');
+    }
+    let find = |sc: Scenario| reports.iter().find(|r| r.scenario == sc);
+    if let Some(base) = find(Scenario::HostpathAttachRequired) {
+        for other in [Scenario::HostpathBypass, Scenario::HostpathThroughAdc] {
+            if let Some(o) = find(other)
+                && o.nodes == base.nodes
+                && o.pods == base.pods
+            {
+                let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { f64::NAN };
+                let _ = writeln!(
+                    out,
+                    "{} vs {}: p50 {:.2}x, p99 {:.2}x, all Ready {:.2}x as fast",
+                    other.name(),
+                    base.scenario.name(),
+                    ratio(base.ready.p50_s, o.ready.p50_s),
+                    ratio(base.ready.p99_s, o.ready.p99_s),
+                    ratio(
+                        base.all_ready_s.unwrap_or(0.0),
+                        o.all_ready_s.unwrap_or(0.0)
+                    ),
+                );
+            }
+        }
+    }
+    out
+}
