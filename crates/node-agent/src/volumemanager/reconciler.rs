@@ -58,10 +58,35 @@ struct Backoff {
     delay: Duration,
 }
 
-/// Why a wanted volume is not being mounted right now.
+/// Why a wanted volume cannot be mounted yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Wait {
+    message: String,
+    /// Reported at once (a state that will not fix itself: an unregistered driver, an
+    /// attach error), not only after `stuck_event_after`.
+    urgent: bool,
+}
+
+impl Wait {
+    fn patient(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            urgent: false,
+        }
+    }
+
+    fn urgent(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            urgent: true,
+        }
+    }
+}
+
+/// A wanted volume that waits, since when, and whether its Event went out.
 #[derive(Debug, Clone)]
 struct Blocked {
-    message: String,
+    wait: Wait,
     since: Instant,
     reported: bool,
 }
@@ -256,20 +281,22 @@ impl Reconciler {
         &self,
         v: &VolumeToMount,
         input: &PassInput<'_>,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, Wait> {
         if let MountKind::Csi(c) = &v.kind
             && self.ctx.drivers.get(&c.driver).is_none()
         {
-            return Err(format!(
+            return Err(Wait::urgent(format!(
                 "{} (are its node plugin and csi-node-driver-registrar running on this node?)",
                 operations::csi_not_registered(&c.driver)
-            ));
+            )));
         }
         if !self.adc_manages(v) {
             return Ok(None);
         }
         if !input.reported_in_use.contains(&v.unique_name) {
-            return Err("waiting for the volume to be reported in node.status.volumesInUse".into());
+            return Err(Wait::patient(
+                "waiting for the volume to be reported in node.status.volumesInUse",
+            ));
         }
         match Self::attached_device(input.node.as_deref(), &v.unique_name) {
             Some(device) => Ok(Some(device)),
@@ -277,12 +304,12 @@ impl Reconciler {
         }
     }
 
-    fn not_attached_reason(&self, v: &VolumeToMount) -> String {
+    fn not_attached_reason(&self, v: &VolumeToMount) -> Wait {
         let MountKind::Csi(c) = &v.kind else {
-            return format!(
+            return Wait::patient(format!(
                 "waiting for the attach/detach controller to attach volume {} (node.status.volumesAttached does not list {})",
                 v.spec_name, v.unique_name
-            );
+            ));
         };
         if !self
             .ctx
@@ -290,28 +317,30 @@ impl Reconciler {
             .attach_path(&c.driver)
             .creates_volume_attachment()
         {
-            return format!(
+            return Wait::patient(format!(
                 "waiting for the attach/detach controller to list {} in node.status.volumesAttached (skip-attach through-adc: no VolumeAttachment)",
                 v.unique_name
-            );
+            ));
         }
         let va = volume_attachment_name(&c.handle, &c.driver, &self.ctx.node_name);
         match self.vas.get(&va) {
-            None => format!(
+            None => Wait::patient(format!(
                 "waiting for attach of VolumeAttachment {va}: it does not exist yet (is the attach/detach controller running?)"
-            ),
+            )),
             Some(obj) => {
                 let status = obj.status.clone().unwrap_or_default();
                 match status.attach_error.and_then(|e| e.message) {
-                    Some(err) => format!("waiting for attach of VolumeAttachment {va}: {err}"),
-                    None if status.attached => format!(
+                    Some(err) => Wait::urgent(format!(
+                        "waiting for attach of VolumeAttachment {va}: {err}"
+                    )),
+                    None if status.attached => Wait::patient(format!(
                         "VolumeAttachment {va} is attached; waiting for the attach/detach controller to list {} in node.status.volumesAttached",
                         v.unique_name
-                    ),
-                    None => format!(
+                    )),
+                    None => Wait::patient(format!(
                         "waiting for attach of VolumeAttachment {va}: not attached yet (is csi-attacher for {} running?)",
                         c.driver
-                    ),
+                    )),
                 }
             }
         }
@@ -333,23 +362,10 @@ impl Reconciler {
             }
             let device_path = match self.precondition(v, input) {
                 Ok(d) => d,
-                Err(why) => {
-                    still_blocked.insert((pod.uid.clone(), v.outer_name.clone()));
-                    let entry = self
-                        .blocked
-                        .entry((pod.uid.clone(), v.outer_name.clone()))
-                        .or_insert_with(|| Blocked {
-                            message: why.clone(),
-                            since: now,
-                            reported: false,
-                        });
-                    if entry.message != why {
-                        *entry = Blocked {
-                            message: why,
-                            since: entry.since,
-                            reported: false,
-                        };
-                    }
+                Err(wait) => {
+                    let k = (pod.uid.clone(), v.outer_name.clone());
+                    still_blocked.insert(k.clone());
+                    self.note_blocked(k, wait, now);
                     continue;
                 }
             };
@@ -384,40 +400,38 @@ impl Reconciler {
             for (name, why) in &pod.unresolved {
                 let k = (pod.uid.clone(), name.clone());
                 still_blocked.insert(k.clone());
-                let entry = self.blocked.entry(k).or_insert_with(|| Blocked {
-                    message: why.clone(),
-                    since: now,
-                    reported: false,
-                });
-                if &entry.message != why {
-                    entry.message = why.clone();
-                    entry.reported = false;
-                }
+                self.note_blocked(k, Wait::patient(why.clone()), now);
             }
         }
         self.blocked.retain(|k, _| still_blocked.contains(k));
     }
 
+    /// Records what a volume waits for; a new reason is reported anew, the wait keeps its
+    /// start.
+    fn note_blocked(&mut self, key: (String, String), wait: Wait, now: Instant) {
+        let entry = self.blocked.entry(key).or_insert_with(|| Blocked {
+            wait: wait.clone(),
+            since: now,
+            reported: false,
+        });
+        if entry.wait != wait {
+            entry.wait = wait;
+            entry.reported = false;
+        }
+    }
+
     fn report_stuck(&mut self, dsw: &DesiredStateOfWorld, now: Instant) {
         for ((uid, volume), b) in &mut self.blocked {
-            let urgent = b
-                .message
-                .contains("not found in the list of registered CSI drivers")
-                || (b
-                    .message
-                    .starts_with("waiting for attach of VolumeAttachment")
-                    && !b.message.contains("not attached yet")
-                    && !b.message.contains("does not exist yet"));
-            if b.reported
-                || (!urgent && now.duration_since(b.since) < self.options.stuck_event_after)
-            {
+            let due =
+                b.wait.urgent || now.duration_since(b.since) >= self.options.stuck_event_after;
+            if b.reported || !due {
                 continue;
             }
             b.reported = true;
             if let Some(pod) = dsw.pod(uid) {
                 self.events.failed_mount(
                     &pod.pod,
-                    format!("Unable to mount volume \"{volume}\": {}", b.message),
+                    format!("Unable to mount volume \"{volume}\": {}", b.wait.message),
                 );
             }
         }
