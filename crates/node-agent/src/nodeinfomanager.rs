@@ -601,7 +601,10 @@ mod tests {
             uid: "uid-2".into(),
             ..OwnerReference::default()
         };
-        assert_eq!(fixed_owner_references(std::slice::from_ref(&owner), &owner), None);
+        assert_eq!(
+            fixed_owner_references(std::slice::from_ref(&owner), &owner),
+            None
+        );
         let stale = OwnerReference {
             uid: "uid-1".into(),
             ..owner.clone()
