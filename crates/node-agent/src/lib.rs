@@ -55,13 +55,10 @@ pub enum Error {
         source: kube::Error,
     },
 
-    /// A file or directory under the root dir could not be read or written.
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    /// A driver cannot be registered on this node, or the Node/CSINode holds something the
+    /// registration cannot work with (a clashing topology label, an unreadable annotation).
+    #[error("{0}")]
+    Registration(String),
 
     /// A watch cache never filled.
     #[error(

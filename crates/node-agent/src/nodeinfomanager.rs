@@ -97,7 +97,7 @@ impl NodeInfoManager {
     /// naming both values and nothing is written.
     pub async fn install_driver(&self, driver: &RegisteredDriver) -> Result<(), Error> {
         if driver.node_id.is_empty() {
-            return Err(Error::Config(format!(
+            return Err(Error::Registration(format!(
                 "CSI driver {:?}: NodeGetInfo returned an empty node_id (required)",
                 driver.name
             )));
@@ -484,7 +484,7 @@ fn topology_labels(
         match labels.get(key) {
             Some(current) if current == value => {}
             Some(current) => {
-                return Err(Error::Config(format!(
+                return Err(Error::Registration(format!(
                     "CSI driver {driver:?}: detected topology value collision: the driver reports \
                      {key}={value} but Node {node} already has the label {key}={current}"
                 )));
@@ -507,7 +507,7 @@ fn node_id_map(
         None => Ok(BTreeMap::new()),
         Some(raw) if raw.is_empty() => Ok(BTreeMap::new()),
         Some(raw) => serde_json::from_str(raw).map_err(|e| {
-            Error::Config(format!(
+            Error::Registration(format!(
                 "Node {node}: annotation {NODE_ID_ANNOTATION}={raw:?} is not a JSON map of driver \
                  name to node ID: {e}"
             ))

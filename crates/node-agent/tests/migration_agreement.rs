@@ -100,6 +100,17 @@ async fn agent_and_controller_pick_one_backend_for_every_row() {
             node_ready(&env, "node-a").await?.0.then_some(())
         })
         .await;
+        // The driver's registration rewrites the annotation too (as the kubelet's does): the
+        // tampering below must come after it.
+        test_support::eventually("the driver on the CSINode", PATIENCE, || async {
+            let c = csinodes.get_opt("node-a").await.ok()??;
+            c.spec
+                .drivers
+                .iter()
+                .any(|d| d.name == common::DRIVER)
+                .then_some(())
+        })
+        .await;
 
         for adc_on in [false, true] {
             let adc = decide(
