@@ -5,12 +5,14 @@
 //! deleted (grace period 0) once its volumes are gone, as the kubelet does after its
 //! containers stopped.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::json;
+use tokio::sync::mpsc;
 
 /// The pod annotation with the host path of each volume: a JSON object, pod volume name →
 /// path (the publish path, or the block device link).
@@ -114,6 +116,103 @@ pub async fn confirm_deleted(client: &Client, pod: &Pod) -> Result<(), kube::Err
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// Writes pod statuses and deletion confirmations in the background, at most one write per
+/// pod at a time; a failed write is tried again on a later pass.
+pub struct StatusManager {
+    client: Client,
+    /// Pods (UID) with a write in flight.
+    posting: HashSet<String>,
+    /// Pods whose deletion was confirmed (kept while the pod is still in the cache).
+    confirmed: HashSet<String>,
+    done_tx: mpsc::UnboundedSender<(String, bool)>,
+    done_rx: mpsc::UnboundedReceiver<(String, bool)>,
+}
+
+impl std::fmt::Debug for StatusManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusManager")
+            .field("posting", &self.posting.len())
+            .field("confirmed", &self.confirmed.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl StatusManager {
+    pub fn new(client: Client) -> Self {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Self {
+            client,
+            posting: HashSet::new(),
+            confirmed: HashSet::new(),
+            done_tx,
+            done_rx,
+        }
+    }
+
+    /// Waits for the next finished write (for the caller's `select!`).
+    pub async fn next_done(&mut self) -> Option<(String, bool)> {
+        self.done_rx.recv().await
+    }
+
+    /// Applies a finished write.
+    pub fn done(&mut self, uid: &str, ok: bool) {
+        self.posting.remove(uid);
+        if !ok {
+            self.confirmed.remove(uid);
+        }
+    }
+
+    /// Applies every write that finished meanwhile.
+    pub fn collect_done(&mut self) {
+        while let Ok((uid, ok)) = self.done_rx.try_recv() {
+            self.done(&uid, ok);
+        }
+    }
+
+    /// Marks the pod Ready with these volume paths, unless it shows them already.
+    pub fn post_ready(&mut self, pod: &Arc<Pod>, uid: &str, paths: BTreeMap<String, String>) {
+        if self.posting.contains(uid) || is_marked_ready(pod, &paths) {
+            return;
+        }
+        self.posting.insert(uid.to_string());
+        let (client, pod, tx, uid) = (
+            self.client.clone(),
+            pod.clone(),
+            self.done_tx.clone(),
+            uid.to_string(),
+        );
+        tokio::spawn(async move {
+            let r = mark_ready(&client, &pod, &paths).await;
+            if let Err(e) = &r {
+                tracing::warn!(pod_uid = %uid, error = %e, "posting the pod status failed; retried on a later pass");
+            }
+            let _ = tx.send((uid, r.is_ok()));
+        });
+    }
+
+    /// Confirms the deletion of a pod being deleted (once).
+    pub fn confirm_deletion(&mut self, pod: Arc<Pod>, uid: &str) {
+        if self.confirmed.contains(uid) || self.posting.contains(uid) {
+            return;
+        }
+        self.confirmed.insert(uid.to_string());
+        self.posting.insert(uid.to_string());
+        let (client, tx, uid) = (self.client.clone(), self.done_tx.clone(), uid.to_string());
+        tokio::spawn(async move {
+            let r = confirm_deleted(&client, &pod).await;
+            if let Err(e) = &r {
+                tracing::warn!(pod_uid = %uid, error = %e, "confirming the pod's deletion failed; retried");
+            }
+            let _ = tx.send((uid, r.is_ok()));
+        });
+    }
+
+    /// Forgets pods that left the cache.
+    pub fn retain(&mut self, alive: &HashSet<String>) {
+        self.confirmed.retain(|uid| alive.contains(uid));
     }
 }
 

@@ -15,7 +15,7 @@ pub mod reconstruct;
 mod stats;
 pub mod volume_spec;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -195,10 +195,7 @@ impl VolumeManager {
             stop.clone(),
         ));
 
-        let (status_tx, mut status_done) = mpsc::unbounded_channel::<(String, bool)>();
-        // Pods whose Ready status or deletion is being written (UID).
-        let mut posting: HashSet<String> = HashSet::new();
-        let mut confirmed: HashSet<String> = HashSet::new();
+        let mut statuses = podstatus::StatusManager::new(self.client.clone());
 
         let mut pods_changed = self.caches.pods.changed();
         let mut pvcs_changed = self.caches.pvcs.changed();
@@ -236,12 +233,7 @@ impl VolumeManager {
                     remove_empty_tree(&paths.pod_dir(&uid)).await;
                 }
             }
-            while let Ok((uid, ok)) = status_done.try_recv() {
-                posting.remove(&uid);
-                if !ok {
-                    confirmed.remove(&uid);
-                }
-            }
+            statuses.collect_done();
             let want = reconciler.volumes_in_use(&dsw);
             if first_pass {
                 // Always notifies: the reporter waits for this first value.
@@ -267,58 +259,26 @@ impl VolumeManager {
 
             // Pods whose volumes are all there become Ready.
             for pod in dsw.pods() {
-                if posting.contains(&pod.uid) || !reconciler.pod_volumes_ready(pod) {
-                    continue;
+                if reconciler.pod_volumes_ready(pod) {
+                    statuses.post_ready(&pod.pod, &pod.uid, reconciler.pod_volume_paths(pod));
                 }
-                let volume_paths = reconciler.pod_volume_paths(pod);
-                if podstatus::is_marked_ready(&pod.pod, &volume_paths) {
-                    continue;
-                }
-                posting.insert(pod.uid.clone());
-                let client = self.client.clone();
-                let p = pod.pod.clone();
-                let tx = status_tx.clone();
-                let uid = pod.uid.clone();
-                tokio::spawn(async move {
-                    let r = podstatus::mark_ready(&client, &p, &volume_paths).await;
-                    if let Err(e) = &r {
-                        tracing::warn!(pod = %format!("{}/{}", p.metadata.namespace.as_deref().unwrap_or_default(), p.metadata.name.as_deref().unwrap_or_default()), error = %e, "posting pod status failed; retried on the next pass");
-                    }
-                    let _ = tx.send((uid, r.is_ok()));
-                });
             }
             // Pods being deleted whose volumes are gone: confirm the deletion.
-            for pod in self.caches.pods.list() {
-                let Some(uid) = pod.metadata.uid.clone() else {
+            let cached = self.caches.pods.list();
+            for pod in &cached {
+                let Some(uid) = pod.metadata.uid.as_deref() else {
                     continue;
                 };
-                if pod.metadata.deletion_timestamp.is_none()
-                    || confirmed.contains(&uid)
-                    || posting.contains(&uid)
-                    || !reconciler.pod_torn_down(&uid)
-                {
-                    continue;
+                if pod.metadata.deletion_timestamp.is_some() && reconciler.pod_torn_down(uid) {
+                    statuses.confirm_deletion(pod.clone(), uid);
                 }
-                confirmed.insert(uid.clone());
-                posting.insert(uid.clone());
-                let client = self.client.clone();
-                let tx = status_tx.clone();
-                tokio::spawn(async move {
-                    let r = podstatus::confirm_deleted(&client, &pod).await;
-                    if let Err(e) = &r {
-                        tracing::warn!(pod_uid = %uid, error = %e, "confirming the pod's deletion failed; retried");
-                    }
-                    let _ = tx.send((uid, r.is_ok()));
-                });
             }
-            let alive: HashSet<String> = self
-                .caches
-                .pods
-                .list()
-                .iter()
-                .filter_map(|p| p.metadata.uid.clone())
-                .collect();
-            confirmed.retain(|uid| alive.contains(uid));
+            statuses.retain(
+                &cached
+                    .iter()
+                    .filter_map(|p| p.metadata.uid.clone())
+                    .collect(),
+            );
 
             stats_tx.send_if_modified(|cur| {
                 let want = stats_targets(&dsw, &reconciler);
@@ -338,10 +298,7 @@ impl VolumeManager {
             tokio::select! {
                 () = stop.cancelled() => break,
                 Some(outcome) = results.recv() => early.push(outcome),
-                Some((uid, ok)) = status_done.recv() => {
-                    posting.remove(&uid);
-                    if !ok { confirmed.remove(&uid); }
-                }
+                Some((uid, ok)) = statuses.next_done() => statuses.done(&uid, ok),
                 _ = pods_changed.changed() => {}
                 _ = pvcs_changed.changed() => {}
                 _ = pvs_changed.changed() => {}
