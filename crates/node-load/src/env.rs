@@ -63,6 +63,7 @@ pub(crate) struct Env {
     pub(crate) nodes: Vec<Node>,
     pub(crate) ebs: Option<ebs::Ebs>,
     pub(crate) driver_name: &'static str,
+    attacher_workers: usize,
     stop: CancellationToken,
     tasks: Vec<JoinHandle<()>>,
     server: Option<apiserver::RunningApiServer>,
@@ -92,7 +93,7 @@ impl Env {
             .map_err(io(format!("creating the log dir {}", log_dir.display())))?;
         let server = apiserver::ApiServer::start(apiserver::Config {
             listen: ([127, 0, 0, 1], 0).into(),
-            audit: false,
+            audit: true,
             ..Default::default()
         })
         .await?;
@@ -105,6 +106,7 @@ impl Env {
             nodes: Vec::new(),
             ebs: None,
             driver_name: scenario.driver_name(),
+            attacher_workers: config.attacher_workers,
             stop: CancellationToken::new(),
             tasks: Vec::new(),
             server: Some(server),
@@ -194,7 +196,10 @@ impl Env {
             channel,
             capabilities: attacher::Capabilities::from_rpc_types(capabilities),
         };
-        let options = attacher::Options::default();
+        let options = attacher::Options {
+            workers: self.attacher_workers,
+            ..attacher::Options::default()
+        };
         let server = self.server()?;
         let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml())
             .map_err(|e| Error::Other(format!("kubeconfig for csi-attacher: {e}")))?;
@@ -396,6 +401,11 @@ impl Env {
 
     pub(crate) fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The API server's audit trail so far.
+    pub(crate) fn audit(&self) -> Vec<apiserver::AuditRecord> {
+        self.server.as_ref().map(|s| s.audit()).unwrap_or_default()
     }
 
     fn server(&self) -> Result<&apiserver::RunningApiServer, Error> {

@@ -203,6 +203,11 @@ pub struct LoadConfig {
     pub timeout: Duration,
     /// Extra arguments for every csi-node-agent (after node-load's own).
     pub agent_args: Vec<String>,
+    /// csi-attacher's workers (the Go sidecar's `--worker-threads`, default 10).
+    pub attacher_workers: usize,
+    /// Create the next pod only once the previous one is Ready: the latency of one pod on
+    /// idle nodes, without queueing behind the others.
+    pub sequential: bool,
     /// Keep the processes' logs here (default: in the temp dir, removed with it).
     pub log_dir: Option<PathBuf>,
     /// Where the temp dir goes (default: the system's).
@@ -218,6 +223,8 @@ impl Default for LoadConfig {
             parallelism: 32,
             timeout: Duration::from_secs(600),
             agent_args: Vec::new(),
+            attacher_workers: 10,
+            sequential: false,
             log_dir: None,
             temp_parent: None,
         }
@@ -232,6 +239,11 @@ pub async fn run_scenario(
     if config.nodes == 0 || config.pods == 0 || config.parallelism == 0 {
         return Err(Error::Config(
             "--nodes, --pods and --parallelism must be at least 1".into(),
+        ));
+    }
+    if config.attacher_workers == 0 {
+        return Err(Error::Config(
+            "--attacher-workers must be at least 1".into(),
         ));
     }
     let missing = config.binaries.missing(scenario);

@@ -70,6 +70,15 @@ struct Flags {
     #[arg(long = "agent-arg", allow_hyphen_values = true, value_name = "ARG")]
     agent_args: Vec<String>,
 
+    /// csi-attacher's workers (its --worker-threads; the Go sidecar's default is 10).
+    #[arg(long, default_value_t = 10)]
+    attacher_workers: usize,
+
+    /// Create one pod at a time, each once the one before is Ready: the latency of one pod on
+    /// idle nodes, without queueing behind the others.
+    #[arg(long)]
+    sequential: bool,
+
     /// Keep every process's log in DIR/SCENARIO/ (default: in the temp dir, removed).
     #[arg(long, value_name = "DIR")]
     log_dir: Option<PathBuf>,
@@ -167,6 +176,8 @@ async fn main() -> anyhow::Result<()> {
         parallelism: f.parallelism,
         timeout: f.timeout,
         agent_args: f.agent_args,
+        attacher_workers: f.attacher_workers,
+        sequential: f.sequential,
         log_dir: f.log_dir,
         temp_parent: None,
     };

@@ -15,10 +15,16 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use attacher_load::Writes;
+use attacher_load::accounting::is_write;
+
 use crate::env::{Env, mounts_below};
 use crate::objects::{self, NS, POD_LABEL, POD_LABEL_VALUE};
 use crate::report::{AgentStats, ScenarioReport};
 use crate::{Error, LoadConfig, Scenario};
+
+/// How csi-node-agent's requests start (`node_agent::startup::user_agent`).
+const AGENT_USER_AGENT: &str = "csi-node-agent/";
 
 /// When the watch first saw each pod Ready, and each pod gone.
 #[derive(Default)]
@@ -163,32 +169,55 @@ pub(crate) async fn measure(
     )
     .await?;
     let setup = setup_start.elapsed();
+    let mut idle_rss = 0;
+    for node in &env.nodes {
+        idle_rss = idle_rss.max(node.agent_memory()?.rss);
+    }
+    let audit_start = env.audit().len();
 
-    // The timed phase: every pod at once (parallelism in flight), round robin over the nodes.
+    // The timed phase: every pod at once (parallelism in flight), round robin over the nodes;
+    // or, with `sequential`, one pod at a time, each created once the one before is Ready.
     let node_names: Vec<String> = env.nodes.iter().map(|n| n.name.clone()).collect();
+    let create = |i: usize| {
+        let pods = pods.clone();
+        let node = node_names
+            .get(objects::node_of(i, node_names.len()))
+            .cloned()
+            .unwrap_or_default();
+        async move {
+            let pod = objects::pod(i, &node)?;
+            let start = Instant::now();
+            pods.create(&PostParams::default(), &pod)
+                .await
+                .map_err(|source| Error::Kube {
+                    op: format!("creating pod {}", objects::pod_name(i)),
+                    source,
+                })?;
+            Ok::<_, Error>((objects::pod_name(i), start))
+        }
+    };
     let t0 = Instant::now();
-    let starts: Vec<(String, Instant)> = futures::stream::iter(0..n)
-        .map(|i| {
-            let pods = pods.clone();
-            let node = node_names
-                .get(objects::node_of(i, node_names.len()))
-                .cloned()
-                .unwrap_or_default();
-            async move {
-                let pod = objects::pod(i, &node)?;
-                let start = Instant::now();
-                pods.create(&PostParams::default(), &pod)
-                    .await
-                    .map_err(|source| Error::Kube {
-                        op: format!("creating pod {}", objects::pod_name(i)),
-                        source,
-                    })?;
-                Ok::<_, Error>((objects::pod_name(i), start))
-            }
-        })
-        .buffer_unordered(config.parallelism)
-        .try_collect()
-        .await?;
+    let starts: Vec<(String, Instant)> = if config.sequential {
+        let mut starts = Vec::with_capacity(n);
+        for i in 0..n {
+            starts.push(create(i).await?);
+            w.wait(
+                env,
+                "the pod Ready (sequential)",
+                config.timeout,
+                |c| c.ready > i,
+                |c| format!("{} of {n} pods Ready", c.ready),
+            )
+            .await?;
+        }
+        starts
+    } else {
+        futures::stream::iter(0..n)
+            .map(create)
+            .buffer_unordered(config.parallelism)
+            .try_collect()
+            .await?
+    };
     let created = t0.elapsed();
     w.wait(
         env,
@@ -198,6 +227,7 @@ pub(crate) async fn measure(
         |c| format!("{} of {n} pods Ready", c.ready),
     )
     .await?;
+    let audit_ready = env.audit().len();
 
     // Memory once every volume is mounted.
     let mut agents = Vec::new();
@@ -207,6 +237,9 @@ pub(crate) async fn measure(
             node: node.name.clone(),
             rss_bytes: m.rss,
             hwm_bytes: m.hwm,
+            rss_anon_bytes: m.anon,
+            rss_file_bytes: m.file,
+            threads: m.threads,
             cpu_s_at_ready: node.agent_cpu().map(|d| d.as_secs_f64()),
             cpu_s_at_end: None,
         });
@@ -262,6 +295,9 @@ pub(crate) async fn measure(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    let audit = env.audit();
+    let writes_ready = agent_writes(audit.get(audit_start..audit_ready).unwrap_or_default());
+    let writes_delete = agent_writes(audit.get(audit_ready..).unwrap_or_default());
     for (a, node) in agents.iter_mut().zip(env.nodes.iter()) {
         a.cpu_s_at_end = node.agent_cpu().map(|d| d.as_secs_f64());
     }
@@ -303,5 +339,18 @@ pub(crate) async fn measure(
         agents,
         driver_rss_max,
         mounts_when_ready,
-    ))
+    )
+    .with_extras(idle_rss, writes_ready, writes_delete))
+}
+
+/// The agents' writes (User-Agent `csi-node-agent/...`) in a slice of the audit trail.
+fn agent_writes(records: &[apiserver::AuditRecord]) -> Writes {
+    let mut w = Writes::default();
+    for r in records
+        .iter()
+        .filter(|r| is_write(&r.verb) && r.user_agent.starts_with(AGENT_USER_AGENT))
+    {
+        w.add(r);
+    }
+    w
 }

@@ -29,26 +29,41 @@ pub(crate) struct Memory {
     pub(crate) rss: u64,
     /// VmHWM: the peak so far.
     pub(crate) hwm: u64,
+    /// RssAnon (heap, stacks) and RssFile (the binary's and libraries' pages) of VmRSS.
+    pub(crate) anon: u64,
+    pub(crate) file: u64,
+    pub(crate) threads: u64,
 }
 
-/// VmRSS of a live process, in bytes.
-pub(crate) fn vm_rss_bytes(pid: u32) -> Result<u64, Error> {
+/// A `/proc/PID/status` field in kB, as bytes (or a plain count for `Threads`).
+fn status_field(text: &str, path: &str, field: &str) -> Result<u64, Error> {
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix(field).and_then(|r| r.strip_prefix(':')))
+        .ok_or_else(|| Error::Proc(format!("{path}: no {field} line")))?;
+    let (number, kib) = match line.trim().strip_suffix("kB") {
+        Some(n) => (n.trim(), true),
+        None => (line.trim(), false),
+    };
+    let n: u64 = number
+        .parse()
+        .map_err(|_| Error::Proc(format!("{path}: {field} {line:?} is not a number")))?;
+    Ok(if kib { n * 1024 } else { n })
+}
+
+/// VmRSS, RssAnon, RssFile and Threads of a live process.
+pub(crate) fn status_of(pid: u32) -> Result<(u64, u64, u64, u64), Error> {
     let path = format!("/proc/{pid}/status");
     let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
         op: format!("reading {path}"),
         source,
     })?;
-    let line = text
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .ok_or_else(|| Error::Proc(format!("{path}: no VmRSS line")))?;
-    let kib: u64 = line
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .map_err(|_| Error::Proc(format!("{path}: VmRSS {line:?} is not \"N kB\"")))?;
-    Ok(kib * 1024)
+    Ok((
+        status_field(&text, &path, "VmRSS")?,
+        status_field(&text, &path, "RssAnon")?,
+        status_field(&text, &path, "RssFile")?,
+        status_field(&text, &path, "Threads")?,
+    ))
 }
 
 /// The last `lines` lines of a log file.
@@ -112,9 +127,13 @@ impl Proc {
     }
 
     pub(crate) fn memory(&self) -> Result<Memory, Error> {
+        let (rss, anon, file, threads) = status_of(self.pid)?;
         Ok(Memory {
-            rss: vm_rss_bytes(self.pid)?,
+            rss,
             hwm: attacher_load::peak_rss_bytes(self.pid).map_err(|e| Error::Proc(e.to_string()))?,
+            anon,
+            file,
+            threads,
         })
     }
 
@@ -195,8 +214,20 @@ mod tests {
             &dir.path().join("log"),
         )
         .unwrap();
+        // Sample `sleep` itself, not the forked child before its exec.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_to_string(format!("/proc/{}/comm", p.pid())).unwrap_or_default()
+            != "sleep\n"
+        {
+            assert!(Instant::now() < deadline, "sleep never ran");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         let m = p.memory().unwrap();
         assert!(m.rss > 0 && m.hwm >= m.rss, "{m:?}");
+        assert!(
+            m.anon + m.file <= m.rss && m.file > 0 && m.threads >= 1,
+            "{m:?}"
+        );
         p.check_alive().unwrap();
         let pid = p.pid();
         p.stop().await;

@@ -5,6 +5,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use attacher_load::Writes;
+
 use crate::stats::{Summary, summarize};
 use crate::{LoadConfig, Scenario};
 
@@ -16,6 +18,11 @@ pub struct AgentStats {
     pub rss_bytes: u64,
     /// VmHWM (peak RSS) at the same moment.
     pub hwm_bytes: u64,
+    /// RssAnon (heap, thread stacks) and RssFile (mapped binary) of `rss_bytes`.
+    pub rss_anon_bytes: u64,
+    pub rss_file_bytes: u64,
+    /// Threads of the agent at that moment.
+    pub threads: u64,
     /// User + system CPU time since the agent started, when every pod was Ready / after the
     /// teardown.
     pub cpu_s_at_ready: Option<f64>,
@@ -43,6 +50,8 @@ pub struct ScenarioReport {
     pub all_deleted_s: Option<f64>,
     /// From the first delete until nothing was mounted below the nodes' dirs.
     pub all_unmounted_s: Option<f64>,
+    /// The biggest agent's VmRSS before the first pod (driver registered, nothing mounted).
+    pub agent_rss_idle_max_bytes: u64,
     pub agent_rss_max_bytes: u64,
     pub agent_rss_mean_bytes: u64,
     pub agent_hwm_max_bytes: u64,
@@ -53,6 +62,13 @@ pub struct ScenarioReport {
     pub mounts_when_ready: usize,
     /// Mounts left after every process stopped (unmounted with umount -l; 0 after a clean run).
     pub mounts_left_at_end: usize,
+    /// One pod at a time (`--sequential`).
+    pub sequential: bool,
+    pub attacher_workers: usize,
+    /// Every agent's API writes from the first create until all pods were Ready, and from
+    /// then until the end of the delete phase; by request.
+    pub agent_writes_ready: Writes,
+    pub agent_writes_delete: Writes,
     /// Per pod ready latency in seconds, in creation order.
     pub latencies_s: Vec<f64>,
 }
@@ -103,8 +119,22 @@ impl ScenarioReport {
             driver_rss_max_bytes,
             mounts_when_ready,
             mounts_left_at_end: 0,
+            agent_rss_idle_max_bytes: 0,
+            sequential: config.sequential,
+            attacher_workers: config.attacher_workers,
+            agent_writes_ready: Writes::default(),
+            agent_writes_delete: Writes::default(),
             latencies_s: latencies.iter().map(Duration::as_secs_f64).collect(),
         }
+    }
+}
+
+impl ScenarioReport {
+    pub(crate) fn with_extras(mut self, idle_rss: u64, ready: Writes, delete: Writes) -> Self {
+        self.agent_rss_idle_max_bytes = idle_rss;
+        self.agent_writes_ready = ready;
+        self.agent_writes_delete = delete;
+        self
     }
 }
 
@@ -118,6 +148,10 @@ fn s(v: f64) -> String {
     } else {
         format!("{v:.2} s")
     }
+}
+
+fn per_pod(writes: u64, pods: usize) -> String {
+    format!("{:.2}", writes as f64 / pods.max(1) as f64)
 }
 
 fn opt_s(v: Option<f64>) -> String {
@@ -154,9 +188,28 @@ pub fn table(reports: &[ScenarioReport]) -> String {
             "all unmounted (wall)",
             Box::new(|r| opt_s(r.all_unmounted_s)),
         ),
+        (
+            "agent RSS idle (max)",
+            Box::new(|r| mib(r.agent_rss_idle_max_bytes)),
+        ),
         ("agent RSS max", Box::new(|r| mib(r.agent_rss_max_bytes))),
         ("agent RSS mean", Box::new(|r| mib(r.agent_rss_mean_bytes))),
         ("agent VmHWM max", Box::new(|r| mib(r.agent_hwm_max_bytes))),
+        (
+            "agent RssAnon / RssFile max",
+            Box::new(|r| {
+                let anon = r.agents.iter().map(|a| a.rss_anon_bytes).max().unwrap_or(0);
+                let file = r.agents.iter().map(|a| a.rss_file_bytes).max().unwrap_or(0);
+                format!("{} / {}", mib(anon), mib(file))
+            }),
+        ),
+        (
+            "agent threads max",
+            Box::new(|r| {
+                let t = r.agents.iter().map(|a| a.threads).max().unwrap_or(0);
+                t.to_string()
+            }),
+        ),
         (
             "agent CPU (sum, whole run)",
             Box::new(|r| {
@@ -167,6 +220,14 @@ pub fn table(reports: &[ScenarioReport]) -> String {
         (
             "driver RSS max",
             Box::new(|r| r.driver_rss_max_bytes.map_or_else(|| "n/a".into(), mib)),
+        ),
+        (
+            "agent writes/pod (ready)",
+            Box::new(|r| per_pod(r.agent_writes_ready.total, r.pods)),
+        ),
+        (
+            "agent writes/pod (delete)",
+            Box::new(|r| per_pod(r.agent_writes_delete.total, r.pods)),
         ),
         (
             "mounts when Ready",
@@ -196,6 +257,22 @@ pub fn table(reports: &[ScenarioReport]) -> String {
             let _ = write!(out, "{:>col$}", f(r));
         }
         out.push('\n');
+    }
+    for r in reports {
+        let list = |w: &Writes| {
+            w.by_request
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(
+            out,
+            "{}: agent writes until all Ready: {}; during the delete phase: {}",
+            r.scenario.name(),
+            list(&r.agent_writes_ready),
+            list(&r.agent_writes_delete)
+        );
     }
     let find = |sc: Scenario| reports.iter().find(|r| r.scenario == sc);
     if let Some(base) = find(Scenario::HostpathAttachRequired) {
