@@ -292,7 +292,12 @@ fn gone_is_done<T>(
     match result {
         Ok(_) => Ok(()),
         Err(s) if s.code() == tonic::Code::NotFound => {
-            tracing::info!(volume_handle = handle, step = step.as_str(), message = s.message(), "the driver does not know the volume any more; treated as done");
+            tracing::info!(
+                volume_handle = handle,
+                step = step.as_str(),
+                message = s.message(),
+                "the driver does not know the volume any more; treated as done"
+            );
             Ok(())
         }
         Err(s) => Err(OpError::new(step, rpc_error(&s))),
