@@ -155,6 +155,10 @@ impl Ebs {
         Ok(caps)
     }
 
+    pub(crate) fn controller_cpu(&self) -> Option<Duration> {
+        self.controller.as_ref().and_then(Proc::cpu)
+    }
+
     pub(crate) fn check_alive(&mut self) -> Result<(), Error> {
         match self.controller.as_mut() {
             Some(c) => c.check_alive(),

@@ -41,6 +41,10 @@ impl Node {
         self.agent.as_ref().and_then(Proc::cpu)
     }
 
+    pub(crate) fn driver_cpu(&self) -> Option<Duration> {
+        self.driver.as_ref().and_then(Proc::cpu)
+    }
+
     pub(crate) fn driver_memory(&self) -> Option<Memory> {
         self.driver.as_ref().and_then(|d| d.memory().ok())
     }
@@ -49,6 +53,24 @@ impl Node {
         [&mut self.agent, &mut self.registrar, &mut self.driver]
             .into_iter()
             .filter_map(Option::as_mut)
+    }
+}
+
+/// CPU seconds by who spent them (see [`Env::cpu_split`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct CpuSplit {
+    pub agents_s: f64,
+    pub drivers_s: f64,
+    pub node_load_s: f64,
+}
+
+impl CpuSplit {
+    pub(crate) fn since(self, earlier: CpuSplit) -> CpuSplit {
+        CpuSplit {
+            agents_s: self.agents_s - earlier.agents_s,
+            drivers_s: self.drivers_s - earlier.drivers_s,
+            node_load_s: self.node_load_s - earlier.node_load_s,
+        }
     }
 }
 
@@ -387,6 +409,29 @@ impl Env {
             e.check_alive()?;
         }
         Ok(())
+    }
+
+    /// CPU time so far of all agents, all driver node plugins (+ the EBS controller), and
+    /// node-load itself (API server, ADC, attacher, ec2-sim, its own client and watch).
+    pub(crate) fn cpu_split(&self) -> CpuSplit {
+        let sum = |f: &dyn Fn(&Node) -> Option<Duration>| -> f64 {
+            self.nodes
+                .iter()
+                .filter_map(f)
+                .map(|d| d.as_secs_f64())
+                .sum()
+        };
+        let ebs = self
+            .ebs
+            .as_ref()
+            .and_then(ebs::Ebs::controller_cpu)
+            .map_or(0.0, |d| d.as_secs_f64());
+        CpuSplit {
+            agents_s: sum(&Node::agent_cpu),
+            drivers_s: sum(&Node::driver_cpu) + ebs,
+            node_load_s: attacher_load::cpu_time(std::process::id())
+                .map_or(0.0, |d| d.as_secs_f64()),
+        }
     }
 
     /// The end of every agent's log (for a timeout's message).

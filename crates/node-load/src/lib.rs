@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use env::CpuSplit;
 pub use report::ScenarioReport;
 
 /// The User-Agent of node-load's own API requests.

@@ -174,6 +174,7 @@ pub(crate) async fn measure(
         idle_rss = idle_rss.max(node.agent_memory()?.rss);
     }
     let audit_start = env.audit().len();
+    let cpu_start = env.cpu_split();
 
     // The timed phase: every pod at once (parallelism in flight), round robin over the nodes;
     // or, with `sequential`, one pod at a time, each created once the one before is Ready.
@@ -228,6 +229,7 @@ pub(crate) async fn measure(
     )
     .await?;
     let audit_ready = env.audit().len();
+    let cpu_ready = env.cpu_split().since(cpu_start);
 
     // Memory once every volume is mounted.
     let mut agents = Vec::new();
@@ -340,7 +342,7 @@ pub(crate) async fn measure(
         driver_rss_max,
         mounts_when_ready,
     )
-    .with_extras(idle_rss, writes_ready, writes_delete))
+    .with_extras(idle_rss, writes_ready, writes_delete, cpu_ready))
 }
 
 /// The agents' writes (User-Agent `csi-node-agent/...`) in a slice of the audit trail.

@@ -69,6 +69,10 @@ pub struct ScenarioReport {
     /// then until the end of the delete phase; by request.
     pub agent_writes_ready: Writes,
     pub agent_writes_delete: Writes,
+    /// CPU spent from the first create until all pods were Ready: by the agents, by the
+    /// drivers (node plugins and the EBS controller), by node-load's process (API server, ADC,
+    /// attacher, ec2-sim, the watch).
+    pub cpu_ready_phase: crate::CpuSplit,
     /// Per pod ready latency in seconds, in creation order.
     pub latencies_s: Vec<f64>,
 }
@@ -124,13 +128,21 @@ impl ScenarioReport {
             attacher_workers: config.attacher_workers,
             agent_writes_ready: Writes::default(),
             agent_writes_delete: Writes::default(),
+            cpu_ready_phase: crate::CpuSplit::default(),
             latencies_s: latencies.iter().map(Duration::as_secs_f64).collect(),
         }
     }
 }
 
 impl ScenarioReport {
-    pub(crate) fn with_extras(mut self, idle_rss: u64, ready: Writes, delete: Writes) -> Self {
+    pub(crate) fn with_extras(
+        mut self,
+        idle_rss: u64,
+        ready: Writes,
+        delete: Writes,
+        cpu: crate::CpuSplit,
+    ) -> Self {
+        self.cpu_ready_phase = cpu;
         self.agent_rss_idle_max_bytes = idle_rss;
         self.agent_writes_ready = ready;
         self.agent_writes_delete = delete;
@@ -216,6 +228,18 @@ pub fn table(reports: &[ScenarioReport]) -> String {
                 let total: f64 = r.agents.iter().filter_map(|a| a.cpu_s_at_end).sum();
                 format!("{total:.2} s")
             }),
+        ),
+        (
+            "CPU until Ready: agents",
+            Box::new(|r| format!("{:.2} s", r.cpu_ready_phase.agents_s)),
+        ),
+        (
+            "CPU until Ready: drivers",
+            Box::new(|r| format!("{:.2} s", r.cpu_ready_phase.drivers_s)),
+        ),
+        (
+            "CPU until Ready: node-load",
+            Box::new(|r| format!("{:.2} s", r.cpu_ready_phase.node_load_s)),
         ),
         (
             "driver RSS max",
