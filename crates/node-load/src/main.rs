@@ -186,7 +186,11 @@ async fn main() -> anyhow::Result<()> {
     // release the loop devices and remove the temp dir.
     let reports = tokio::select! {
         r = run_all(config, list) => r?,
-        () = shutdown.cancelled() => anyhow::bail!("interrupted; everything was cleaned up"),
+        () = shutdown.cancelled() => {
+            // The run's future is gone, and with it every process, mount and temp dir.
+            eprintln!("node-load: interrupted; processes stopped, mounts and temp dirs removed");
+            std::process::exit(130);
+        }
     };
     let json = serde_json::to_string_pretty(&reports).context("encoding the reports")?;
     if let Some(path) = &f.json_file {
