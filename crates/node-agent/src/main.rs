@@ -9,6 +9,10 @@ fn main() -> anyhow::Result<()> {
     sidecar::init_logging(flags.v);
     let config = flags.config()?;
     tokio::runtime::Builder::new_multi_thread()
+        // File and mount-table reads go to the blocking pool; a burst of 200 mounts would
+        // otherwise grow it to hundreds of threads (and megabytes of stacks) for a moment's
+        // work. Eight is plenty for what is mostly waiting on the kernel and the drivers.
+        .max_blocking_threads(8)
         .enable_all()
         .build()
         .context("starting the tokio runtime")?

@@ -5,7 +5,7 @@
 //! deleted (grace period 0) once its volumes are gone, as the kubelet does after its
 //! containers stopped.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -127,6 +127,9 @@ pub struct StatusManager {
     posting: HashSet<String>,
     /// Pods whose deletion was confirmed (kept while the pod is still in the cache).
     confirmed: HashSet<String>,
+    /// The volume paths each pod was marked Ready with: the watch cache shows a write only a
+    /// moment later, and a pass in between must not post the same status again.
+    posted: HashMap<String, BTreeMap<String, String>>,
     done_tx: mpsc::UnboundedSender<(String, bool)>,
     done_rx: mpsc::UnboundedReceiver<(String, bool)>,
 }
@@ -147,6 +150,7 @@ impl StatusManager {
             client,
             posting: HashSet::new(),
             confirmed: HashSet::new(),
+            posted: HashMap::new(),
             done_tx,
             done_rx,
         }
@@ -162,6 +166,7 @@ impl StatusManager {
         self.posting.remove(uid);
         if !ok {
             self.confirmed.remove(uid);
+            self.posted.remove(uid);
         }
     }
 
@@ -174,10 +179,14 @@ impl StatusManager {
 
     /// Marks the pod Ready with these volume paths, unless it shows them already.
     pub fn post_ready(&mut self, pod: &Arc<Pod>, uid: &str, paths: BTreeMap<String, String>) {
-        if self.posting.contains(uid) || is_marked_ready(pod, &paths) {
+        if self.posting.contains(uid)
+            || self.posted.get(uid) == Some(&paths)
+            || is_marked_ready(pod, &paths)
+        {
             return;
         }
         self.posting.insert(uid.to_string());
+        self.posted.insert(uid.to_string(), paths.clone());
         let (client, pod, tx, uid) = (
             self.client.clone(),
             pod.clone(),
@@ -213,6 +222,7 @@ impl StatusManager {
     /// Forgets pods that left the cache.
     pub fn retain(&mut self, alive: &HashSet<String>) {
         self.confirmed.retain(|uid| alive.contains(uid));
+        self.posted.retain(|uid, _| alive.contains(uid));
     }
 }
 

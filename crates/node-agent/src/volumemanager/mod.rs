@@ -207,6 +207,10 @@ impl VolumeManager {
         // Outcomes received while waiting, applied at the top of the next pass.
         let mut early: Vec<OpOutcome> = Vec::new();
         let mut first_pass = true;
+        // Orphaned pod dirs are looked for at start and then now and then (the kubelet's
+        // cleanupOrphanedPodDirs): a pod whose last volume was torn down just before a crash
+        // left its empty dirs behind, and nothing else would ever remove them.
+        let mut next_orphan_sweep = std::time::Instant::now();
 
         loop {
             let dsw = {
@@ -273,12 +277,18 @@ impl VolumeManager {
                     statuses.confirm_deletion(pod.clone(), uid);
                 }
             }
-            statuses.retain(
-                &cached
-                    .iter()
-                    .filter_map(|p| p.metadata.uid.clone())
-                    .collect(),
-            );
+            let alive: std::collections::HashSet<String> = cached
+                .iter()
+                .filter_map(|p| p.metadata.uid.clone())
+                .collect();
+            statuses.retain(&alive);
+            if std::time::Instant::now() >= next_orphan_sweep {
+                next_orphan_sweep = std::time::Instant::now() + ORPHAN_SWEEP_PERIOD;
+                for uid in orphaned_pod_dirs(&paths, &alive, &reconciler).await {
+                    tracing::info!(pod_uid = %uid, "removing the empty dirs of a pod that is gone");
+                    remove_empty_tree(&paths.pod_dir(&uid)).await;
+                }
+            }
 
             stats_tx.send_if_modified(|cur| {
                 let want = stats_targets(&dsw, &reconciler);
@@ -310,6 +320,30 @@ impl VolumeManager {
             }
         }
     }
+}
+
+/// How often orphaned pod dirs are looked for.
+const ORPHAN_SWEEP_PERIOD: Duration = Duration::from_secs(5);
+
+/// Pod dirs of pods that are not in the cache and have nothing published here.
+async fn orphaned_pod_dirs(
+    paths: &Paths,
+    alive: &std::collections::HashSet<String>,
+    reconciler: &Reconciler,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(mut rd) = tokio::fs::read_dir(paths.pods_dir()).await else {
+        return out;
+    };
+    while let Ok(Some(e)) = rd.next_entry().await {
+        let Some(uid) = e.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if !alive.contains(&uid) && reconciler.pod_torn_down(&uid) {
+            out.push(uid);
+        }
+    }
+    out
 }
 
 /// PVC volumes published into pods, to measure.
