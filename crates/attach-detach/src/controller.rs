@@ -107,8 +107,9 @@ impl Ctx {
     }
 }
 
-/// How long a pass waits after a pod change for more of them.
-const POD_CHANGE_COALESCE: std::time::Duration = std::time::Duration::from_millis(10);
+/// The least time between two passes started by pod changes: a burst of pods is taken in a
+/// few passes, while a lone pod after a quiet spell is taken in at once.
+const POD_CHANGE_COALESCE: std::time::Duration = std::time::Duration::from_millis(3);
 
 /// The attach/detach controller on one client.
 pub struct Controller {
@@ -182,6 +183,7 @@ impl Controller {
         let mut pods_changed = ctx.caches.pods.changed();
         let mut pods_live = true;
         loop {
+            let last_pass = std::time::Instant::now();
             reconciler.pass(&ctx, &mut operations).await;
             // Reap finished operation tasks (their results are already in the state).
             while operations.try_join_next().is_some() {}
@@ -189,14 +191,16 @@ impl Controller {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = tokio::time::sleep(period) => {}
-                // A pod came, went or changed: pass again soon instead of a whole period later
+                // A pod came, went or changed: pass again now instead of a whole period later
                 // (kube-controller-manager's populator takes pods in at once, then waits for its
-                // reconciler's period). The pause coalesces a burst of pods into one pass; other
-                // changes (VolumeAttachments, node status) wait for the period, which batches
-                // node status patches.
+                // reconciler's period), but not sooner than POD_CHANGE_COALESCE after the last
+                // pass began, so a burst of pods is coalesced into few passes; other changes
+                // (VolumeAttachments, node status) wait for the period, which batches node
+                // status patches.
                 r = pods_changed.changed(), if pods_live => {
                     pods_live = r.is_ok();
-                    tokio::time::sleep(POD_CHANGE_COALESCE.min(period)).await;
+                    let gap = POD_CHANGE_COALESCE.min(period);
+                    tokio::time::sleep(gap.saturating_sub(last_pass.elapsed())).await;
                 }
             }
         }

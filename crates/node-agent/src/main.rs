@@ -9,10 +9,12 @@ fn main() -> anyhow::Result<()> {
     sidecar::init_logging(flags.v);
     let config = flags.config()?;
     tokio::runtime::Builder::new_multi_thread()
-        // File and mount-table reads go to the blocking pool; a burst of 200 mounts would
-        // otherwise grow it to hundreds of threads (and megabytes of stacks) for a moment's
-        // work. Eight is plenty for what is mostly waiting on the kernel and the drivers.
-        .max_blocking_threads(8)
+        // Few threads on purpose: the agent mostly waits on the API server, the drivers and
+        // the kernel, and every thread that allocates gets its own malloc arena (about
+        // 1 MiB each once a burst of mounts went through). File and mount-table reads go to
+        // the blocking pool, which would otherwise grow to hundreds of threads in a burst.
+        .worker_threads(1)
+        .max_blocking_threads(2)
         .enable_all()
         .build()
         .context("starting the tokio runtime")?

@@ -132,7 +132,12 @@ pub struct StatusManager {
     posted: HashMap<String, BTreeMap<String, String>>,
     done_tx: mpsc::UnboundedSender<(String, bool)>,
     done_rx: mpsc::UnboundedReceiver<(String, bool)>,
+    /// Writes in flight at once (the others queue here, not as open requests).
+    writing: Arc<tokio::sync::Semaphore>,
 }
+
+/// Pod writes in flight at once.
+const MAX_CONCURRENT_WRITES: usize = 8;
 
 impl std::fmt::Debug for StatusManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -151,6 +156,7 @@ impl StatusManager {
             posting: HashSet::new(),
             confirmed: HashSet::new(),
             posted: HashMap::new(),
+            writing: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_WRITES)),
             done_tx,
             done_rx,
         }
@@ -193,7 +199,9 @@ impl StatusManager {
             self.done_tx.clone(),
             uid.to_string(),
         );
+        let writing = self.writing.clone();
         tokio::spawn(async move {
+            let _turn = writing.acquire_owned().await;
             let r = mark_ready(&client, &pod, &paths).await;
             if let Err(e) = &r {
                 tracing::warn!(pod_uid = %uid, error = %e, "posting the pod status failed; retried on a later pass");
@@ -210,7 +218,9 @@ impl StatusManager {
         self.confirmed.insert(uid.to_string());
         self.posting.insert(uid.to_string());
         let (client, tx, uid) = (self.client.clone(), self.done_tx.clone(), uid.to_string());
+        let writing = self.writing.clone();
         tokio::spawn(async move {
+            let _turn = writing.acquire_owned().await;
             let r = confirm_deleted(&client, &pod).await;
             if let Err(e) = &r {
                 tracing::warn!(pod_uid = %uid, error = %e, "confirming the pod's deletion failed; retried");

@@ -161,6 +161,9 @@ impl VolumeManager {
             csi_timeout: self.options.csi_timeout,
             attach_timeout: self.options.attach_timeout,
             dev_root: self.dev_root.clone(),
+            running: Arc::new(tokio::sync::Semaphore::new(
+                operations::DEFAULT_MAX_CONCURRENT_OPERATIONS,
+            )),
         });
         let (results_tx, mut results) = mpsc::unbounded_channel();
         let mut reconciler = Reconciler::new(

@@ -38,7 +38,14 @@ pub struct OpContext {
     pub attach_timeout: Duration,
     /// Where the in-tree aws-ebs plugin looks for devices (`/dev`).
     pub dev_root: PathBuf,
+    /// Operations that may run at once; the others wait their turn. A burst of 200 pods
+    /// otherwise runs 200 stages and publishes side by side, which buys no speed on a few
+    /// cores but costs memory for all of them at once.
+    pub running: Arc<tokio::sync::Semaphore>,
 }
+
+/// How many operations run at once by default.
+pub const DEFAULT_MAX_CONCURRENT_OPERATIONS: usize = 16;
 
 /// The pod a volume is mounted for (what NodePublish's pod info and Events need).
 #[derive(Debug, Clone)]
@@ -109,6 +116,7 @@ pub struct Mounted {
 }
 
 pub async fn mount(ctx: Arc<OpContext>, req: MountRequest) -> Result<Mounted, OpError> {
+    let _turn = ctx.running.clone().acquire_owned().await;
     match &req.volume.kind {
         MountKind::Csi(_) => csi::mount(&ctx, &req).await,
         MountKind::AwsEbs { .. } => aws_ebs::mount(&ctx, &req).await,
@@ -116,6 +124,7 @@ pub async fn mount(ctx: Arc<OpContext>, req: MountRequest) -> Result<Mounted, Op
 }
 
 pub async fn unpublish(ctx: Arc<OpContext>, volume: MountedVolume) -> Result<(), OpError> {
+    let _turn = ctx.running.clone().acquire_owned().await;
     match &volume.handle {
         super::cache::VolumeHandle::Csi { .. } => csi::unpublish(&ctx, &volume).await,
         super::cache::VolumeHandle::AwsEbs { .. } => aws_ebs::unpublish(&volume).await,
@@ -123,6 +132,7 @@ pub async fn unpublish(ctx: Arc<OpContext>, volume: MountedVolume) -> Result<(),
 }
 
 pub async fn unstage(ctx: Arc<OpContext>, volume: StagedVolume) -> Result<(), OpError> {
+    let _turn = ctx.running.clone().acquire_owned().await;
     match &volume.handle {
         super::cache::VolumeHandle::Csi { .. } => csi::unstage(&ctx, &volume).await,
         super::cache::VolumeHandle::AwsEbs { .. } => aws_ebs::unstage(&ctx, &volume).await,
