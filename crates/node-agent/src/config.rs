@@ -169,7 +169,7 @@ impl Options {
             csi_timeout: Duration::from_secs(120),
             cache_sync_timeout: Duration::from_secs(120),
             attach_timeout: Duration::from_secs(120),
-            stuck_event_after: Duration::from_secs(5),
+            stuck_event_after: Duration::from_secs(15),
             volume_stats_period: Duration::from_secs(60),
             dev_root: PathBuf::from("/dev"),
         }
