@@ -165,20 +165,15 @@ async fn sigkill_mid_mount_and_mid_teardown_leaks_nothing_and_stages_once() {
     .await;
     // The pod and staging dirs are gone too (a pod dir whose last teardown finished just
     // before the kill goes with the agent's periodic orphan sweep, every 5 s).
-    test_support::eventually(
-        "pod and staging dirs removed",
-        PATIENCE,
-        || async {
-            let pods_left = std::fs::read_dir(root.join("pods"))
-                .map(|d| d.count())
-                .unwrap_or(0);
-            let staging_left =
-                std::fs::read_dir(root.join("plugins/kubernetes.io/csi").join(DRIVER))
-                    .map(|d| d.count())
-                    .unwrap_or(0);
-            (pods_left == 0 && staging_left == 0).then_some(())
-        },
-    )
+    test_support::eventually("pod and staging dirs removed", PATIENCE, || async {
+        let pods_left = std::fs::read_dir(root.join("pods"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        let staging_left = std::fs::read_dir(root.join("plugins/kubernetes.io/csi").join(DRIVER))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        (pods_left == 0 && staging_left == 0).then_some(())
+    })
     .await;
     kill(agent).await;
     env.shutdown().await;
