@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 use k8s_openapi::api::storage::v1::CSINode;
+use volume_plugins::claims::ClaimProblem;
 use volume_plugins::names::{
     AWS_EBS_PLUGIN_NAME, aws_ebs_unique_volume_name, csi_unique_volume_name,
 };
@@ -72,49 +73,18 @@ pub(crate) fn volume_to_attach(
     SpecOutcome::NotAttachable
 }
 
-/// The PV bound to the claim, or why there is none yet.
+/// The PV bound to the claim, or why there is none yet (shared with the node agent).
 fn bound_pv(
     ctx: &SpecContext<'_>,
     namespace: &str,
     claim: &str,
 ) -> Result<Arc<PersistentVolume>, Box<SpecOutcome>> {
-    let pvc = ctx.pvcs.get_namespaced(namespace, claim).ok_or_else(|| {
-        Box::new(SpecOutcome::Pending(format!(
-            "PVC {namespace}/{claim} not found"
-        )))
-    })?;
-    let pv_name = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.clone())
-        .filter(|n| !n.is_empty());
-    let phase = pvc.status.as_ref().and_then(|s| s.phase.as_deref());
-    let (Some(pv_name), Some("Bound")) = (pv_name, phase) else {
-        return Err(Box::new(SpecOutcome::Pending(format!(
-            "PVC {namespace}/{claim} is not bound yet"
-        ))));
-    };
-    let pv = ctx.pvs.get(&pv_name).ok_or_else(|| {
-        SpecOutcome::Pending(format!("PV {pv_name} of PVC {namespace}/{claim} not found"))
-    })?;
-    if let Some(claim_ref) = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
-        let uid_differs = matches!(
-            (&claim_ref.uid, &pvc.metadata.uid),
-            (Some(a), Some(b)) if a != b
-        );
-        if claim_ref.name.as_deref() != Some(claim)
-            || claim_ref.namespace.as_deref() != Some(namespace)
-            || uid_differs
-        {
-            return Err(Box::new(SpecOutcome::Failed {
-                volume: pv_name.clone(),
-                reason: format!(
-                    "PVC {namespace}/{claim} names PV {pv_name}, but the PV's spec.claimRef points at another claim"
-                ),
-            }));
-        }
-    }
-    Ok(pv)
+    volume_plugins::claims::bound_pv(ctx.pvcs, ctx.pvs, namespace, claim).map_err(|p| {
+        Box::new(match p {
+            ClaimProblem::Pending(why) => SpecOutcome::Pending(why),
+            ClaimProblem::Mismatch { pv, reason } => SpecOutcome::Failed { volume: pv, reason },
+        })
+    })
 }
 
 fn multi_attach_allowed(pv: &PersistentVolume) -> bool {

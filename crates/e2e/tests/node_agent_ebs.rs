@@ -41,25 +41,7 @@ struct Cleanup {
 impl Drop for Cleanup {
     fn drop(&mut self) {
         self.stop.cancel();
-        let Ok(bytes) = std::fs::read("/proc/self/mountinfo") else {
-            return;
-        };
-        let Ok(table) = mount_utils::findmnt::parse(&bytes) else {
-            return;
-        };
-        let root = mount_utils::findmnt::canonical(&self.dir);
-        let mut points: Vec<PathBuf> = table
-            .into_iter()
-            .map(|e| e.mount_point)
-            .filter(|p| p.starts_with(&root))
-            .collect();
-        points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-        for p in points {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&p)
-                .status();
-        }
+        test_support::unmount_all_below(&self.dir);
     }
 }
 

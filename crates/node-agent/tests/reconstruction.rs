@@ -165,16 +165,38 @@ async fn sigkill_mid_mount_and_mid_teardown_leaks_nothing_and_stages_once() {
     .await;
     // The pod and staging dirs are gone too (a pod dir whose last teardown finished just
     // before the kill goes with the agent's periodic orphan sweep, every 5 s).
-    test_support::eventually("pod and staging dirs removed", PATIENCE, || async {
-        let pods_left = std::fs::read_dir(root.join("pods"))
-            .map(|d| d.count())
-            .unwrap_or(0);
-        let staging_left = std::fs::read_dir(root.join("plugins/kubernetes.io/csi").join(DRIVER))
-            .map(|d| d.count())
-            .unwrap_or(0);
-        (pods_left == 0 && staging_left == 0).then_some(())
-    })
-    .await;
+    let left = || {
+        let mut files = Vec::new();
+        for dir in [
+            root.join("pods"),
+            root.join("plugins/kubernetes.io/csi").join(DRIVER),
+        ] {
+            walk(&dir, &mut files);
+        }
+        files
+    };
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !left().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pod and staging dirs still there after {PATIENCE:?}: {:?}",
+            left()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     kill(agent).await;
     env.shutdown().await;
+}
+
+/// Every file and directory below `dir` (not `dir` itself).
+fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        out.push(e.path());
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            walk(&e.path(), out);
+        }
+    }
 }

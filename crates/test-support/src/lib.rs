@@ -66,6 +66,31 @@ where
     }
 }
 
+/// Unmounts (lazily, deepest first) everything mounted at or below `dir`: for `Drop` guards of
+/// tests that mount, so a failed assertion leaves nothing mounted. Synchronous, since `Drop`
+/// cannot await; errors are ignored (there is nothing left to do with them).
+pub fn unmount_all_below(dir: &std::path::Path) {
+    let Ok(bytes) = std::fs::read("/proc/self/mountinfo") else {
+        return;
+    };
+    let Ok(table) = mount_utils::findmnt::parse(&bytes) else {
+        return;
+    };
+    let root = mount_utils::findmnt::canonical(dir);
+    let mut points: Vec<std::path::PathBuf> = table
+        .into_iter()
+        .map(|e| e.mount_point)
+        .filter(|p| p.starts_with(&root))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for p in points {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&p)
+            .status();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

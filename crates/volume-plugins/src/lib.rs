@@ -13,6 +13,7 @@
 use std::time::Duration;
 
 pub mod aws_ebs;
+pub mod claims;
 pub mod csi_plugin;
 pub mod feature_gates;
 pub mod migration;

@@ -375,7 +375,12 @@ impl Reconciler {
             let req = MountRequest {
                 pod: pod_info(pod),
                 volume: v.clone(),
-                already_staged: self.asw.staged(&v.unique_name).cloned(),
+                // An uncertain stage (reconstructed, not proven mounted) is done again.
+                already_staged: self
+                    .asw
+                    .staged(&v.unique_name)
+                    .filter(|s| !s.uncertain)
+                    .cloned(),
                 device_path,
                 reported_in_use,
             };

@@ -72,16 +72,25 @@ pub async fn reconstruct(paths: &Paths) -> (ActualStateOfWorld, Found) {
             continue;
         }
         for digest in dir_names(&csi_dir.join(&driver)).await {
-            let data_file = csi_dir.join(&driver).join(&digest).join(VOL_DATA_FILE);
-            let Ok(d) = vol_data::read(&data_file).await else {
+            let digest_dir = csi_dir.join(&driver).join(&digest);
+            let Ok(d) = vol_data::read(&digest_dir.join(VOL_DATA_FILE)).await else {
+                // An unstage removes vol_data.json before the dirs: killed in between, only
+                // empty dirs are left. rmdir removes nothing else (a mount point is busy, a
+                // dir with files is not empty).
+                let _ = tokio::fs::remove_dir(digest_dir.join("globalmount")).await;
+                let _ = tokio::fs::remove_dir(&digest_dir).await;
                 continue;
             };
+            let staging = paths.csi_staging_path(&d.driver_name, &d.volume_handle);
+            let uncertain = !is_mounted(&staging);
+            found.uncertain += usize::from(uncertain);
             asw.add_staged(StagedVolume {
                 unique_name: csi_unique_volume_name(&d.driver_name, &d.volume_handle),
                 spec_name: d.spec_vol_id.clone(),
                 handle: csi_handle(&d, false),
-                staging_path: Some(paths.csi_staging_path(&d.driver_name, &d.volume_handle)),
+                staging_path: Some(staging),
                 reported_in_use: true,
+                uncertain,
             });
             found.staged += 1;
         }
@@ -93,6 +102,9 @@ pub async fn reconstruct(paths: &Paths) -> (ActualStateOfWorld, Found) {
             continue;
         }
         let Ok(d) = vol_data::read(&paths.csi_block_vol_data(&spec)).await else {
+            // Killed between an unstage's removal of vol_data.json and of its dirs.
+            let _ = tokio::fs::remove_dir(block_dir.join(&spec).join("data")).await;
+            let _ = tokio::fs::remove_dir(block_dir.join(&spec)).await;
             continue;
         };
         let unique = csi_unique_volume_name(&d.driver_name, &d.volume_handle);
@@ -103,8 +115,11 @@ pub async fn reconstruct(paths: &Paths) -> (ActualStateOfWorld, Found) {
             handle: csi_handle(&d, true),
             staging_path: Some(staging),
             reported_in_use: true,
+            // Nothing is mounted at a block staging path: no way to tell from here.
+            uncertain: true,
         });
         found.staged += 1;
+        found.uncertain += 1;
         for uid in dir_names(&block_dir.join("publish").join(&spec)).await {
             let target = paths.csi_block_publish_path(&spec, &uid);
             let uncertain = !is_mounted(&target);
@@ -138,6 +153,8 @@ pub async fn reconstruct(paths: &Paths) -> (ActualStateOfWorld, Found) {
             },
             staging_path: Some(ebs_mounts.join(rel)),
             reported_in_use: true,
+            // Found in the mount table: staged for sure.
+            uncertain: false,
         });
         found.staged += 1;
     }
@@ -226,6 +243,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn empty_staging_dirs_without_vol_data_are_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let paths = Paths::new(root.path());
+        let staging = paths.csi_staging_path("hostpath.csi.k8s.io", "vol-gone");
+        std::fs::create_dir_all(&staging).unwrap();
+        let kept = paths.csi_staging_path("hostpath.csi.k8s.io", "vol-other");
+        std::fs::create_dir_all(&kept).unwrap();
+        std::fs::write(kept.join("a-file"), b"not ours to remove").unwrap();
+        let (asw, found) = reconstruct(&paths).await;
+        assert_eq!(found, Found::default());
+        assert_eq!(asw.all_staged().count(), 0);
+        assert!(
+            !staging.parent().unwrap().exists(),
+            "the empty digest dir is gone"
+        );
+        assert!(
+            kept.join("a-file").exists(),
+            "a dir with content is left alone"
+        );
+    }
+
+    #[tokio::test]
     async fn unmounted_publish_dirs_come_back_uncertain_and_staging_dirs_staged() {
         let root = tempfile::tempdir().unwrap();
         let paths = Paths::new(root.path());
@@ -257,7 +296,7 @@ mod tests {
             Found {
                 staged: 1,
                 published: 1,
-                uncertain: 1
+                uncertain: 2
             }
         );
         let unique = csi_unique_volume_name("hostpath.csi.k8s.io", "vol-1");
@@ -268,6 +307,7 @@ mod tests {
         );
         assert_eq!(m.host_path, paths.csi_publish_path("uid-1", "pv-1"));
         let s = asw.staged(&unique).unwrap();
+        assert!(s.uncertain, "not a mount point: NodeStage must be repeated");
         assert_eq!(
             s.staging_path.as_deref(),
             Some(

@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec, Pod, SecretReference, Volume,
 };
 use sha2::{Digest, Sha256};
+use volume_plugins::claims::ClaimProblem;
 use volume_plugins::names::{aws_ebs_unique_volume_name, csi_unique_volume_name};
 use volume_plugins::{Backend, MigratedPlugins, NodeMigrationInfo, ObjectCache, decide};
 
@@ -198,45 +199,18 @@ pub fn volume_to_mount(ctx: &SpecContext<'_>, pod: &Pod, volume: &Volume) -> Spe
     SpecOutcome::NotOurs
 }
 
+/// The PV bound to the claim, or why there is none (shared with the attach/detach controller).
 fn bound_pv(
     ctx: &SpecContext<'_>,
     namespace: &str,
     claim: &str,
 ) -> Result<Arc<PersistentVolume>, Box<SpecOutcome>> {
-    let pvc = ctx.pvcs.get_namespaced(namespace, claim).ok_or_else(|| {
-        Box::new(SpecOutcome::Pending(format!(
-            "persistentvolumeclaim \"{claim}\" not found"
-        )))
-    })?;
-    let pv_name = pvc
-        .spec
-        .as_ref()
-        .and_then(|s| s.volume_name.clone())
-        .filter(|n| !n.is_empty());
-    let phase = pvc.status.as_ref().and_then(|s| s.phase.as_deref());
-    let (Some(pv_name), Some("Bound")) = (pv_name, phase) else {
-        return Err(Box::new(SpecOutcome::Pending(format!(
-            "PVC {namespace}/{claim} is not bound"
-        ))));
-    };
-    let pv = ctx.pvs.get(&pv_name).ok_or_else(|| {
-        Box::new(SpecOutcome::Pending(format!(
-            "PV {pv_name} of PVC {namespace}/{claim} not found"
-        )))
-    })?;
-    let claim_ref = pv.spec.as_ref().and_then(|s| s.claim_ref.as_ref());
-    if let Some(r) = claim_ref {
-        let uid_differs = matches!((&r.uid, &pvc.metadata.uid), (Some(a), Some(b)) if a != b);
-        if r.name.as_deref() != Some(claim)
-            || r.namespace.as_deref() != Some(namespace)
-            || uid_differs
-        {
-            return Err(Box::new(SpecOutcome::Failed(format!(
-                "PVC {namespace}/{claim} names PV {pv_name}, but the PV's spec.claimRef points at another claim"
-            ))));
-        }
-    }
-    Ok(pv)
+    volume_plugins::claims::bound_pv(ctx.pvcs, ctx.pvs, namespace, claim).map_err(|p| {
+        Box::new(match p {
+            ClaimProblem::Pending(why) => SpecOutcome::Pending(why),
+            ClaimProblem::Mismatch { reason, .. } => SpecOutcome::Failed(reason),
+        })
+    })
 }
 
 fn csi_from_pv_spec(

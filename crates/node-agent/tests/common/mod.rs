@@ -71,25 +71,7 @@ impl TestNode {
 /// On a failed test (a panic before [`Env::shutdown`]) nothing may stay mounted.
 impl Drop for Env {
     fn drop(&mut self) {
-        let Ok(bytes) = std::fs::read("/proc/self/mountinfo") else {
-            return;
-        };
-        let Ok(table) = mount_utils::findmnt::parse(&bytes) else {
-            return;
-        };
-        let root = mount_utils::findmnt::canonical(self.dir.path());
-        let mut points: Vec<PathBuf> = table
-            .into_iter()
-            .map(|e| e.mount_point)
-            .filter(|p| p.starts_with(&root))
-            .collect();
-        points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-        for p in points {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&p)
-                .status();
-        }
+        test_support::unmount_all_below(self.dir.path());
     }
 }
 
@@ -312,7 +294,7 @@ impl Env {
                 stop_task(t).await;
             }
         }
-        unmount_below(self.dir.path()).await;
+        test_support::unmount_all_below(self.dir.path());
         if let Some(server) = self.server.take() {
             server.shutdown().await.expect("api server shutdown");
         }
@@ -542,23 +524,6 @@ async fn start_registrar(node: &mut TestNode) {
         stop,
         task: Some(task),
     });
-}
-
-/// Unmounts every mount below `dir` (deepest first): what a failed test may leave.
-pub async fn unmount_below(dir: &Path) {
-    let Ok(table) = mount_utils::findmnt::read().await else {
-        return;
-    };
-    let root = mount_utils::findmnt::canonical(dir);
-    let mut points: Vec<PathBuf> = table
-        .into_iter()
-        .map(|e| e.mount_point)
-        .filter(|p| p.starts_with(&root))
-        .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    for p in points {
-        let _ = mount_utils::mount::unmount(&p).await;
-    }
 }
 
 /// Whether `path` is a mount point now.

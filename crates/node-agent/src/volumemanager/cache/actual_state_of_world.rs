@@ -31,6 +31,10 @@ pub struct StagedVolume {
     /// Whether the volume is reported in `node.status.volumesInUse` (the attach/detach
     /// controller manages it).
     pub reported_in_use: bool,
+    /// Learned from disk after a restart without proof that NodeStage finished (its
+    /// `vol_data.json` is written first; the staging path is not a mount point, or is a raw
+    /// block volume's, which never is): the next mount stages it again (idempotent).
+    pub uncertain: bool,
 }
 
 /// A volume published into one pod.
@@ -143,6 +147,7 @@ mod tests {
             handle: handle(),
             staging_path: None,
             reported_in_use: true,
+            uncertain: false,
         });
         asw.add_mounted(MountedVolume {
             unique_name: "v1".into(),

@@ -48,6 +48,7 @@ pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted
                 handle: handle.clone(),
                 staging_path: Some(staging.clone()),
                 reported_in_use: req.reported_in_use,
+                uncertain: false,
             }
         }
     };

@@ -173,6 +173,7 @@ pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted
                 handle: handle.clone(),
                 staging_path,
                 reported_in_use: req.reported_in_use,
+                uncertain: false,
             }
         }
     };

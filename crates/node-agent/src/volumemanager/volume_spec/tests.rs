@@ -173,7 +173,7 @@ fn unbound_or_missing_claims_wait_and_a_foreign_pv_is_refused() {
         claim_volume("c", false),
     );
     assert!(
-        matches!(&out, SpecOutcome::Pending(m) if m.contains("\"c\" not found")),
+        matches!(&out, SpecOutcome::Pending(m) if m.contains("PVC ns/c not found")),
         "{out:?}"
     );
     let out = resolve(
