@@ -216,14 +216,16 @@ impl VolumeManager {
         let mut next_orphan_sweep = std::time::Instant::now();
 
         loop {
+            // One snapshot of the pod cache per pass: the desired state, the deletions to
+            // confirm and the orphan sweep all read the same pods.
+            let cached = self.caches.pods.list();
             let dsw = {
                 let ctx = volume_spec::SpecContext {
                     pvcs: &self.caches.pvcs,
                     pvs: &self.caches.pvs,
                     migrated: &self.options.migrated,
                 };
-                let pods = self.caches.pods.list();
-                populator::populate(&ctx, pods.iter())
+                populator::populate(&ctx, cached.iter())
             };
             while let Some(outcome) = early.pop().or_else(|| results.try_recv().ok()) {
                 let finished_pod = match &outcome {
@@ -271,7 +273,6 @@ impl VolumeManager {
                 }
             }
             // Pods being deleted whose volumes are gone: confirm the deletion.
-            let cached = self.caches.pods.list();
             for pod in &cached {
                 let Some(uid) = pod.metadata.uid.as_deref() else {
                     continue;
@@ -375,11 +376,10 @@ fn stats_targets(
             let (Some(claim), Some(c)) = (claims.get(v.outer_name.as_str()), v.csi()) else {
                 continue;
             };
-            if c.block || reconciler.asw.mounted(&v.unique_name, &pod.uid).is_none() {
+            if c.block {
                 continue;
             }
-            let paths = reconciler.pod_volume_paths(pod);
-            let Some(path) = paths.get(&v.outer_name) else {
+            let Some(mounted) = reconciler.asw.mounted(&v.unique_name, &pod.uid) else {
                 continue;
             };
             out.insert(
@@ -390,7 +390,7 @@ fn stats_targets(
                 StatsTarget {
                     driver: c.driver.clone(),
                     volume_handle: c.handle.clone(),
-                    path: path.clone(),
+                    path: mounted.host_path.display().to_string(),
                 },
             );
         }
