@@ -15,6 +15,11 @@
 //! - **ListVolumes** pages through every volume the mock has seen (published once or named by
 //!   [`MockDriver::set_published`]) in volume ID order with `published_node_ids` in `status`;
 //!   `max_entries` 0 means all; a token not handed out is `ABORTED`.
+//! - **CreateVolume** (with [`MockConfig::create_delete_volume`]) validates `name` and
+//!   `volume_capabilities`, answers volume ID `<volume_id_prefix><name>` with capacity
+//!   `required_bytes` (else `limit_bytes`, else 1 GiB); a repeat of a name answers the same
+//!   volume, or `ALREADY_EXISTS` when the capacity range no longer fits it. **DeleteVolume**
+//!   forgets the volume; an unknown ID succeeds (idempotent).
 //! - The capabilities come from [`MockConfig`]; a turned-off capability's RPCs answer
 //!   `UNIMPLEMENTED`.
 //!
@@ -50,7 +55,7 @@ use csi_spec::v1::identity_server::IdentityServer;
 use tokio::task::JoinHandle;
 
 pub use service::DEVICE_PATH_KEY;
-pub use state::{ANY_VOLUME, Call, Method, Step};
+pub use state::{ANY_VOLUME, Call, CreatedVolume, Method, Step};
 
 use crate::service::MockService;
 use crate::state::{Publication, Shared};
@@ -90,6 +95,16 @@ pub struct MockConfig {
     pub controller_service: bool,
     /// Added to every Publish and Unpublish (after any scripted step).
     pub delay: Duration,
+    /// CREATE_DELETE_VOLUME (off by default: the attacher's mock has none); off →
+    /// CreateVolume/DeleteVolume answer UNIMPLEMENTED.
+    pub create_delete_volume: bool,
+    /// CLONE_VOLUME (a PVC data source).
+    pub clone_volume: bool,
+    /// The VOLUME_ACCESSIBILITY_CONSTRAINTS plugin capability: CreateVolume then answers the
+    /// first preferred (else requisite) topology segment as the volume's accessible topology.
+    pub accessibility_constraints: bool,
+    /// Prepended to the request name to make the volume ID (`vol-` gives EBS-like IDs).
+    pub volume_id_prefix: String,
 }
 
 impl Default for MockConfig {
@@ -101,6 +116,10 @@ impl Default for MockConfig {
             list_published_nodes: true,
             controller_service: true,
             delay: Duration::ZERO,
+            create_delete_volume: false,
+            clone_volume: false,
+            accessibility_constraints: false,
+            volume_id_prefix: String::new(),
         }
     }
 }
@@ -223,6 +242,11 @@ impl MockDriver {
             .lock()
             .volumes
             .insert(volume_id.to_owned(), publications);
+    }
+
+    /// Volumes CreateVolume made and DeleteVolume did not remove yet, by request name.
+    pub fn created_volumes(&self) -> BTreeMap<String, CreatedVolume> {
+        self.shared.lock().created.clone()
     }
 
     /// Stops serving (hanging and delayed calls answer UNAVAILABLE) and removes the socket.

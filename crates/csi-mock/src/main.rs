@@ -52,6 +52,7 @@ async fn main() -> anyhow::Result<()> {
         list_published_nodes: !f.no_list_published_nodes,
         controller_service: !f.no_controller_service,
         delay: f.delay,
+        ..MockConfig::default()
     };
     // Handlers first, so a SIGTERM right after start-up is not lost.
     let shutdown = sidecar::shutdown_on_signals();

@@ -14,14 +14,17 @@ use csi_spec::v1::volume_capability::access_mode::Mode;
 use csi_spec::v1::{
     ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
     ControllerPublishVolumeRequest, ControllerPublishVolumeResponse, ControllerServiceCapability,
-    ControllerUnpublishVolumeRequest, ControllerUnpublishVolumeResponse,
-    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
-    GetPluginInfoResponse, ListVolumesRequest, ListVolumesResponse, PluginCapability, ProbeRequest,
-    ProbeResponse, Volume, VolumeCapability,
+    ControllerUnpublishVolumeRequest, ControllerUnpublishVolumeResponse, CreateVolumeRequest,
+    CreateVolumeResponse, DeleteVolumeRequest, DeleteVolumeResponse, GetPluginCapabilitiesRequest,
+    GetPluginCapabilitiesResponse, GetPluginInfoRequest, GetPluginInfoResponse, ListVolumesRequest,
+    ListVolumesResponse, PluginCapability, ProbeRequest, ProbeResponse, Volume, VolumeCapability,
 };
 use tonic::{Request, Response, Status};
 
-use crate::state::{Call, Method, Publication, Shared};
+use crate::state::{Call, CreatedVolume, Method, Publication, Shared};
+
+/// The capacity of a created volume whose request names none: 1 GiB.
+const DEFAULT_VOLUME_BYTES: i64 = 1 << 30;
 
 /// The key of the publish context the mock answers, as the EBS driver names it.
 pub const DEVICE_PATH_KEY: &str = "devicePath";
@@ -205,6 +208,91 @@ impl MockService {
     }
 }
 
+impl MockService {
+    fn create(&self, req: &CreateVolumeRequest) -> Result<CreateVolumeResponse, Status> {
+        self.controller_enabled(self.shared.config.create_delete_volume, "CreateVolume")?;
+        if req.name.is_empty() {
+            return Err(invalid("name", "required, got an empty string"));
+        }
+        if req.volume_capabilities.is_empty() {
+            return Err(invalid("volume_capabilities", "required, got none"));
+        }
+        for cap in &req.volume_capabilities {
+            validate_capability(Some(cap))?;
+        }
+        if req.volume_content_source.is_some() && !self.shared.config.clone_volume {
+            return Err(invalid(
+                "volume_content_source",
+                "this mock has no CLONE_VOLUME capability",
+            ));
+        }
+        let range = req.capacity_range.unwrap_or_default();
+        let mut inner = self.shared.lock();
+        if let Some(existing) = inner.created.get(&req.name) {
+            let fits = existing.capacity_bytes >= range.required_bytes
+                && (range.limit_bytes == 0 || existing.capacity_bytes <= range.limit_bytes);
+            if !fits {
+                return Err(Status::already_exists(format!(
+                    "volume {} exists with {} bytes, outside the requested range",
+                    req.name, existing.capacity_bytes
+                )));
+            }
+            return Ok(created_response(existing));
+        }
+        let capacity_bytes = if range.required_bytes > 0 {
+            range.required_bytes
+        } else if range.limit_bytes > 0 {
+            range.limit_bytes
+        } else {
+            DEFAULT_VOLUME_BYTES
+        };
+        let accessible_topology = if self.shared.config.accessibility_constraints {
+            req.accessibility_requirements
+                .as_ref()
+                .and_then(|t| t.preferred.first().or(t.requisite.first()))
+                .map(|t| vec![to_btree(&t.segments)])
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
+        let volume = CreatedVolume {
+            volume_id: format!("{}{}", self.shared.config.volume_id_prefix, req.name),
+            capacity_bytes,
+            accessible_topology,
+        };
+        tracing::info!(name = %req.name, volume_id = %volume.volume_id, "created");
+        inner.created.insert(req.name.clone(), volume.clone());
+        Ok(created_response(&volume))
+    }
+
+    fn delete(&self, req: &DeleteVolumeRequest) -> Result<(), Status> {
+        self.controller_enabled(self.shared.config.create_delete_volume, "DeleteVolume")?;
+        if req.volume_id.is_empty() {
+            return Err(invalid("volume_id", "required, got an empty string"));
+        }
+        let mut inner = self.shared.lock();
+        inner.created.retain(|_, v| v.volume_id != req.volume_id);
+        Ok(())
+    }
+}
+
+fn created_response(v: &CreatedVolume) -> CreateVolumeResponse {
+    CreateVolumeResponse {
+        volume: Some(Volume {
+            volume_id: v.volume_id.clone(),
+            capacity_bytes: v.capacity_bytes,
+            accessible_topology: v
+                .accessible_topology
+                .iter()
+                .map(|s| csi_spec::v1::Topology {
+                    segments: s.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                })
+                .collect(),
+            ..Default::default()
+        }),
+    }
+}
+
 /// The spec: volume_capability is required, with an access mode and exactly one access type.
 fn validate_capability(cap: Option<&VolumeCapability>) -> Result<&VolumeCapability, Status> {
     let cap = cap.ok_or_else(|| invalid("volume_capability", "required, got none"))?;
@@ -248,6 +336,11 @@ impl Identity for MockService {
             if s.config.controller_service {
                 capabilities.push(PluginCapability::service(ServiceType::ControllerService));
             }
+            if s.config.accessibility_constraints {
+                capabilities.push(PluginCapability::service(
+                    ServiceType::VolumeAccessibilityConstraints,
+                ));
+            }
             Ok(GetPluginCapabilitiesResponse { capabilities })
         })
         .await
@@ -287,6 +380,12 @@ impl Controller for MockService {
             if c.list_published_nodes {
                 caps.push(RpcType::ListVolumes);
                 caps.push(RpcType::ListVolumesPublishedNodes);
+            }
+            if c.create_delete_volume {
+                caps.push(RpcType::CreateDeleteVolume);
+            }
+            if c.clone_volume {
+                caps.push(RpcType::CloneVolume);
             }
             Ok(Response::new(ControllerGetCapabilitiesResponse {
                 capabilities: caps
@@ -358,6 +457,52 @@ impl Controller for MockService {
         let result = async {
             self.shared.play_script(Method::ListVolumes, "").await?;
             self.list(&req).map(Response::new)
+        }
+        .await;
+        guard.finish(result)
+    }
+
+    async fn create_volume(
+        &self,
+        request: Request<CreateVolumeRequest>,
+    ) -> Result<Response<CreateVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let call = Call {
+            volume_id: req.name.clone(),
+            secrets: to_btree(&req.secrets),
+            create_request: Some(req.clone()),
+            ..Call::new(Method::CreateVolume)
+        };
+        let guard = self.shared.record(call);
+        let result = async {
+            self.shared
+                .play_script(Method::CreateVolume, &req.name)
+                .await?;
+            self.shared.sleep(self.shared.config.delay).await?;
+            self.create(&req).map(Response::new)
+        }
+        .await;
+        guard.finish(result)
+    }
+
+    async fn delete_volume(
+        &self,
+        request: Request<DeleteVolumeRequest>,
+    ) -> Result<Response<DeleteVolumeResponse>, Status> {
+        let req = request.into_inner();
+        let call = Call {
+            volume_id: req.volume_id.clone(),
+            secrets: to_btree(&req.secrets),
+            ..Call::new(Method::DeleteVolume)
+        };
+        let guard = self.shared.record(call);
+        let result = async {
+            self.shared
+                .play_script(Method::DeleteVolume, &req.volume_id)
+                .await?;
+            self.shared.sleep(self.shared.config.delay).await?;
+            self.delete(&req)
+                .map(|()| Response::new(DeleteVolumeResponse {}))
         }
         .await;
         guard.finish(result)

@@ -22,6 +22,8 @@ pub enum Method {
     ControllerPublishVolume,
     ControllerUnpublishVolume,
     ListVolumes,
+    CreateVolume,
+    DeleteVolume,
 }
 
 impl Method {
@@ -35,6 +37,8 @@ impl Method {
             Method::ControllerPublishVolume => "ControllerPublishVolume",
             Method::ControllerUnpublishVolume => "ControllerUnpublishVolume",
             Method::ListVolumes => "ListVolumes",
+            Method::CreateVolume => "CreateVolume",
+            Method::DeleteVolume => "DeleteVolume",
         }
     }
 }
@@ -45,6 +49,8 @@ impl Method {
 /// [`Step::Hang`], the configured delay) it reads `Code::Unknown`; a call the caller abandoned
 /// (deadline passed, request cancelled) reads `Code::Cancelled`. Fields a method does not carry
 /// are empty (`volume_id` of `Probe`, `capability` of `ControllerUnpublishVolume`, ...).
+/// `CreateVolume` records the request's `name` as `volume_id` (scripts match on it) and the
+/// whole request in `create_request`.
 #[derive(Debug, Clone)]
 pub struct Call {
     pub method: Method,
@@ -54,6 +60,8 @@ pub struct Call {
     pub capability: Option<VolumeCapability>,
     pub secrets: BTreeMap<String, String>,
     pub volume_context: BTreeMap<String, String>,
+    /// The whole request of a `CreateVolume` call.
+    pub create_request: Option<csi_spec::v1::CreateVolumeRequest>,
     /// When the request arrived.
     pub at: Instant,
     pub code: Code,
@@ -70,6 +78,7 @@ impl Call {
             capability: None,
             secrets: BTreeMap::new(),
             volume_context: BTreeMap::new(),
+            create_request: None,
             at: Instant::now(),
             code: Code::Unknown,
         }
@@ -111,6 +120,16 @@ pub(crate) struct Inner {
     /// mapped to the nodes it is published on. Volumes are never forgotten, so a ListVolumes
     /// token (a volume ID) stays valid.
     pub(crate) volumes: BTreeMap<String, BTreeMap<String, Publication>>,
+    /// Volumes made by CreateVolume and not deleted yet, by request name.
+    pub(crate) created: BTreeMap<String, CreatedVolume>,
+}
+
+/// A volume CreateVolume made: answered again for a repeat of the same name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedVolume {
+    pub volume_id: String,
+    pub capacity_bytes: i64,
+    pub accessible_topology: Vec<BTreeMap<String, String>>,
 }
 
 /// State shared by the gRPC services and the [`crate::MockDriver`] handle.
