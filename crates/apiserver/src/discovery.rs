@@ -226,7 +226,9 @@ mod tests {
                 "deployments",
                 "deployments/status",
                 "daemonsets",
-                "daemonsets/status"
+                "daemonsets/status",
+                "statefulsets",
+                "statefulsets/status"
             ]
         );
         assert_eq!(apps["resources"][0]["shortNames"], json!(["deploy"]));

@@ -8,7 +8,7 @@ use clap::Parser;
 
 /// A small Kubernetes API server on loopback HTTP for tests and local runs: core/v1 namespaces,
 /// nodes, pods, PVs, PVCs, secrets, events, serviceaccounts, configmaps; apps/v1 deployments,
-/// daemonsets; rbac.authorization.k8s.io/v1 roles, rolebindings, clusterroles,
+/// daemonsets, statefulsets; rbac.authorization.k8s.io/v1 roles, rolebindings, clusterroles,
 /// clusterrolebindings; storage.k8s.io/v1 volumeattachments, csidrivers, csinodes,
 /// storageclasses; coordination.k8s.io/v1 leases; events.k8s.io/v1 events.
 #[derive(Debug, Parser)]

@@ -218,6 +218,20 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
             &[],
         )
     },
+    // The hostpath driver's deployment (deploy/kubernetes/overlays/hostpath) is a StatefulSet.
+    ResourceDef {
+        categories: &["all"],
+        ..def(
+            APPS,
+            "statefulsets",
+            "statefulset",
+            "StatefulSet",
+            true,
+            &["sts"],
+            true,
+            &[],
+        )
+    },
     def(
         RBAC,
         "clusterroles",

@@ -1,4 +1,5 @@
-//! Table columns for the deployment kinds (ServiceAccount, ConfigMap, Deployment, DaemonSet and
+//! Table columns for the deployment kinds (ServiceAccount, ConfigMap, Deployment, DaemonSet,
+//! StatefulSet and
 //! the RBAC types), as the real server prints them; wide columns have priority 1.
 
 use serde_json::{Value, json};
@@ -139,6 +140,19 @@ pub(super) fn columns(def: &ResourceDef) -> Option<Vec<Column>> {
             wide("Containers", |o| containers_of(o, "name")),
             wide("Images", |o| containers_of(o, "image")),
             wide("Selector", selector),
+        ],
+        ("apps", "statefulsets") => vec![
+            name,
+            col("Ready", |o| {
+                json!(format!(
+                    "{}/{}",
+                    int(o, "status.readyReplicas"),
+                    int(o, "spec.replicas")
+                ))
+            }),
+            col("Age", age),
+            wide("Containers", |o| containers_of(o, "name")),
+            wide("Images", |o| containers_of(o, "image")),
         ],
         ("rbac.authorization.k8s.io", "roles" | "clusterroles") => vec![
             name,

@@ -1,4 +1,5 @@
-//! apps/v1 Deployment and DaemonSet rules: the selector must exist (Deployment), must not be
+//! apps/v1 Deployment, DaemonSet and StatefulSet rules: the selector must exist (Deployment,
+//! StatefulSet), must not be
 //! empty, must match the pod template's labels and is immutable; the template is a valid pod
 //! spec with `restartPolicy: Always`. Field paths and messages as the real server words them.
 
@@ -10,6 +11,8 @@ use crate::status::FieldError;
 const OPERATORS: &[&str] = &["DoesNotExist", "Exists", "In", "NotIn"];
 const DEPLOYMENT_STRATEGIES: &[&str] = &["Recreate", "RollingUpdate"];
 const DAEMONSET_STRATEGIES: &[&str] = &["OnDelete", "RollingUpdate"];
+const STATEFULSET_STRATEGIES: &[&str] = &["OnDelete", "RollingUpdate"];
+const POD_MANAGEMENT_POLICIES: &[&str] = &["OrderedReady", "Parallel"];
 
 fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
     let mut cur = v;
@@ -200,6 +203,26 @@ pub(super) fn daemonset(obj: &Value, errs: &mut Vec<FieldError>) {
         "spec.updateStrategy.type",
         at(obj, &["spec", "updateStrategy", "type"]),
         DAEMONSET_STRATEGIES,
+        errs,
+    );
+}
+
+pub(super) fn statefulset(obj: &Value, errs: &mut Vec<FieldError>) {
+    nonnegative(obj, "replicas", errs);
+    if at(obj, &["spec", "selector"]).is_none() {
+        errs.push(FieldError::required("spec.selector", ""));
+    }
+    workload(obj, "statefulset", errs);
+    strategy_type(
+        "spec.updateStrategy.type",
+        at(obj, &["spec", "updateStrategy", "type"]),
+        STATEFULSET_STRATEGIES,
+        errs,
+    );
+    strategy_type(
+        "spec.podManagementPolicy",
+        at(obj, &["spec", "podManagementPolicy"]),
+        POD_MANAGEMENT_POLICIES,
         errs,
     );
 }

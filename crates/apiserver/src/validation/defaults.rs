@@ -120,6 +120,29 @@ pub(crate) fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
             }
             template_defaults(obj);
         }
+        ("apps", "statefulsets") => {
+            if let Some(spec) = obj_at(obj, "spec") {
+                default(spec, "replicas", json!(1));
+                default(spec, "revisionHistoryLimit", json!(10));
+                default(spec, "podManagementPolicy", json!("OrderedReady"));
+                default(
+                    spec,
+                    "persistentVolumeClaimRetentionPolicy",
+                    json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+                );
+                let strategy = spec.entry("updateStrategy").or_insert_with(|| json!({}));
+                if let Some(st) = strategy.as_object_mut() {
+                    default(st, "type", json!("RollingUpdate"));
+                    if st.get("type") == Some(&json!("RollingUpdate")) {
+                        let ru = st.entry("rollingUpdate").or_insert_with(|| json!({}));
+                        if let Some(ru) = ru.as_object_mut() {
+                            default(ru, "partition", json!(0));
+                        }
+                    }
+                }
+            }
+            template_defaults(obj);
+        }
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
             rbac_binding_defaults(obj)
         }
@@ -301,6 +324,14 @@ mod tests {
         assert_eq!(c["livenessProbe"]["periodSeconds"], 10);
         assert_eq!(c["livenessProbe"]["httpGet"]["scheme"], "HTTP");
         assert_eq!(c["env"][0]["valueFrom"]["fieldRef"]["apiVersion"], "v1");
+
+        let mut sts = json!({"spec": {}});
+        apply_defaults(def("apps", "statefulsets"), &mut sts);
+        assert_eq!(sts["spec"]["podManagementPolicy"], "OrderedReady");
+        assert_eq!(
+            sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+            0
+        );
 
         let mut ds = json!({"spec": {"updateStrategy": {"type": "OnDelete"}}});
         apply_defaults(def("apps", "daemonsets"), &mut ds);

@@ -179,6 +179,7 @@ pub(super) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
         ("", "configmaps") => config_map(obj, &mut errs),
         ("apps", "deployments") => super::apps::deployment(obj, &mut errs),
         ("apps", "daemonsets") => super::apps::daemonset(obj, &mut errs),
+        ("apps", "statefulsets") => super::apps::statefulset(obj, &mut errs),
         (super::rbac::GROUP, "roles") => super::rbac::rules(obj, true, &mut errs),
         (super::rbac::GROUP, "clusterroles") => super::rbac::rules(obj, false, &mut errs),
         (super::rbac::GROUP, "rolebindings") => super::rbac::binding(obj, true, &mut errs),
@@ -444,7 +445,9 @@ pub(super) fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> Ve
                 ));
             }
         }
-        ("apps", "deployments" | "daemonsets") => super::apps::update(old, new, &mut errs),
+        ("apps", "deployments" | "daemonsets" | "statefulsets") => {
+            super::apps::update(old, new, &mut errs)
+        }
         (super::rbac::GROUP, "rolebindings" | "clusterrolebindings") => {
             super::rbac::binding_update(old, new, &mut errs)
         }
