@@ -16,6 +16,7 @@ mod attacher;
 #[cfg(test)]
 mod fake_cloud;
 mod mounter;
+pub mod provisioner;
 
 use std::path::{Path, PathBuf};
 

@@ -101,6 +101,16 @@ impl FakeCloud {
         self.lock().detach_refused
     }
 
+    /// The volumes there are now.
+    pub(crate) fn volume_ids(&self) -> Vec<String> {
+        self.lock().volumes.keys().cloned().collect()
+    }
+
+    /// One volume as EC2 would describe it.
+    pub(crate) fn volume(&self, id: &str) -> Option<Disk> {
+        self.lock().volumes.get(id).cloned()
+    }
+
     /// Counts the call and answers an injected failure, if any.
     fn call(&self, action: &'static str) -> Result<MutexGuard<'_, State>> {
         let mut s = self.lock();
@@ -145,12 +155,38 @@ fn unsupported<T>(action: &'static str) -> Result<T> {
 
 #[async_trait::async_trait]
 impl Cloud for FakeCloud {
-    async fn create_disk(&self, _name: &str, _options: &DiskOptions) -> Result<Disk> {
-        unsupported("CreateVolume")
+    async fn create_disk(&self, name: &str, options: &DiskOptions) -> Result<Disk> {
+        let mut s = self.call("CreateVolume")?;
+        // EC2's client token: the same name gives the same volume.
+        if let Some(d) = s
+            .volumes
+            .values()
+            .find(|d| d.tags.get(ebs_cloud::VOLUME_NAME_TAG).map(String::as_str) == Some(name))
+        {
+            return Ok(d.clone());
+        }
+        let id = format!("vol-{:08x}", s.volumes.len() + 1);
+        let mut tags = options.tags.clone();
+        tags.insert(ebs_cloud::VOLUME_NAME_TAG.to_string(), name.to_string());
+        let disk = Disk {
+            volume_id: id.clone(),
+            size_gib: options.size_gib,
+            zone: options.zone.clone(),
+            state: "available".into(),
+            volume_type: options.volume_type.clone(),
+            iops: options.iops,
+            encrypted: options.encrypted,
+            kms_key_id: options.kms_key_id.clone(),
+            tags,
+            ..Disk::default()
+        };
+        s.volumes.insert(id, disk.clone());
+        Ok(disk)
     }
 
-    async fn delete_disk(&self, _volume_id: &str) -> Result<bool> {
-        unsupported("DeleteVolume")
+    async fn delete_disk(&self, volume_id: &str) -> Result<bool> {
+        let mut s = self.call("DeleteVolume")?;
+        Ok(s.volumes.remove(volume_id).is_some())
     }
 
     async fn attach_disk(&self, volume_id: &str, instance_id: &str) -> Result<String> {
@@ -257,8 +293,12 @@ impl Cloud for FakeCloud {
         self.devices.mark_failed(instance_id, device);
     }
 
-    async fn get_disk_by_name(&self, _name: &str) -> Result<Option<Disk>> {
-        unsupported("DescribeVolumes")
+    async fn get_disk_by_name(&self, name: &str) -> Result<Option<Disk>> {
+        let s = self.call("DescribeVolumes")?;
+        Ok(s.volumes
+            .values()
+            .find(|d| d.tags.get(ebs_cloud::VOLUME_NAME_TAG).map(String::as_str) == Some(name))
+            .cloned())
     }
 
     async fn get_disk_by_id(&self, volume_id: &str) -> Result<Disk> {
