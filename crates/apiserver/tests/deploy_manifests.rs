@@ -1,91 +1,33 @@
-//! The manifests in `deploy/` are valid Kubernetes objects that fit together: every document
-//! parses and names its kind, all of them are created through a real kube client (discovery +
-//! DynamicObject) and read back unchanged, bindings refer to roles and service accounts the
-//! manifests define, the Deployment's containers share the CSI socket, and kubectl creates them.
+//! The Kustomize manifests in `deploy/kubernetes` render into valid Kubernetes objects that fit
+//! together: `kubectl kustomize` renders each overlay; the objects are created through a real
+//! kube client (discovery + DynamicObject) and read back unchanged; `kubectl apply` creates them
+//! and a second apply changes nothing; bindings refer to roles and service accounts of the same
+//! render; sidecars dial the socket their driver serves; the registrar registers the socket's
+//! host path; kubelet paths are mounted with Bidirectional propagation; every argument is a
+//! flag its binary accepts (asked from the binaries themselves); probes hit served ports; the
+//! CSIDrivers and StorageClasses say what their drivers need.
 // Test code (helpers included): a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "common/manifests.rs"]
+mod manifests;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, Scope};
+use manifests::{
+    Doc, OVERLAYS, args, binary_of, built_binary, flag, help_flags, kubectl_or_skip, mounts,
+    render, socket_path, volume_holding, volumes,
+};
 use serde_json::Value;
+use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
-
-fn deploy_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
-}
-
-fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            yaml_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-            out.push(p);
-        }
-    }
-}
-
-/// One Kubernetes object from a manifest, with where it came from.
-struct Doc {
-    origin: String,
-    obj: Value,
-}
-
-impl Doc {
-    fn kind(&self) -> &str {
-        self.obj["kind"].as_str().unwrap_or("")
-    }
-    fn name(&self) -> &str {
-        self.obj["metadata"]["name"].as_str().unwrap_or("")
-    }
-    fn namespace(&self) -> Option<&str> {
-        self.obj["metadata"]["namespace"].as_str()
-    }
-}
-
-/// Every document of every `deploy/**/*.yaml`, each checked for apiVersion, kind and name.
-fn load() -> Vec<Doc> {
-    let mut files = Vec::new();
-    yaml_files(&deploy_dir(), &mut files);
-    assert!(!files.is_empty(), "no manifests under deploy/");
-    let mut docs = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).unwrap();
-        let values: Vec<Value> = serde_saphyr::from_multiple(&text)
-            .unwrap_or_else(|e| panic!("{}: not valid YAML: {e}", f.display()));
-        let values: Vec<Value> = values.into_iter().filter(|v| !v.is_null()).collect();
-        assert!(!values.is_empty(), "{}: no documents", f.display());
-        for (i, obj) in values.into_iter().enumerate() {
-            let origin = format!("{} document {}", f.display(), i + 1);
-            for field in ["apiVersion", "kind"] {
-                assert!(
-                    obj[field].as_str().is_some_and(|s| !s.is_empty()),
-                    "{origin}: no {field}"
-                );
-            }
-            assert!(
-                obj["metadata"]["name"]
-                    .as_str()
-                    .is_some_and(|s| !s.is_empty()),
-                "{origin}: no metadata.name"
-            );
-            docs.push(Doc { origin, obj });
-        }
-    }
-    docs
-}
 
 fn gvk(obj: &Value) -> GroupVersionKind {
     let api_version = obj["apiVersion"].as_str().unwrap();
@@ -117,269 +59,123 @@ fn subset(want: &Value, got: &Value, path: &str) -> Result<(), String> {
     }
 }
 
-#[tokio::test]
-async fn manifests_create_through_kube_and_read_back() {
-    let docs = load();
-    let server = common::start().await;
-    let client = server.client();
-    let discovery = Discovery::new(client.clone()).run().await.unwrap();
-    for doc in &docs {
-        let (ar, caps) = discovery
-            .resolve_gvk(&gvk(&doc.obj))
-            .unwrap_or_else(|| panic!("{}: the server does not serve {}", doc.origin, doc.kind()));
-        let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
-            let ns = doc.namespace().unwrap_or_else(|| {
-                panic!("{}: a namespaced object names no namespace", doc.origin)
-            });
-            Api::namespaced_with(client.clone(), ns, &ar)
-        } else {
-            assert!(
-                doc.namespace().is_none(),
-                "{}: a cluster-scoped object names a namespace",
-                doc.origin
-            );
-            Api::all_with(client.clone(), &ar)
-        };
-        let obj: DynamicObject = serde_json::from_value(doc.obj.clone()).unwrap();
-        api.create(&PostParams::default(), &obj)
-            .await
-            .unwrap_or_else(|e| panic!("{}: create {} failed: {e}", doc.origin, doc.name()));
-        let back = api.get(doc.name()).await.unwrap();
-        let back = serde_json::to_value(&back).unwrap();
-        if let Err(diff) = subset(&doc.obj, &back, "") {
-            panic!("{}: read back differs: {diff}", doc.origin);
-        }
-    }
-    // Everything is stored once: listing each kind finds what the manifests define.
-    let mut per_kind: BTreeMap<String, usize> = BTreeMap::new();
-    for doc in &docs {
-        *per_kind.entry(doc.kind().to_string()).or_default() += 1;
-    }
-    for doc in &docs {
-        let (ar, _) = discovery.resolve_gvk(&gvk(&doc.obj)).unwrap();
-        let all: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-        let n = all.list(&ListParams::default()).await.unwrap().items.len();
-        assert_eq!(n, per_kind[doc.kind()], "{} objects stored", doc.kind());
-    }
-    assert!(per_kind.contains_key("Deployment") && per_kind.contains_key("CSIDriver"));
+/// Every overlay's render, or `None` (skipped) without kubectl.
+fn renders() -> Option<Vec<(&'static str, Vec<Doc>)>> {
+    let kubectl = kubectl_or_skip()?;
+    Some(
+        OVERLAYS
+            .iter()
+            .map(|o| (*o, render(&kubectl, o).1))
+            .collect(),
+    )
+}
+
+fn containers(pod: &Value) -> &Vec<Value> {
+    pod["containers"].as_array().unwrap()
 }
 
 #[test]
-fn bindings_refer_to_what_the_manifests_define() {
-    let docs = load();
-    let defined = |kind: &str, ns: Option<&str>, name: &str| {
-        docs.iter()
-            .any(|d| d.kind() == kind && d.name() == name && d.namespace() == ns)
-    };
-    let mut bindings = 0;
-    for doc in docs
+fn every_manifest_file_is_part_of_an_overlay() {
+    let Some(renders) = renders() else { return };
+    let mut files = Vec::new();
+    manifests::yaml_files(&manifests::deploy_dir().join("kubernetes"), &mut files);
+    let rendered: BTreeSet<(String, String)> = renders
         .iter()
-        .filter(|d| d.kind() == "RoleBinding" || d.kind() == "ClusterRoleBinding")
-    {
-        bindings += 1;
-        let role_ref = &doc.obj["roleRef"];
-        assert_eq!(
-            role_ref["apiGroup"], "rbac.authorization.k8s.io",
-            "{}",
-            doc.origin
-        );
-        let role = role_ref["name"].as_str().unwrap_or("");
-        match role_ref["kind"].as_str() {
-            Some("Role") => {
-                assert_eq!(doc.kind(), "RoleBinding", "{}", doc.origin);
-                assert!(
-                    defined("Role", doc.namespace(), role),
-                    "{}: Role {role} is not defined in namespace {:?}",
-                    doc.origin,
-                    doc.namespace()
-                );
+        .flat_map(|(_, docs)| docs.iter())
+        .map(|d| (d.kind().to_string(), d.name().to_string()))
+        .collect();
+    let mut objects = 0;
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for doc in manifests::parse(&text, &f.display().to_string()) {
+            if doc.kind() == "Kustomization" {
+                continue;
             }
-            Some("ClusterRole") => assert!(
-                defined("ClusterRole", None, role),
-                "{}: ClusterRole {role} is not defined",
-                doc.origin
-            ),
-            other => panic!("{}: roleRef.kind {other:?}", doc.origin),
-        }
-        let subjects = doc.obj["subjects"].as_array().cloned().unwrap_or_default();
-        assert!(!subjects.is_empty(), "{}: no subjects", doc.origin);
-        for s in subjects {
-            assert_eq!(s["kind"], "ServiceAccount", "{}", doc.origin);
-            let ns = s["namespace"].as_str().or(doc.namespace());
-            let name = s["name"].as_str().unwrap_or("");
+            objects += 1;
             assert!(
-                defined("ServiceAccount", ns, name),
-                "{}: ServiceAccount {ns:?}/{name} is not defined",
-                doc.origin
+                rendered.contains(&(doc.kind().to_string(), doc.name().to_string())),
+                "{}: {} {} is in no overlay's render",
+                doc.origin,
+                doc.kind(),
+                doc.name()
             );
         }
     }
-    assert!(bindings >= 2, "a ClusterRoleBinding and a RoleBinding");
+    assert!(objects >= 15, "{objects} objects in deploy/kubernetes");
+}
 
-    // Least privilege: no wildcards, and every workload runs as a ServiceAccount defined here.
-    for doc in docs
-        .iter()
-        .filter(|d| d.kind() == "Role" || d.kind() == "ClusterRole")
-    {
-        for rule in doc.obj["rules"].as_array().unwrap() {
-            for field in ["apiGroups", "resources", "verbs"] {
-                let values = rule[field].as_array().unwrap();
+#[tokio::test]
+async fn overlays_create_through_kube_and_read_back() {
+    let Some(renders) = renders() else { return };
+    for (overlay, docs) in renders {
+        // One server per overlay: each installs alone.
+        let server = common::start().await;
+        let client = server.client();
+        let discovery = Discovery::new(client.clone()).run().await.unwrap();
+        for doc in &docs {
+            let (ar, caps) = discovery.resolve_gvk(&gvk(&doc.obj)).unwrap_or_else(|| {
+                panic!("{}: the server does not serve {}", doc.origin, doc.kind())
+            });
+            let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
+                let ns = doc.namespace().unwrap_or_else(|| {
+                    panic!("{}: a namespaced object names no namespace", doc.origin)
+                });
+                Api::namespaced_with(client.clone(), ns, &ar)
+            } else {
                 assert!(
-                    values.iter().all(|v| v != "*"),
-                    "{}: wildcard in {field}",
+                    doc.namespace().is_none(),
+                    "{}: a cluster-scoped object names a namespace",
                     doc.origin
                 );
+                Api::all_with(client.clone(), &ar)
+            };
+            let obj: DynamicObject = serde_json::from_value(doc.obj.clone()).unwrap();
+            api.create(&PostParams::default(), &obj)
+                .await
+                .unwrap_or_else(|e| panic!("{}: create {} failed: {e}", doc.origin, doc.name()));
+            let back = serde_json::to_value(api.get(doc.name()).await.unwrap()).unwrap();
+            if let Err(diff) = subset(&doc.obj, &back, "") {
+                panic!("{}: read back differs: {diff}", doc.origin);
             }
         }
-    }
-    for doc in docs.iter().filter(|d| d.kind() == "Deployment") {
-        let sa = doc.obj["spec"]["template"]["spec"]["serviceAccountName"]
-            .as_str()
-            .unwrap_or("default");
-        assert!(
-            defined("ServiceAccount", doc.namespace(), sa),
-            "{}: runs as ServiceAccount {sa}, which is not defined",
-            doc.origin
-        );
-        // Leader election's Lease lives in the Deployment's namespace: the Role must be there.
-        assert!(
-            docs.iter()
-                .any(|d| d.kind() == "Role" && d.namespace() == doc.namespace()),
-            "{}: no Role for leases in its namespace",
-            doc.origin
-        );
-    }
-}
-
-/// `$(VAR)` in a container argument, expanded from the container's plain `env` values as the
-/// kubelet does.
-fn expand(arg: &str, env: &BTreeMap<String, String>) -> String {
-    let mut out = arg.to_string();
-    for (k, v) in env {
-        out = out.replace(&format!("$({k})"), v);
-    }
-    out
-}
-
-fn flag<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter()
-        .find_map(|a| a.strip_prefix(&format!("{name}=")))
-}
-
-#[test]
-fn the_deployment_shares_the_csi_socket() {
-    let docs = load();
-    let deployment = docs
-        .iter()
-        .find(|d| d.kind() == "Deployment")
-        .expect("a Deployment in deploy/");
-    let pod = &deployment.obj["spec"]["template"]["spec"];
-    let empty_dirs: BTreeSet<&str> = pod["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|v| v["emptyDir"].is_object())
-        .map(|v| v["name"].as_str().unwrap())
-        .collect();
-    let containers = pod["containers"].as_array().unwrap();
-    assert!(containers.len() >= 2, "the attacher and the driver");
-    // The socket volume: an emptyDir every container mounts.
-    let mounts_of = |c: &Value| -> BTreeMap<String, String> {
-        c["volumeMounts"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .map(|m| {
-                (
-                    m["name"].as_str().unwrap().to_string(),
-                    m["mountPath"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect()
-    };
-    let socket_volume = empty_dirs
-        .iter()
-        .find(|v| containers.iter().all(|c| mounts_of(c).contains_key(**v)))
-        .unwrap_or_else(|| panic!("no emptyDir is mounted by every container: {empty_dirs:?}"));
-    let mut saw_attacher = false;
-    for c in containers {
-        let name = c["name"].as_str().unwrap();
-        let mount = mounts_of(c)[*socket_volume].clone();
-        let env: BTreeMap<String, String> = c["env"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|e| Some((e["name"].as_str()?.into(), e["value"].as_str()?.into())))
-            .collect();
-        let args: Vec<String> = c["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| expand(a.as_str().unwrap(), &env))
-            .collect();
-        // What is left unexpanded comes from the downward API or a secret: defined, too.
-        let env_names: BTreeSet<&str> = c["env"]
-            .as_array()
-            .map(|a| a.iter().filter_map(|e| e["name"].as_str()).collect())
-            .unwrap_or_default();
-        for a in &args {
-            for var in a.split("$(").skip(1) {
-                let var = var.split(')').next().unwrap_or("");
-                assert!(
-                    env_names.contains(var),
-                    "{name}: argument {a} refers to the undefined variable {var}"
-                );
-            }
+        // Everything is stored once: listing each kind finds what the render defines.
+        let mut per_kind: BTreeMap<String, usize> = BTreeMap::new();
+        for doc in &docs {
+            *per_kind.entry(doc.kind().to_string()).or_default() += 1;
         }
-        // The attacher dials --csi-address, the driver listens on --endpoint: both in the mount.
-        let Some(address) = flag(&args, "--csi-address").or(flag(&args, "--endpoint")) else {
-            panic!("{name}: neither --csi-address nor --endpoint");
-        };
-        let path = address.strip_prefix("unix://").unwrap_or(address);
-        assert!(
-            Path::new(path).starts_with(&mount) && path.len() > mount.trim_end_matches('/').len(),
-            "{name}: socket {path} is not inside the shared mount {mount}"
-        );
-        if flag(&args, "--csi-address").is_some() {
-            saw_attacher = true;
-            assert!(args.iter().any(|a| a == "--leader-election"), "{args:?}");
-            let ns_env = c["env"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|e| e["name"] == "NAMESPACE")
-                .expect("NAMESPACE from the downward API");
-            assert_eq!(
-                ns_env["valueFrom"]["fieldRef"]["fieldPath"],
-                "metadata.namespace"
-            );
-            assert_eq!(
-                c["livenessProbe"]["httpGet"]["path"],
-                "/healthz/leader-election"
-            );
+        for doc in &docs {
+            let (ar, _) = discovery.resolve_gvk(&gvk(&doc.obj)).unwrap();
+            let all: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+            let n = all.list(&ListParams::default()).await.unwrap().items.len();
+            assert_eq!(n, per_kind[doc.kind()], "{overlay}: {} objects", doc.kind());
+        }
+        for kind in ["CSIDriver", "StorageClass", "ServiceAccount", "ClusterRole"] {
+            assert!(per_kind.contains_key(kind), "{overlay} has no {kind}");
         }
     }
-    assert!(saw_attacher, "a container with --csi-address");
 }
 
-fn kubectl_path() -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join("kubectl"))
-        .find(|p| p.is_file())
-}
-
-async fn kubectl(bin: &Path, dir: &Path, args: &[&str]) -> String {
+async fn kubectl(bin: &Path, dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
     let mut cmd = Command::new(bin);
     cmd.env("KUBECONFIG", dir.join("kubeconfig"))
         .arg("--cache-dir")
         .arg(dir.join("cache"))
         .args(args)
-        .stdin(Stdio::null())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+    let mut child = cmd.spawn().unwrap();
+    if let Some(text) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(text.as_bytes()).await.unwrap();
+        drop(pipe);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
         .await
         .unwrap_or_else(|_| panic!("kubectl {args:?} finished within 60s"))
         .unwrap();
@@ -392,94 +188,656 @@ async fn kubectl(bin: &Path, dir: &Path, args: &[&str]) -> String {
     stdout
 }
 
+/// `kubectl apply` (client-side: create, then strategic merge patches) of each rendered
+/// overlay creates every object; applying it again, and then through `-k` as the README says,
+/// changes nothing.
 #[tokio::test]
-async fn kubectl_creates_the_attacher_manifests() {
-    let Some(bin) = kubectl_path() else {
-        test_support::skip_or_fail("kubectl is not on PATH (scripts/setup installs it)");
-        return;
-    };
-    let docs = load();
-    let server = common::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("kubeconfig"), server.kubeconfig_yaml()).unwrap();
-    let manifests = deploy_dir().join("attacher");
-    let manifests = manifests.to_str().unwrap();
-    let attacher_docs = docs
+async fn kubectl_applies_each_overlay_and_again_changes_nothing() {
+    let Some(bin) = kubectl_or_skip() else { return };
+    for overlay in OVERLAYS {
+        let (yaml, docs) = render(&bin, overlay);
+        let server = common::start().await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("kubeconfig"), server.kubeconfig_yaml()).unwrap();
+
+        let created = kubectl(&bin, dir.path(), &["apply", "-f", "-"], Some(&yaml)).await;
+        assert_eq!(
+            created.lines().filter(|l| l.ends_with(" created")).count(),
+            docs.len(),
+            "{overlay}:\n{created}"
+        );
+        let again = kubectl(&bin, dir.path(), &["apply", "-f", "-"], Some(&yaml)).await;
+        assert_eq!(
+            again.lines().filter(|l| l.ends_with(" unchanged")).count(),
+            docs.len(),
+            "{overlay}: the second apply changed something:\n{again}"
+        );
+        let path = manifests::overlay_dir(overlay);
+        let by_k = kubectl(
+            &bin,
+            dir.path(),
+            &["apply", "-k", path.to_str().unwrap()],
+            None,
+        )
+        .await;
+        assert_eq!(
+            by_k.lines().filter(|l| l.ends_with(" unchanged")).count(),
+            docs.len(),
+            "{overlay}: apply -k changed something:\n{by_k}"
+        );
+
+        // kubectl finds the workloads, and nothing runs them here: none is ready.
+        let names = kubectl(
+            &bin,
+            dir.path(),
+            &["get", "deploy,ds,sts,sa", "-n", "kube-system", "-o", "name"],
+            None,
+        )
+        .await;
+        for doc in docs.iter().filter(|d| d.pod_spec().is_some()) {
+            let sa = doc.pod_spec().unwrap()["serviceAccountName"]
+                .as_str()
+                .unwrap();
+            assert!(
+                names
+                    .lines()
+                    .any(|l| l.ends_with(&format!("/{}", doc.name()))),
+                "{overlay}: {} missing from\n{names}",
+                doc.name()
+            );
+            assert!(
+                names.lines().any(|l| l == format!("serviceaccount/{sa}")),
+                "{overlay}: serviceaccount/{sa} missing from\n{names}"
+            );
+        }
+        if *overlay == "ebs" {
+            let table = kubectl(
+                &bin,
+                dir.path(),
+                &["get", "deploy", "-n", "kube-system"],
+                None,
+            )
+            .await;
+            assert!(
+                table.contains("ebs-csi-controller") && table.contains("0/2"),
+                "{table}"
+            );
+        } else {
+            let table = kubectl(&bin, dir.path(), &["get", "sts", "-n", "kube-system"], None).await;
+            assert!(
+                table.contains("csi-hostpathplugin") && table.contains("0/1"),
+                "{table}"
+            );
+        }
+    }
+}
+
+#[test]
+fn bindings_refer_to_what_the_render_defines() {
+    let Some(renders) = renders() else { return };
+    for (overlay, docs) in renders {
+        let defined = |kind: &str, ns: Option<&str>, name: &str| {
+            docs.iter()
+                .any(|d| d.kind() == kind && d.name() == name && d.namespace() == ns)
+        };
+        let bindings: Vec<&Doc> = docs
+            .iter()
+            .filter(|d| d.kind() == "RoleBinding" || d.kind() == "ClusterRoleBinding")
+            .collect();
+        assert!(
+            bindings.len() >= 2,
+            "{overlay}: a ClusterRoleBinding and a RoleBinding"
+        );
+        for doc in &bindings {
+            let role_ref = &doc.obj["roleRef"];
+            assert_eq!(
+                role_ref["apiGroup"], "rbac.authorization.k8s.io",
+                "{}",
+                doc.origin
+            );
+            let role = role_ref["name"].as_str().unwrap_or("");
+            match role_ref["kind"].as_str() {
+                Some("Role") => {
+                    assert_eq!(doc.kind(), "RoleBinding", "{}", doc.origin);
+                    assert!(
+                        defined("Role", doc.namespace(), role),
+                        "{}: Role {role} is not defined in namespace {:?}",
+                        doc.origin,
+                        doc.namespace()
+                    );
+                }
+                Some("ClusterRole") => assert!(
+                    defined("ClusterRole", None, role),
+                    "{}: ClusterRole {role} is not defined",
+                    doc.origin
+                ),
+                other => panic!("{}: roleRef.kind {other:?}", doc.origin),
+            }
+            let subjects = doc.obj["subjects"].as_array().cloned().unwrap_or_default();
+            assert!(!subjects.is_empty(), "{}: no subjects", doc.origin);
+            for s in subjects {
+                assert_eq!(s["kind"], "ServiceAccount", "{}", doc.origin);
+                let ns = s["namespace"].as_str().or(doc.namespace());
+                let name = s["name"].as_str().unwrap_or("");
+                assert!(
+                    defined("ServiceAccount", ns, name),
+                    "{}: ServiceAccount {ns:?}/{name} is not defined",
+                    doc.origin
+                );
+            }
+        }
+        // Every role is bound: a role nobody holds is a rule nobody checked.
+        for role in docs
+            .iter()
+            .filter(|d| d.kind() == "Role" || d.kind() == "ClusterRole")
+        {
+            assert!(
+                bindings
+                    .iter()
+                    .any(|b| b.obj["roleRef"]["kind"] == role.kind()
+                        && b.obj["roleRef"]["name"] == role.name()
+                        && (role.kind() == "ClusterRole" || b.namespace() == role.namespace())),
+                "{overlay}: {} {} is bound to nobody",
+                role.kind(),
+                role.name()
+            );
+            // Least privilege: no wildcards.
+            for rule in role.obj["rules"].as_array().unwrap() {
+                for field in ["apiGroups", "resources", "verbs"] {
+                    assert!(
+                        rule[field].as_array().unwrap().iter().all(|v| v != "*"),
+                        "{}: wildcard in {field}",
+                        role.origin
+                    );
+                }
+            }
+        }
+        for doc in docs.iter().filter(|d| d.pod_spec().is_some()) {
+            let pod = doc.pod_spec().unwrap();
+            let sa = pod["serviceAccountName"].as_str().unwrap_or("default");
+            assert!(
+                defined("ServiceAccount", doc.namespace(), sa),
+                "{}: runs as ServiceAccount {sa}, which is not defined",
+                doc.origin
+            );
+            // A sidecar with leader election needs leases in its namespace, bound to its SA.
+            let elects = containers(pod)
+                .iter()
+                .any(|c| args(c).iter().any(|a| a == "--leader-election"));
+            if elects {
+                let lease_role_bound = bindings.iter().any(|b| {
+                    b.kind() == "RoleBinding"
+                        && b.namespace() == doc.namespace()
+                        && b.obj["subjects"][0]["name"] == sa
+                        && docs.iter().any(|r| {
+                            r.kind() == "Role"
+                                && r.name() == b.obj["roleRef"]["name"]
+                                && r.obj["rules"].to_string().contains("leases")
+                        })
+                });
+                assert!(
+                    lease_role_bound,
+                    "{}: no Role for leases bound to {sa}",
+                    doc.origin
+                );
+            }
+        }
+    }
+}
+
+/// The driver container of a pod: the one that serves CSI (`--endpoint`).
+fn driver_of(pod: &Value) -> &Value {
+    let drivers: Vec<&Value> = containers(pod)
         .iter()
-        .filter(|d| d.origin.contains("/attacher/"))
-        .count();
+        .filter(|c| flag(&args(c), "--endpoint").is_some())
+        .collect();
+    assert_eq!(drivers.len(), 1, "one driver container per pod");
+    drivers[0]
+}
 
-    // A server-side dry run validates everything and stores nothing.
-    let dry = kubectl(
-        &bin,
-        dir.path(),
-        &["create", "--dry-run=server", "-f", manifests],
-    )
-    .await;
-    assert_eq!(
-        dry.lines()
-            .filter(|l| l.ends_with("created (server dry run)"))
-            .count(),
-        attacher_docs,
-        "{dry}"
-    );
-    let sas: Api<DynamicObject> = Api::namespaced_with(
-        server.client(),
-        "kube-system",
-        &kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::ServiceAccount>(&()),
-    );
-    assert!(
-        sas.list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+/// Where the driver's socket is: (volume, path inside the volume).
+fn driver_socket(pod: &Value) -> (String, String) {
+    let driver = driver_of(pod);
+    let endpoint = flag(&args(driver), "--endpoint").unwrap().to_string();
+    let path = socket_path(&endpoint);
+    volume_holding(driver, path).unwrap_or_else(|| {
+        panic!(
+            "{}: socket {path} is in no volume, so no sidecar can reach it",
+            driver["name"]
+        )
+    })
+}
 
-    // Then for real, and kubectl finds them by short name.
-    let created = kubectl(&bin, dir.path(), &["create", "-f", manifests]).await;
-    assert_eq!(created.lines().count(), attacher_docs, "{created}");
-    assert!(
-        created.contains("deployment.apps/ebs-csi-controller created"),
-        "{created}"
-    );
-    let got = kubectl(
-        &bin,
-        dir.path(),
-        &[
-            "get",
-            "sa,deploy,role,rolebinding",
-            "-n",
-            "kube-system",
-            "-o",
-            "name",
-        ],
-    )
-    .await;
+/// Every `--csi-address` (in arguments and in exec probes) names the socket the pod's driver
+/// serves: the same file of the same volume, wherever each container mounts it.
+#[test]
+fn sidecars_dial_the_socket_their_driver_serves() {
+    let Some(renders) = renders() else { return };
+    let mut dialers = BTreeSet::new();
+    for (overlay, docs) in renders {
+        for doc in docs.iter().filter(|d| d.pod_spec().is_some()) {
+            let pod = doc.pod_spec().unwrap();
+            let (volume, file) = driver_socket(pod);
+            assert!(
+                volumes(pod).contains_key(&volume),
+                "{}: no volume {volume}",
+                doc.origin
+            );
+            for c in containers(pod) {
+                let name = c["name"].as_str().unwrap();
+                let mut addresses: Vec<String> = flag(&args(c), "--csi-address")
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect();
+                let probe = &c["livenessProbe"]["exec"]["command"];
+                if let Some(cmd) = probe.as_array() {
+                    let cmd: Vec<String> = cmd
+                        .iter()
+                        .map(|a| a.as_str().unwrap().to_string())
+                        .collect();
+                    addresses.extend(flag(&cmd, "--csi-address").map(str::to_string));
+                }
+                for address in addresses {
+                    let path = socket_path(&address);
+                    let held = volume_holding(c, path);
+                    assert_eq!(
+                        held,
+                        Some((volume.clone(), file.clone())),
+                        "{overlay}/{}/{name}: --csi-address={address} is not the driver's socket \
+                         ({file} in volume {volume}, mounted here at {:?})",
+                        doc.name(),
+                        mounts(c).get(&volume)
+                    );
+                    dialers.insert(format!("{overlay}/{}/{name}", doc.name()));
+                }
+            }
+        }
+    }
     for want in [
-        "serviceaccount/csi-attacher",
-        "deployment.apps/ebs-csi-controller",
-        "role.rbac.authorization.k8s.io/csi-attacher-leader-election",
-        "rolebinding.rbac.authorization.k8s.io/csi-attacher-leader-election",
+        "ebs/ebs-csi-controller/csi-attacher",
+        "ebs/ebs-csi-controller/csi-provisioner",
+        "ebs/ebs-csi-node/node-driver-registrar",
+        "hostpath/csi-hostpathplugin/csi-provisioner",
+        "hostpath/csi-hostpathplugin/node-driver-registrar",
     ] {
         assert!(
-            got.lines().any(|l| l == want),
-            "{want} missing from:\n{got}"
+            dialers.contains(want),
+            "{want} dials no socket: {dialers:?}"
         );
     }
-    let table = kubectl(&bin, dir.path(), &["get", "deploy", "-n", "kube-system"]).await;
-    assert!(
-        table
-            .lines()
-            .next()
-            .unwrap()
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            == ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
-        "{table}"
+}
+
+/// Node plugins: the registrar registers the host path of the driver's socket, writes into the
+/// kubelet's plugins_registry, and the driver sees the kubelet's directories at the kubelet's
+/// own paths with Bidirectional propagation (its mounts must reach the host).
+#[test]
+fn node_plugins_register_their_socket_and_share_the_kubelet_mounts() {
+    let Some(renders) = renders() else { return };
+    let mut node_plugins = 0;
+    for (overlay, docs) in renders {
+        for doc in docs.iter().filter(|d| d.pod_spec().is_some()) {
+            let pod = doc.pod_spec().unwrap();
+            let Some(registrar) = containers(pod)
+                .iter()
+                .find(|c| binary_of(c) == "csi-node-driver-registrar")
+            else {
+                continue;
+            };
+            node_plugins += 1;
+            let what = format!("{overlay}/{}", doc.name());
+            let vols = volumes(pod);
+            let (volume, file) = driver_socket(pod);
+            let host_dir = vols[&volume]["hostPath"]["path"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{what}: socket volume {volume} is not a hostPath"));
+            let host_socket = Path::new(host_dir).join(&file);
+            let reg_args = args(registrar);
+            assert_eq!(
+                flag(&reg_args, "--kubelet-registration-path").map(Path::new),
+                Some(host_socket.as_path()),
+                "{what}: the kubelet would dial another path than the driver's socket"
+            );
+            // The exec probe names the same path.
+            let probe: Vec<String> = registrar["livenessProbe"]["exec"]["command"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect();
+            assert_eq!(
+                flag(&probe, "--kubelet-registration-path").map(Path::new),
+                Some(host_socket.as_path()),
+                "{what}: probe"
+            );
+            assert_eq!(flag(&probe, "--mode"), Some("kubelet-registration-probe"));
+            // The socket dir is the kubelet's plugins/<driver name>.
+            let driver_name = docs
+                .iter()
+                .find(|d| d.kind() == "CSIDriver")
+                .unwrap()
+                .name()
+                .to_string();
+            assert_eq!(
+                host_dir.trim_end_matches('/'),
+                format!("/var/lib/kubelet/plugins/{driver_name}"),
+                "{what}"
+            );
+            // plugins_registry mounted where the registrar creates its socket.
+            let reg_dir = flag(&reg_args, "--plugin-registration-path").unwrap_or("/registration");
+            let (reg_volume, rest) = volume_holding(registrar, reg_dir)
+                .unwrap_or_else(|| panic!("{what}: {reg_dir} is not mounted"));
+            assert!(rest.is_empty(), "{what}: {reg_dir} is inside a mount");
+            assert_eq!(
+                vols[&reg_volume]["hostPath"]["path"]
+                    .as_str()
+                    .map(|p| p.trim_end_matches('/')),
+                Some("/var/lib/kubelet/plugins_registry"),
+                "{what}"
+            );
+            // The driver mounts the kubelet's root dir at the same path, Bidirectional.
+            let driver = driver_of(pod);
+            let kubelet = driver["volumeMounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| {
+                    vols[m["name"].as_str().unwrap()]["hostPath"]["path"]
+                        .as_str()
+                        .is_some_and(|p| p.trim_end_matches('/') == "/var/lib/kubelet")
+                })
+                .unwrap_or_else(|| panic!("{what}: the driver does not mount /var/lib/kubelet"));
+            assert_eq!(kubelet["mountPath"], "/var/lib/kubelet", "{what}");
+            assert_eq!(kubelet["mountPropagation"], "Bidirectional", "{what}");
+            assert_eq!(
+                driver["securityContext"]["privileged"], true,
+                "{what}: Bidirectional propagation needs a privileged container"
+            );
+            // No other container shares the kubelet's mounts both ways.
+            for c in containers(pod)
+                .iter()
+                .filter(|c| c["name"] != driver["name"])
+            {
+                assert!(
+                    !c["volumeMounts"].to_string().contains("Bidirectional"),
+                    "{what}: {} has a Bidirectional mount",
+                    c["name"]
+                );
+            }
+        }
+    }
+    assert_eq!(
+        node_plugins, 2,
+        "the EBS node DaemonSet and the hostpath plugin"
     );
-    assert!(
-        table.contains("0/2"),
-        "no controller runs: nothing is ready\n{table}"
+}
+
+/// The flags of the Go external-provisioner that issue 13 lists for our `csi-provisioner`.
+/// The binary is being written beside these manifests: when it is built, its `--help` is
+/// asked as well; until then the manifests may use only these.
+const PROVISIONER_FLAGS: &[&str] = &[
+    "--csi-address",
+    "--kubeconfig",
+    "--timeout",
+    "--worker-threads",
+    "--retry-interval-start",
+    "--retry-interval-max",
+    "--volume-name-prefix",
+    "--volume-name-uuid-length",
+    "--extra-create-metadata",
+    "--default-fstype",
+    "--feature-gates",
+    "--strict-topology",
+    "--immediate-topology",
+    "--leader-election",
+    "--leader-election-namespace",
+    "--leader-election-lease-duration",
+    "--leader-election-renew-deadline",
+    "--leader-election-retry-period",
+    "--kube-api-qps",
+    "--kube-api-burst",
+    "--http-endpoint",
+    "--v",
+];
+
+/// `bin --help`, and whether `bin ARGS --help` parses (clap checks each argument and its value
+/// before it reaches `--help`, which then ends the process without starting anything).
+fn ask_binary(bin: &Path, argv: &[String]) -> (BTreeSet<String>, Result<(), String>) {
+    let help = std::process::Command::new(bin)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success(), "{} --help", bin.display());
+    let flags = help_flags(&String::from_utf8_lossy(&help.stdout));
+    let parsed = std::process::Command::new(bin)
+        .args(argv)
+        .arg("--help")
+        .env_clear()
+        .output()
+        .unwrap();
+    let verdict = if parsed.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&parsed.stderr).into_owned())
+    };
+    (flags, verdict)
+}
+
+fn flag_name(arg: &str) -> &str {
+    arg.split('=').next().unwrap()
+}
+
+#[test]
+fn every_argument_is_a_flag_its_binary_accepts() {
+    let Some(renders) = renders() else { return };
+    // (binary, arguments, where): container args and exec probe commands.
+    let mut calls: Vec<(String, Vec<String>, String)> = Vec::new();
+    for (overlay, docs) in &renders {
+        for doc in docs.iter().filter(|d| d.pod_spec().is_some()) {
+            for c in containers(doc.pod_spec().unwrap()) {
+                let at = format!("{overlay}/{}/{}", doc.name(), c["name"].as_str().unwrap());
+                let bin = binary_of(c);
+                assert!(c["command"].is_null(), "{at}: the image's entrypoint runs");
+                calls.push((bin.clone(), args(c), at.clone()));
+                if let Some(cmd) = c["livenessProbe"]["exec"]["command"].as_array() {
+                    let cmd: Vec<String> = cmd
+                        .iter()
+                        .map(|a| a.as_str().unwrap().to_string())
+                        .collect();
+                    assert_eq!(
+                        cmd[0],
+                        format!("/{bin}"),
+                        "{at}: probe runs the image's binary"
+                    );
+                    calls.push((bin, cmd[1..].to_vec(), format!("{at} (liveness probe)")));
+                }
+            }
+        }
+    }
+    let mut checked = BTreeSet::new();
+    for (bin, argv, at) in &calls {
+        for a in argv {
+            assert!(a.starts_with("--"), "{at}: {a} is not a --flag");
+        }
+        if bin == "csi-provisioner" {
+            for a in argv {
+                assert!(
+                    PROVISIONER_FLAGS.contains(&flag_name(a)),
+                    "{at}: {a} is not a flag issue 13 gives csi-provisioner"
+                );
+            }
+            // The Go sidecar's feature gate syntax, Topology on.
+            if let Some(gates) = flag(argv, "--feature-gates") {
+                assert_eq!(gates, "Topology=true", "{at}");
+            }
+        }
+        let Some(path) = built_binary(bin) else {
+            match bin.as_str() {
+                // Being written now; its flags were checked against the issue's list above.
+                "csi-provisioner" => continue,
+                // Never built by this crate's tests (aws-sdk-ec2: minutes and gigabytes).
+                "ebs-csi-driver" => {
+                    test_support::skip_or_fail(
+                        "ebs-csi-driver is not built in the target dir (cargo build -p ebs-driver)",
+                    );
+                    return;
+                }
+                _ => {
+                    test_support::skip_or_fail(&format!(
+                        "{bin} is not built in the target dir (cargo build --bin {bin})"
+                    ));
+                    return;
+                }
+            }
+        };
+        let (flags, parsed) = ask_binary(&path, argv);
+        for a in argv {
+            assert!(
+                flags.contains(flag_name(a)),
+                "{at}: {bin} has no flag {} (its flags: {flags:?})",
+                flag_name(a)
+            );
+        }
+        if let Err(e) = parsed {
+            panic!("{at}: {bin} refuses {argv:?}: {e}");
+        }
+        checked.insert(bin.clone());
+    }
+    for want in [
+        "ebs-csi-driver",
+        "csi-attacher",
+        "csi-node-driver-registrar",
+        "hostpath-csi-driver",
+    ] {
+        assert!(checked.contains(want), "{want} was not asked: {checked:?}");
+    }
+}
+
+/// The port of an `--http-endpoint` value (`:8080`, `0.0.0.0:9808`).
+fn endpoint_port(v: &str) -> u16 {
+    v.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// Every httpGet probe asks a port the container serves on its `--http-endpoint`, at a path
+/// that binary serves; sidecars with leader election are probed on their election's health.
+#[test]
+fn probes_ask_what_the_containers_serve() {
+    let Some(renders) = renders() else { return };
+    let mut probed = 0;
+    for (overlay, docs) in renders {
+        for doc in docs.iter().filter(|d| d.pod_spec().is_some()) {
+            for c in containers(doc.pod_spec().unwrap()) {
+                let at = format!("{overlay}/{}/{}", doc.name(), c["name"].as_str().unwrap());
+                let a = args(c);
+                let get = &c["livenessProbe"]["httpGet"];
+                if get.is_null() {
+                    assert!(
+                        !c["livenessProbe"]["exec"].is_null()
+                            || binary_of(c) == "hostpath-csi-driver",
+                        "{at}: no liveness probe"
+                    );
+                    continue;
+                }
+                probed += 1;
+                let served = endpoint_port(
+                    flag(&a, "--http-endpoint")
+                        .unwrap_or_else(|| panic!("{at}: probed without --http-endpoint")),
+                );
+                let port = match &get["port"] {
+                    Value::Number(n) => n.as_u64().unwrap() as u16,
+                    Value::String(name) => c["ports"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|p| p["name"] == name.as_str())
+                        .unwrap_or_else(|| panic!("{at}: no port named {name}"))["containerPort"]
+                        .as_u64()
+                        .unwrap() as u16,
+                    other => panic!("{at}: port {other}"),
+                };
+                assert_eq!(port, served, "{at}: the probe asks a port nobody serves");
+                let path = get["path"].as_str().unwrap();
+                if a.iter().any(|x| x == "--leader-election") {
+                    assert_eq!(path, "/healthz/leader-election", "{at}");
+                } else {
+                    assert_eq!(path, "/healthz", "{at}");
+                }
+            }
+        }
+    }
+    assert_eq!(
+        probed, 5,
+        "EBS controller (3) and node driver, hostpath provisioner"
     );
+}
+
+#[test]
+fn csidrivers_and_storageclasses_fit_their_drivers() {
+    let Some(renders) = renders() else { return };
+    for (overlay, docs) in renders {
+        let of_kind = |k: &str| -> Vec<&Doc> { docs.iter().filter(|d| d.kind() == k).collect() };
+        let drivers = of_kind("CSIDriver");
+        assert_eq!(drivers.len(), 1, "{overlay}");
+        let driver = drivers[0];
+        let spec = &driver.obj["spec"];
+        let classes = of_kind("StorageClass");
+        assert_eq!(classes.len(), 1, "{overlay}");
+        let class = &classes[0].obj;
+        assert_eq!(class["provisioner"], driver.name(), "{overlay}");
+        assert_eq!(
+            class["volumeBindingMode"], "WaitForFirstConsumer",
+            "{overlay}"
+        );
+        // The driver's name is what its binary reports: the EBS default, or --drivername.
+        let workloads: Vec<&Doc> = docs.iter().filter(|d| d.pod_spec().is_some()).collect();
+        let attacher = workloads
+            .iter()
+            .flat_map(|d| containers(d.pod_spec().unwrap()))
+            .any(|c| binary_of(c) == "csi-attacher");
+        match overlay {
+            "ebs" => {
+                assert_eq!(driver.name(), "ebs.csi.aws.com");
+                assert_eq!(spec["attachRequired"], true);
+                assert_eq!(spec["podInfoOnMount"], false);
+                assert_eq!(spec["fsGroupPolicy"], "File");
+                assert!(attacher, "EBS volumes are attached: an attacher runs");
+                assert_eq!(classes[0].name(), "ebs-sc");
+                assert_eq!(class["parameters"]["type"], "gp3");
+                assert_eq!(class["parameters"]["csi.storage.k8s.io/fstype"], "ext4");
+                assert_eq!(class["allowVolumeExpansion"], true);
+                for w in &workloads {
+                    for c in containers(w.pod_spec().unwrap()) {
+                        if binary_of(c) == "ebs-csi-driver" {
+                            assert!(flag(&args(c), "--driver-name").is_none());
+                        }
+                    }
+                }
+            }
+            "hostpath" => {
+                assert_eq!(driver.name(), "hostpath.csi.k8s.io");
+                assert_eq!(spec["attachRequired"], false);
+                assert_eq!(spec["podInfoOnMount"], true);
+                assert!(!attacher, "nothing to attach: no attacher");
+                assert_eq!(classes[0].name(), "hostpath");
+                let plugin = workloads[0].pod_spec().unwrap();
+                assert_eq!(
+                    flag(&args(driver_of(plugin)), "--drivername"),
+                    Some("hostpath.csi.k8s.io")
+                );
+                assert_eq!(workloads[0].kind(), "StatefulSet");
+                assert_eq!(workloads[0].obj["spec"]["replicas"], 1);
+            }
+            other => panic!("overlay {other}"),
+        }
+        // Images: the placeholders deploy/README.md describes.
+        for w in &workloads {
+            for c in containers(w.pod_spec().unwrap()) {
+                assert_eq!(
+                    c["image"].as_str().unwrap(),
+                    format!("csi-rs/{}:v0.1.0", binary_of(c)),
+                    "{overlay}/{}",
+                    w.name()
+                );
+            }
+        }
+    }
 }

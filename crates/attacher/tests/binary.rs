@@ -93,7 +93,7 @@ async fn the_binary_attaches_and_detaches_with_go_style_flags_and_serves_metrics
         attacher_log(env.dir.path(), "main")
     );
     // The controller's requests carry the binary's User-Agent, and are only the calls
-    // docs/attacher.md lists (and deploy/attacher/rbac.yaml grants).
+    // docs/attacher.md lists (and deploy/kubernetes/rbac/attacher/rbac-attacher.yaml grants).
     let calls: std::collections::BTreeSet<String> = env
         .server
         .audit()

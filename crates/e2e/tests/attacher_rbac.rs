@@ -1,4 +1,4 @@
-//! deploy/attacher/rbac.yaml is least privilege, checked against what the attacher really calls:
+//! deploy/kubernetes/rbac/attacher/rbac-attacher.yaml is least privilege, checked against what the attacher really calls:
 //! the `csi-attacher` binary runs with leader election through a scenario that exercises every
 //! kind of call it makes (attach with a controllerPublishSecretRef, an attach error that becomes
 //! an Event twice, two replicas handing the Lease over on SIGTERM, detach, PV deletion), and the embedded API server's
@@ -414,7 +414,8 @@ async fn deploy_rbac_grants_exactly_what_the_attacher_calls() {
         "no request carried the attacher's User-Agent"
     );
 
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/attacher/rbac.yaml");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../deploy/kubernetes/rbac/attacher/rbac-attacher.yaml");
     let granted = grants(&manifest);
     let mut needed: BTreeSet<Grant> = BTreeSet::new();
     let denied: Vec<&Grant> = used
@@ -429,12 +430,12 @@ async fn deploy_rbac_grants_exactly_what_the_attacher_calls() {
         .collect();
     assert!(
         denied.is_empty(),
-        "deploy/attacher/rbac.yaml denies calls the attacher makes: {denied:#?}\n(all calls: {used:#?})"
+        "deploy/kubernetes/rbac/attacher/rbac-attacher.yaml denies calls the attacher makes: {denied:#?}\n(all calls: {used:#?})"
     );
     let unused: Vec<&Grant> = granted.difference(&needed).collect();
     assert!(
         unused.is_empty(),
-        "deploy/attacher/rbac.yaml grants what the attacher never called: {unused:#?}\n(all calls: {used:#?})"
+        "deploy/kubernetes/rbac/attacher/rbac-attacher.yaml grants what the attacher never called: {unused:#?}\n(all calls: {used:#?})"
     );
     mock.shutdown().await;
     server.shutdown().await.unwrap();
