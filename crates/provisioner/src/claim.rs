@@ -1,0 +1,219 @@
+//! Should we provision this claim? The PV controller names the provisioner in the claim's
+//! annotations; we also check the claim's StorageClass ourselves, so a claim of an in-tree
+//! class is only provisioned when the PV controller decided to migrate it.
+
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use k8s_openapi::api::storage::v1::StorageClass;
+
+use crate::{
+    BETA_STORAGE_PROVISIONER_ANNOTATION, MIGRATED_TO_ANNOTATION, SELECTED_NODE_ANNOTATION,
+    STORAGE_PROVISIONER_ANNOTATION,
+};
+
+/// The claim's class name before `spec.storageClassName` existed.
+const BETA_STORAGE_CLASS_ANNOTATION: &str = "volume.beta.kubernetes.io/storage-class";
+
+/// How the class reaches our driver.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClassKind {
+    /// `provisioner: <our driver>`.
+    Csi,
+    /// `provisioner: <in-tree plugin>` that our driver replaces (CSI migration).
+    MigratedInTree { in_tree_plugin: String },
+}
+
+/// What to do with a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Provision(ClassKind),
+    /// Not ours, or not yet: the reason is logged at debug level.
+    Skip(String),
+}
+
+/// The claim's StorageClass name (`spec.storageClassName`, else the beta annotation).
+pub fn class_name(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.as_deref())
+        .or_else(|| annotation(pvc, BETA_STORAGE_CLASS_ANNOTATION))
+        .filter(|s| !s.is_empty())
+}
+
+pub(crate) fn annotation<'a>(pvc: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
+    pvc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// The node the scheduler selected (WaitForFirstConsumer), if any.
+pub fn selected_node(pvc: &PersistentVolumeClaim) -> Option<&str> {
+    annotation(pvc, SELECTED_NODE_ANNOTATION).filter(|s| !s.is_empty())
+}
+
+/// Whether the class binds only once a pod is scheduled.
+pub fn waits_for_first_consumer(class: &StorageClass) -> bool {
+    class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
+}
+
+/// Decides whether `driver` provisions `pvc` of `class` (`None`: the class does not exist).
+pub fn decide(pvc: &PersistentVolumeClaim, class: Option<&StorageClass>, driver: &str) -> Decision {
+    let skip = |why: String| Decision::Skip(why);
+    let named = annotation(pvc, STORAGE_PROVISIONER_ANNOTATION)
+        .or_else(|| annotation(pvc, BETA_STORAGE_PROVISIONER_ANNOTATION));
+    if named != Some(driver) {
+        return skip(format!(
+            "storage-provisioner annotation is {named:?}, not {driver}"
+        ));
+    }
+    if pvc.metadata.deletion_timestamp.is_some() {
+        return skip("the claim is being deleted".into());
+    }
+    let bound = pvc
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_name.as_deref())
+        .is_some_and(|v| !v.is_empty());
+    if bound {
+        return skip("the claim is bound (spec.volumeName is set)".into());
+    }
+    let Some(class) = class else {
+        return skip(format!("StorageClass {:?} not found", class_name(pvc)));
+    };
+    let kind = if class.provisioner == driver {
+        ClassKind::Csi
+    } else if csi_translation::is_migratable_in_tree_plugin_by_name(&class.provisioner)
+        && csi_translation::csi_name_from_in_tree_name(&class.provisioner).ok() == Some(driver)
+    {
+        // Without the PV controller's migrated-to the in-tree provisioner owns the claim:
+        // provisioning it too would make two volumes (the Go sidecar's bug we avoid).
+        if annotation(pvc, MIGRATED_TO_ANNOTATION) != Some(driver) {
+            return skip(format!(
+                "class {} is of in-tree {} and the claim has no {MIGRATED_TO_ANNOTATION}: {driver}",
+                class.metadata.name.as_deref().unwrap_or_default(),
+                class.provisioner
+            ));
+        }
+        ClassKind::MigratedInTree {
+            in_tree_plugin: class.provisioner.clone(),
+        }
+    } else {
+        return skip(format!(
+            "class provisioner is {}, not {driver}",
+            class.provisioner
+        ));
+    };
+    if waits_for_first_consumer(class) && selected_node(pvc).is_none() {
+        return skip(format!(
+            "WaitForFirstConsumer: no {SELECTED_NODE_ANNOTATION} yet"
+        ));
+    }
+    Decision::Provision(kind)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaimSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    const D: &str = "ebs.csi.aws.com";
+
+    fn pvc(annotations: &[(&str, &str)]) -> PersistentVolumeClaim {
+        PersistentVolumeClaim {
+            metadata: ObjectMeta {
+                name: Some("c".into()),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| ((*k).into(), (*v).into()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(PersistentVolumeClaimSpec {
+                storage_class_name: Some("sc".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn class(provisioner: &str, wffc: bool) -> StorageClass {
+        StorageClass {
+            metadata: ObjectMeta {
+                name: Some("sc".into()),
+                ..Default::default()
+            },
+            provisioner: provisioner.into(),
+            volume_binding_mode: wffc.then(|| "WaitForFirstConsumer".into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn our_csi_class_is_provisioned_via_either_annotation() {
+        let c = class(D, false);
+        for key in [
+            STORAGE_PROVISIONER_ANNOTATION,
+            BETA_STORAGE_PROVISIONER_ANNOTATION,
+        ] {
+            assert_eq!(
+                decide(&pvc(&[(key, D)]), Some(&c), D),
+                Decision::Provision(ClassKind::Csi)
+            );
+        }
+        assert!(matches!(
+            decide(
+                &pvc(&[(STORAGE_PROVISIONER_ANNOTATION, "other")]),
+                Some(&c),
+                D
+            ),
+            Decision::Skip(_)
+        ));
+        assert!(matches!(decide(&pvc(&[]), Some(&c), D), Decision::Skip(_)));
+        assert!(matches!(
+            decide(&pvc(&[(STORAGE_PROVISIONER_ANNOTATION, D)]), None, D),
+            Decision::Skip(_)
+        ));
+        let mut bound = pvc(&[(STORAGE_PROVISIONER_ANNOTATION, D)]);
+        bound.spec.as_mut().unwrap().volume_name = Some("pv".into());
+        assert!(matches!(decide(&bound, Some(&c), D), Decision::Skip(_)));
+    }
+
+    #[test]
+    fn in_tree_class_needs_migrated_to() {
+        let c = class("kubernetes.io/aws-ebs", false);
+        let without = pvc(&[(STORAGE_PROVISIONER_ANNOTATION, D)]);
+        assert!(matches!(decide(&without, Some(&c), D), Decision::Skip(_)));
+        let with = pvc(&[
+            (STORAGE_PROVISIONER_ANNOTATION, D),
+            (MIGRATED_TO_ANNOTATION, D),
+        ]);
+        assert_eq!(
+            decide(&with, Some(&c), D),
+            Decision::Provision(ClassKind::MigratedInTree {
+                in_tree_plugin: "kubernetes.io/aws-ebs".into()
+            })
+        );
+        // Another driver's in-tree plugin is never ours.
+        let gce = class("kubernetes.io/gce-pd", false);
+        assert!(matches!(decide(&with, Some(&gce), D), Decision::Skip(_)));
+    }
+
+    #[test]
+    fn wait_for_first_consumer_waits_for_the_selected_node() {
+        let c = class(D, true);
+        assert!(matches!(
+            decide(&pvc(&[(STORAGE_PROVISIONER_ANNOTATION, D)]), Some(&c), D),
+            Decision::Skip(_)
+        ));
+        let p = pvc(&[
+            (STORAGE_PROVISIONER_ANNOTATION, D),
+            (SELECTED_NODE_ANNOTATION, "n1"),
+        ]);
+        assert_eq!(decide(&p, Some(&c), D), Decision::Provision(ClassKind::Csi));
+    }
+}

@@ -1,0 +1,96 @@
+//! One PV: DeleteVolume for a Released PV with reclaim policy Delete that we provisioned,
+//! then our finalizer off and the PV deleted. A PV deleted by a user while still bound keeps
+//! our finalizer (pv-protection holds it anyway) until it is Released and deleted here; a PV
+//! whose reclaim policy became Retain gets the finalizer removed, so it can go.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::PersistentVolume;
+use kube::runtime::reflector::ObjectRef;
+
+use super::Ctx;
+use super::kube_io;
+use crate::queue::Outcome;
+use crate::{Error, PV_FINALIZER, delete, events};
+
+pub(crate) async fn sync_volume(ctx: &Arc<Ctx>, key: &str, name: &str) -> Outcome {
+    let Some(pv) = ctx.pvs.get(&ObjectRef::new(name)) else {
+        ctx.queue.forget(key);
+        return Outcome::Done;
+    };
+    let class = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default();
+    let started = Instant::now();
+    match sync(ctx, &pv).await {
+        Ok(true) => {
+            ctx.metrics.deleted(&class, started.elapsed());
+            Outcome::Done
+        }
+        Ok(false) => Outcome::Done,
+        Err(e) => {
+            tracing::warn!(pv = %name, error = %e, "deleting the volume failed; will retry");
+            ctx.metrics.delete_failed(&class);
+            kube_io::event(
+                ctx,
+                pv.as_ref(),
+                true,
+                events::VOLUME_FAILED_DELETE,
+                &e.to_string(),
+            )
+            .await;
+            Outcome::Retry
+        }
+    }
+}
+
+fn has_finalizer(pv: &PersistentVolume) -> bool {
+    pv.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == PV_FINALIZER)
+}
+
+/// `Ok(true)`: the volume was deleted now.
+async fn sync(ctx: &Ctx, pv: &PersistentVolume) -> Result<bool, Error> {
+    let Some(target) = delete::target(pv, &ctx.driver.name)? else {
+        let retained = pv
+            .spec
+            .as_ref()
+            .and_then(|s| s.persistent_volume_reclaim_policy.as_deref())
+            != Some("Delete");
+        if pv.metadata.deletion_timestamp.is_some() && retained && has_finalizer(pv) {
+            kube_io::remove_finalizer(ctx, pv).await?;
+        }
+        return Ok(false);
+    };
+    let secrets: HashMap<String, String> = match &target.secret {
+        Some(r) => kube_io::secret_data(ctx, r).await?,
+        None => HashMap::new(),
+    };
+    ctx.driver
+        .delete_volume(
+            &target.volume_handle,
+            secrets,
+            ctx.options.timeout,
+            ctx.observer.as_ref(),
+            target.migrated,
+        )
+        .await?;
+    tracing::info!(pv = ?pv.metadata.name, volume = %target.volume_handle, "volume deleted");
+    let written = if has_finalizer(pv) {
+        match kube_io::remove_finalizer(ctx, pv).await? {
+            Some(p) => p,
+            None => return Ok(true),
+        }
+    } else {
+        pv.clone()
+    };
+    kube_io::delete_pv(ctx, &written).await?;
+    Ok(true)
+}

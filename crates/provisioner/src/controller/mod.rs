@@ -1,0 +1,255 @@
+//! The controller: caches (reflector stores) of claims, volumes, classes, CSINodes and Nodes;
+//! one queue of keys (`claim/<ns>/<name>`, `volume/<name>`); `--worker-threads` workers.
+
+mod data_source;
+mod delete_volume;
+mod kube_io;
+mod provision;
+mod watch;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use csi_spec::v1::CreateVolumeRequest;
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, SecretReference};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use kube::runtime::reflector::{self, Store};
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Options;
+use crate::csi::{Driver, Observer};
+use crate::metrics::ControllerMetrics;
+use crate::queue::{Outcome, WorkQueue};
+use crate::{Error, claim};
+
+const CLAIM_PREFIX: &str = "claim/";
+const VOLUME_PREFIX: &str = "volume/";
+
+/// A CreateVolume that may have made a volume we have no PV for yet: repeated (same name,
+/// idempotent) until it gives a final answer, and the volume deleted if its claim is gone.
+#[derive(Debug, Clone)]
+pub(crate) struct InProgress {
+    pub request: CreateVolumeRequest,
+    pub claim_uid: String,
+    pub deletion_secret: Option<SecretReference>,
+    pub migrated: bool,
+}
+
+pub(crate) struct Ctx {
+    pub client: Client,
+    pub driver: Driver,
+    pub options: Options,
+    pub recorder: sidecar::EventRecorder,
+    pub metrics: ControllerMetrics,
+    pub observer: Option<Observer>,
+    pub queue: WorkQueue,
+    pub pvcs: Store<PersistentVolumeClaim>,
+    pub pvs: Store<PersistentVolume>,
+    pub classes: Store<StorageClass>,
+    pub csinodes: Store<CSINode>,
+    pub nodes: Store<Node>,
+    in_progress: Mutex<HashMap<String, InProgress>>,
+}
+
+impl Ctx {
+    pub(crate) fn in_progress(&self) -> MutexGuard<'_, HashMap<String, InProgress>> {
+        // Plain map operations only: a panicking holder leaves it usable.
+        self.in_progress.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The provisioning controller on a given client and driver.
+pub struct Controller {
+    client: Client,
+    driver: Driver,
+    options: Options,
+    metrics: ControllerMetrics,
+    observer: Option<Observer>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("driver", &self.driver.name)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Controller {
+    /// Registers the controller metrics in `registry`; `operations` (when given) records each
+    /// CSI call in `csi_sidecar_operations_seconds`.
+    pub fn new(
+        client: Client,
+        driver: Driver,
+        options: Options,
+        registry: &mut Registry,
+        operations: Option<sidecar::OperationMetrics>,
+    ) -> Self {
+        let metrics = ControllerMetrics::register(registry);
+        let observer: Option<Observer> = operations.map(|ops| {
+            Arc::new(move |method: &str, code, took, migrated| {
+                ops.observe(method, code, took, migrated);
+            }) as Observer
+        });
+        Self {
+            client,
+            driver,
+            options,
+            metrics,
+            observer,
+        }
+    }
+
+    /// The driver's name.
+    pub fn driver_name(&self) -> &str {
+        &self.driver.name
+    }
+
+    /// Watches and works until `shutdown`; operations in flight finish first.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        if !self.driver.capabilities.create_delete_volume {
+            return Err(Error::Driver {
+                driver: self.driver.name.clone(),
+                reason: "it does not announce the CREATE_DELETE_VOLUME controller capability; there is nothing to provision".into(),
+            });
+        }
+        let (pvcs, pvc_writer) = reflector::store();
+        let (pvs, pv_writer) = reflector::store();
+        let (classes, class_writer) = reflector::store();
+        let (csinodes, csinode_writer) = reflector::store();
+        let (nodes, node_writer) = reflector::store();
+        let component = format!("{}_{}", self.driver.name, sidecar::default_identity());
+        let ctx = Arc::new(Ctx {
+            recorder: sidecar::EventRecorder::new(self.client.clone(), component),
+            queue: WorkQueue::new(
+                self.options.retry_interval_start,
+                self.options.retry_interval_max,
+            ),
+            client: self.client,
+            driver: self.driver,
+            options: self.options,
+            metrics: self.metrics,
+            observer: self.observer,
+            pvcs,
+            pvs,
+            classes,
+            csinodes,
+            nodes,
+            in_progress: Mutex::new(HashMap::new()),
+        });
+        let stop = shutdown.child_token();
+        let mut watches = JoinSet::new();
+        let c = ctx.clone();
+        watches.spawn(watch::watch_loop(
+            Api::<PersistentVolumeClaim>::all(ctx.client.clone()),
+            pvc_writer,
+            ctx.pvcs.clone(),
+            stop.clone(),
+            move |pvc: &PersistentVolumeClaim| c.queue.add(&claim_key(pvc)),
+        ));
+        let c = ctx.clone();
+        watches.spawn(watch::watch_loop(
+            Api::<PersistentVolume>::all(ctx.client.clone()),
+            pv_writer,
+            ctx.pvs.clone(),
+            stop.clone(),
+            move |pv: &PersistentVolume| {
+                c.queue.add(&format!(
+                    "{VOLUME_PREFIX}{}",
+                    pv.metadata.name.as_deref().unwrap_or_default()
+                ));
+            },
+        ));
+        let c = ctx.clone();
+        watches.spawn(watch::watch_loop(
+            Api::<StorageClass>::all(ctx.client.clone()),
+            class_writer,
+            ctx.classes.clone(),
+            stop.clone(),
+            move |class: &StorageClass| requeue_claims_of(&c, class),
+        ));
+        watches.spawn(watch::watch_loop(
+            Api::<CSINode>::all(ctx.client.clone()),
+            csinode_writer,
+            ctx.csinodes.clone(),
+            stop.clone(),
+            |_: &CSINode| {},
+        ));
+        watches.spawn(watch::watch_loop(
+            Api::<Node>::all(ctx.client.clone()),
+            node_writer,
+            ctx.nodes.clone(),
+            stop.clone(),
+            |_: &Node| {},
+        ));
+        let ready = async {
+            ctx.pvcs.wait_until_ready().await?;
+            ctx.pvs.wait_until_ready().await?;
+            ctx.classes.wait_until_ready().await?;
+            ctx.csinodes.wait_until_ready().await?;
+            ctx.nodes.wait_until_ready().await
+        };
+        tokio::select! {
+            () = stop.cancelled() => {}
+            r = ready => {
+                r.map_err(|e| Error::Watch(format!("the caches never filled: {e}")))?;
+                tracing::info!(driver = %ctx.driver.name, workers = ctx.options.workers, "caches filled; provisioning");
+            }
+        }
+        let mut workers = JoinSet::new();
+        for _ in 0..ctx.options.workers {
+            let c = ctx.clone();
+            workers.spawn(async move {
+                while let Some(key) = c.queue.next().await {
+                    let outcome = process(&c, &key).await;
+                    c.queue.done(&key, outcome);
+                }
+            });
+        }
+        stop.cancelled().await;
+        // Workers finish the key in hand (a CreateVolume half done is repeated after a restart
+        // anyway: it is idempotent by name).
+        ctx.queue.shut_down();
+        while workers.join_next().await.is_some() {}
+        watches.shutdown().await;
+        Ok(())
+    }
+}
+
+pub(crate) fn claim_key(pvc: &PersistentVolumeClaim) -> String {
+    format!(
+        "{CLAIM_PREFIX}{}/{}",
+        pvc.metadata.namespace.as_deref().unwrap_or_default(),
+        pvc.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// A class appeared or changed: its pending claims may be provisionable now.
+fn requeue_claims_of(ctx: &Ctx, class: &StorageClass) {
+    let name = class.metadata.name.as_deref();
+    for pvc in ctx.pvcs.state() {
+        let unbound = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.as_deref())
+            .is_none_or(str::is_empty);
+        if unbound && claim::class_name(&pvc) == name {
+            ctx.queue.add(&claim_key(&pvc));
+        }
+    }
+}
+
+async fn process(ctx: &Arc<Ctx>, key: &str) -> Outcome {
+    if let Some(rest) = key.strip_prefix(CLAIM_PREFIX) {
+        let (ns, name) = rest.split_once('/').unwrap_or(("", rest));
+        provision::sync_claim(ctx, key, ns, name).await
+    } else if let Some(name) = key.strip_prefix(VOLUME_PREFIX) {
+        delete_volume::sync_volume(ctx, key, name).await
+    } else {
+        Outcome::Done
+    }
+}

@@ -1,0 +1,148 @@
+//! The whole `csi-provisioner` process: clients, driver connection, metrics server, leader
+//! election, controller.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+use tokio_util::sync::CancellationToken;
+
+use crate::Error;
+use crate::config::Config;
+use crate::controller::Controller;
+use crate::csi::{Capabilities, Driver};
+
+/// The User-Agent of every API request.
+fn user_agent() -> String {
+    format!("csi-provisioner/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Runs the provisioner until `shutdown` is cancelled (SIGTERM in the binary).
+///
+/// Two kube clients: the controller's is rate-limited by `--kube-api-qps`/`--kube-api-burst`;
+/// leader election has its own, so a busy controller never delays a lease renewal.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
+    config.options()?;
+    let common = &config.common;
+    let ua = user_agent();
+    let client = sidecar::build_client(
+        common.kubeconfig_path(),
+        &ua,
+        common.kube_api_qps,
+        common.kube_api_burst,
+    )
+    .await?;
+    let election_client = sidecar::build_client(
+        common.kubeconfig_path(),
+        &format!("{ua} leader-election"),
+        -1.0,
+        0,
+    )
+    .await?;
+    run_with_clients(config, client, election_client, shutdown).await
+}
+
+/// [`run`] on an existing client (csi-cluster runs the provisioner in-process). The same client
+/// serves leader election; `--kubeconfig` and the QPS flags are not used.
+pub async fn run_with_client(
+    config: Config,
+    client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    run_with_clients(config, client.clone(), client, shutdown).await
+}
+
+async fn run_with_clients(
+    config: Config,
+    client: kube::Client,
+    election_client: kube::Client,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let options = config.options()?;
+    let common = &config.common;
+    let driver = connect_driver(&config, &shutdown).await?;
+    if !driver.capabilities.create_delete_volume {
+        return Err(Error::Driver {
+            driver: driver.name,
+            reason: "it does not announce the CREATE_DELETE_VOLUME controller capability: it cannot provision volumes".into(),
+        });
+    }
+    let mut registry = Registry::default();
+    let operations = sidecar::OperationMetrics::register(&mut registry, &driver.name);
+    let driver_name = driver.name.clone();
+    let controller = Controller::new(client, driver, options, &mut registry, Some(operations));
+
+    let health = sidecar::Health::default();
+    // The Go sidecar's Lease: the driver name, sanitized (ebs.csi.aws.com → ebs-csi-aws-com).
+    let lease = common
+        .election
+        .config(sidecar::sanitize_driver_name(&driver_name));
+    if let Some(lease) = &lease {
+        health.register_leader_metric(&mut registry, &lease.lease_name);
+    }
+    let registry = Arc::new(registry);
+    let http = match common.http_endpoint_addr() {
+        Some(addr) => {
+            let server =
+                sidecar::serve_http(addr, &common.metrics_path, registry.clone(), health.clone())
+                    .await?;
+            tracing::info!(address = %server.local_addr(), "serving metrics and health");
+            Some(server)
+        }
+        None => None,
+    };
+    health.set_ready(true);
+    let result = match lease {
+        Some(lease) => {
+            tracing::info!(lease = %lease.lease_name, namespace = %lease.namespace, identity = %lease.identity, "leader election on");
+            sidecar::run_as_leader_with_health(
+                election_client,
+                lease,
+                health.clone(),
+                shutdown.clone(),
+                |token| controller.run(token),
+            )
+            .await
+            .map_err(Error::from)
+        }
+        None => {
+            drop(election_client);
+            controller.run(shutdown.clone()).await
+        }
+    };
+    if let Some(server) = http {
+        server.shutdown().await;
+    }
+    result
+}
+
+/// Dials the driver (retrying until `--connection-timeout`), waits for Probe, and reads its
+/// name and capabilities.
+pub async fn connect_driver(
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> Result<Driver, Error> {
+    let common = &config.common;
+    let call_timeout: Duration = config.timeout;
+    let connect = async {
+        let channel = sidecar::connect(&common.csi_address, common.connection_timeout).await?;
+        sidecar::probe_until_ready(&channel, call_timeout, common.connection_timeout).await?;
+        let info = sidecar::driver_info(&channel, call_timeout).await?;
+        Ok::<_, sidecar::Error>((channel, info))
+    };
+    let (channel, info) = tokio::select! {
+        () = shutdown.cancelled() => {
+            return Err(Error::Config("shut down before the CSI driver was reachable".into()));
+        }
+        r = connect => r?,
+    };
+    let topology = crate::csi::has_topology(&channel, call_timeout).await?;
+    let capabilities =
+        Capabilities::from_rpc_types(info.controller_capabilities.iter().copied(), topology);
+    tracing::info!(driver = %info.name, version = %info.vendor_version, ?capabilities, "connected to the CSI driver");
+    Ok(Driver {
+        name: info.name,
+        channel,
+        capabilities,
+    })
+}
