@@ -1,0 +1,344 @@
+//! Flags ([`Flags`], Go `flag` syntax through `sidecar::normalize_go_args`) and what the
+//! controller runs with ([`Config`], [`Options`]); tests, csi-cluster and `crates/e2e` build
+//! those directly.
+//!
+//! Names are kube-controller-manager's (`--pvclaimbinder-sync-period`, `--feature-gates`,
+//! `--cloud-provider`, `--cluster-name`, `--enable-dynamic-provisioning`, `--leader-elect*`,
+//! `--kube-api-qps`/`--kube-api-burst` with its defaults 20/30), the EBS driver's for EC2
+//! access (`--region`, `--ec2-endpoint`), the CSI sidecars' for `--http-endpoint` and `-v`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use sidecar::{LeaderElectionConfig, parse_go_bool, parse_go_duration};
+use volume_plugins::MigratedPlugins;
+
+use crate::Error;
+
+/// Accepts any string, including the empty one Go manifests pass for "unset".
+fn any_string(s: &str) -> Result<String, String> {
+    Ok(s.to_owned())
+}
+
+/// pv-controller: binds PersistentVolumeClaims to PersistentVolumes, asks provisioners for
+/// new volumes, reclaims released ones and guards both with finalizers (kube-controller-
+/// manager's persistentvolume-binder, pvc-protection and pv-protection controllers).
+#[derive(Parser, Debug, Clone)]
+#[command(name = "pv-controller", version, about, long_about = None)]
+pub struct Flags {
+    /// Path to a kubeconfig file. Empty: in-cluster configuration, then $KUBECONFIG or
+    /// ~/.kube/config.
+    #[arg(long, value_name = "PATH", value_parser = any_string)]
+    pub kubeconfig: Option<String>,
+
+    /// Kubernetes feature gates; only the CSIMigration* gates matter here (e.g.
+    /// CSIMigrationAWS=true hands kubernetes.io/aws-ebs classes to ebs.csi.aws.com).
+    #[arg(long, default_value = "", value_name = "GATE=BOOL,...", value_parser = any_string)]
+    pub feature_gates: String,
+
+    /// How often every claim and volume is synced again even without a change.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub pvclaimbinder_sync_period: Duration,
+
+    /// Whether classes of in-tree plugins are provisioned here at all.
+    #[arg(
+        long,
+        default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool,
+        value_name = "BOOL"
+    )]
+    pub enable_dynamic_provisioning: bool,
+
+    /// Cloud provider of the in-tree plugins: "" (none: classes of kubernetes.io/aws-ebs that
+    /// are not migrated get a ProvisioningFailed Event saying so) or "aws".
+    #[arg(long, default_value = "", value_name = "PROVIDER", value_parser = any_string)]
+    pub cloud_provider: String,
+
+    /// The cluster's name, in the tags of the EBS volumes the in-tree provisioner creates.
+    #[arg(long, default_value = "kubernetes", value_name = "NAME")]
+    pub cluster_name: String,
+
+    /// AWS region of the in-tree provisioner. Empty: AWS_REGION, the profile, or instance
+    /// metadata.
+    #[arg(long, value_name = "REGION", value_parser = any_string)]
+    pub region: Option<String>,
+
+    /// EC2 endpoint URL override (ec2-sim, a VPC endpoint); also AWS_EC2_ENDPOINT.
+    #[arg(long, env = "AWS_EC2_ENDPOINT", value_name = "URL", value_parser = any_string)]
+    pub ec2_endpoint: Option<String>,
+
+    /// How many provisioning and deletion operations run at once.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub concurrent_operations: usize,
+
+    /// Queries per second to the API server (a negative value means unlimited).
+    #[arg(
+        long,
+        default_value_t = 20.0,
+        allow_negative_numbers = true,
+        value_name = "QPS"
+    )]
+    pub kube_api_qps: f32,
+
+    /// Burst of queries to the API server above --kube-api-qps.
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    pub kube_api_burst: u32,
+
+    /// Elect a leader on a Lease (--leader-elect-resource-name in
+    /// --leader-elect-resource-namespace); only the leader works.
+    #[arg(
+        long,
+        default_value_t = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool,
+        value_name = "BOOL"
+    )]
+    pub leader_elect: bool,
+
+    /// How long non-leaders wait after the last renewal before they may take the lease.
+    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_elect_lease_duration: Duration,
+
+    /// How long the leader keeps trying to renew before it gives up leadership.
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// How often the leader renews and candidates retry.
+    #[arg(long, default_value = "2s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub leader_elect_retry_period: Duration,
+
+    /// Namespace of the leader election Lease.
+    #[arg(long, default_value = "kube-system", value_name = "NAMESPACE")]
+    pub leader_elect_resource_namespace: String,
+
+    /// Name of the leader election Lease (not kube-controller-manager's own, so this
+    /// controller can run next to a kcm that has its persistentvolume controllers turned off).
+    #[arg(long, default_value = "pv-controller", value_name = "NAME")]
+    pub leader_elect_resource_name: String,
+
+    /// host:port (":8080": all interfaces) for /metrics, /healthz and /readyz. Empty: none.
+    #[arg(long, value_name = "ADDRESS", value_parser = any_string)]
+    pub http_endpoint: Option<String>,
+
+    /// Path the Prometheus metrics are served at on --http-endpoint.
+    #[arg(long, default_value = "/metrics", value_name = "PATH")]
+    pub metrics_path: String,
+
+    /// Log verbosity (klog levels): 0-3 info, 4 debug, 5 and above trace. RUST_LOG overrides.
+    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
+    pub v: u8,
+}
+
+/// The controller's settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// In-tree plugins migrated to CSI (`--feature-gates`).
+    pub migrated: MigratedPlugins,
+    /// `--pvclaimbinder-sync-period`.
+    pub sync_period: Duration,
+    /// `--enable-dynamic-provisioning`.
+    pub enable_dynamic_provisioning: bool,
+    /// `--cluster-name`.
+    pub cluster_name: String,
+    /// Provisioning and deletion operations at once.
+    pub concurrent_operations: usize,
+    /// First retry delay of a failed sync or operation; it doubles up to `backoff_max`.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// How long the start waits for the watch caches' first lists.
+    pub cache_sync_timeout: Duration,
+}
+
+impl Default for Options {
+    /// kube-controller-manager's defaults (backoff: its exponential backoff, 500 ms to 2m2s).
+    fn default() -> Self {
+        Self {
+            migrated: MigratedPlugins::none(),
+            sync_period: Duration::from_secs(15),
+            enable_dynamic_provisioning: true,
+            cluster_name: "kubernetes".into(),
+            concurrent_operations: 8,
+            backoff_initial: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(122),
+            cache_sync_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Everything [`crate::run`] needs besides the client.
+#[derive(Clone)]
+pub struct Config {
+    /// `None`: no leader election.
+    pub leader_election: Option<LeaderElectionConfig>,
+    pub http_endpoint: Option<String>,
+    pub metrics_path: String,
+    pub options: Options,
+    /// EC2 for the in-tree `kubernetes.io/aws-ebs` provisioner and deleter
+    /// (`--cloud-provider=aws`); `None`: no cloud, unmigrated in-tree classes fail with an
+    /// Event saying so. Callers may pass any [`ebs_cloud::Cloud`] (ec2-sim through
+    /// `ebs-cloud-aws`, a fake).
+    pub cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("leader_election", &self.leader_election)
+            .field("http_endpoint", &self.http_endpoint)
+            .field("options", &self.options)
+            .field("cloud", &self.cloud.is_some())
+            .finish()
+    }
+}
+
+impl Config {
+    /// A config for an in-process controller: no leader election, no HTTP server, no cloud.
+    pub fn new(options: Options) -> Self {
+        Self {
+            leader_election: None,
+            http_endpoint: None,
+            metrics_path: "/metrics".into(),
+            options,
+            cloud: None,
+        }
+    }
+}
+
+impl Flags {
+    /// Whether `--cloud-provider` asks for EC2 (checked: only "" and "aws" exist).
+    pub fn wants_aws_cloud(&self) -> Result<bool, Error> {
+        match self.cloud_provider.as_str() {
+            "" => Ok(false),
+            "aws" => Ok(true),
+            other => Err(Error::Config(format!(
+                "--cloud-provider={other}: want \"\" (no cloud) or \"aws\""
+            ))),
+        }
+    }
+
+    /// `--kubeconfig`, with an empty value as unset.
+    pub fn kubeconfig_path(&self) -> Option<PathBuf> {
+        self.kubeconfig
+            .clone()
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+    }
+
+    /// The checked [`Config`]; `cloud` is built by the binary from `--cloud-provider`,
+    /// `--region` and `--ec2-endpoint`.
+    pub fn config(&self, cloud: Option<Arc<dyn ebs_cloud::Cloud>>) -> Result<Config, Error> {
+        self.wants_aws_cloud()?;
+        let migrated = MigratedPlugins::from_feature_gates(&self.feature_gates)
+            .map_err(|e| Error::Config(e.to_string()))?;
+        if self.pvclaimbinder_sync_period.is_zero() {
+            return Err(Error::Config(
+                "--pvclaimbinder-sync-period must be longer than 0".into(),
+            ));
+        }
+        if self.concurrent_operations == 0 {
+            return Err(Error::Config(
+                "--concurrent-operations must be at least 1".into(),
+            ));
+        }
+        if self.cluster_name.is_empty() {
+            return Err(Error::Config("--cluster-name must not be empty".into()));
+        }
+        let leader_election = self.leader_elect.then(|| LeaderElectionConfig {
+            lease_name: self.leader_elect_resource_name.clone(),
+            namespace: self.leader_elect_resource_namespace.clone(),
+            identity: sidecar::default_identity(),
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        });
+        Ok(Config {
+            leader_election,
+            http_endpoint: self.http_endpoint.clone().filter(|s| !s.is_empty()),
+            metrics_path: self.metrics_path.clone(),
+            options: Options {
+                migrated,
+                sync_period: self.pvclaimbinder_sync_period,
+                enable_dynamic_provisioning: self.enable_dynamic_provisioning,
+                cluster_name: self.cluster_name.clone(),
+                concurrent_operations: self.concurrent_operations,
+                ..Options::default()
+            },
+            cloud,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn parse(args: &[&str]) -> Flags {
+        let argv = std::iter::once("pv-controller")
+            .chain(args.iter().copied())
+            .map(std::ffi::OsString::from);
+        Flags::try_parse_from(sidecar::normalize_go_args(argv)).expect("parses")
+    }
+
+    #[test]
+    fn defaults_are_kube_controller_managers() {
+        let f = parse(&[]);
+        let c = f.config(None).expect("valid");
+        let o = &c.options;
+        assert_eq!(o.migrated, MigratedPlugins::none());
+        assert_eq!(o.sync_period, Duration::from_secs(15));
+        assert!(o.enable_dynamic_provisioning);
+        assert_eq!(o.cluster_name, "kubernetes");
+        assert_eq!((f.kube_api_qps, f.kube_api_burst), (20.0, 30));
+        let lease = c.leader_election.expect("kcm elects a leader by default");
+        assert_eq!(lease.lease_name, "pv-controller");
+        assert_eq!(lease.namespace, "kube-system");
+        assert_eq!(lease.retry_period, Duration::from_secs(2));
+        assert!(c.http_endpoint.is_none() && c.cloud.is_none());
+        assert!(f.kubeconfig_path().is_none());
+    }
+
+    #[test]
+    fn go_style_flags_parse() {
+        let f = parse(&[
+            "--feature-gates=CSIMigrationAWS=true",
+            "-pvclaimbinder-sync-period=1s",
+            "--cloud-provider=aws",
+            "-cluster-name=prod",
+            "-region=us-east-1",
+            "-kubeconfig=/etc/kubeconfig",
+            "-leader-elect=false",
+            "-http-endpoint=:8080",
+            "-v=4",
+        ]);
+        assert!(f.wants_aws_cloud().expect("valid"));
+        assert_eq!(f.kubeconfig_path(), Some(PathBuf::from("/etc/kubeconfig")));
+        let c = f.config(None).expect("valid");
+        assert!(c.options.migrated.contains("kubernetes.io/aws-ebs"));
+        assert_eq!(c.options.sync_period, Duration::from_secs(1));
+        assert_eq!(c.options.cluster_name, "prod");
+        assert!(c.leader_election.is_none());
+        assert_eq!(c.http_endpoint.as_deref(), Some(":8080"));
+    }
+
+    #[test]
+    fn nonsense_is_refused_naming_the_flag() {
+        let e = parse(&["--cloud-provider=gce"]).config(None).unwrap_err();
+        assert!(e.to_string().contains("--cloud-provider=gce"), "{e}");
+        let e = parse(&["--feature-gates=CSIMigrationAWS=maybe"])
+            .config(None)
+            .unwrap_err();
+        assert!(e.to_string().contains("CSIMigrationAWS"), "{e}");
+        let e = parse(&["--pvclaimbinder-sync-period=0s"])
+            .config(None)
+            .unwrap_err();
+        assert!(e.to_string().contains("--pvclaimbinder-sync-period"), "{e}");
+    }
+}

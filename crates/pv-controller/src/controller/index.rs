@@ -1,0 +1,303 @@
+//! Which volume a claim binds to: kube-controller-manager's volume index
+//! (`findBestMatchForClaim`). Volumes are grouped by their access modes; the groups whose modes
+//! include all of the claim's are tried from the fewest modes up, and in the first group with
+//! a match the smallest volume at least as big as the request wins. A volume pre-bound to the
+//! claim (`spec.claimRef` naming it) wins whatever its size.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{
+    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use volume_plugins::aws_ebs::provisioner::quantity_to_bytes;
+
+use crate::names::ANN_BETA_STORAGE_CLASS;
+
+/// The node a claim is to be used on (`volume.kubernetes.io/selected-node`), as matching needs
+/// it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct NodeInfo {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The claim's class: the beta annotation wins over `spec.storageClassName`; none is "".
+pub(crate) fn claim_class(claim: &PersistentVolumeClaim) -> String {
+    if let Some(c) = claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_BETA_STORAGE_CLASS))
+    {
+        return c.clone();
+    }
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default()
+}
+
+/// The volume's class, read the same way.
+pub(crate) fn volume_class(volume: &PersistentVolume) -> String {
+    if let Some(c) = volume
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_BETA_STORAGE_CLASS))
+    {
+        return c.clone();
+    }
+    volume
+        .spec
+        .as_ref()
+        .and_then(|s| s.storage_class_name.clone())
+        .unwrap_or_default()
+}
+
+/// The claim's requested bytes (`spec.resources.requests.storage`).
+pub(crate) fn requested_bytes(claim: &PersistentVolumeClaim) -> Result<u128, String> {
+    let q = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .ok_or("spec.resources.requests.storage is missing")?;
+    quantity_to_bytes(&q.0).ok_or_else(|| {
+        format!(
+            "spec.resources.requests.storage {:?} is not a quantity",
+            q.0
+        )
+    })
+}
+
+/// The volume's bytes (`spec.capacity.storage`); 0 when unreadable (it then matches nothing).
+pub(crate) fn volume_bytes(volume: &PersistentVolume) -> u128 {
+    volume
+        .spec
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"))
+        .and_then(|q| quantity_to_bytes(&q.0))
+        .unwrap_or(0)
+}
+
+fn claim_modes(claim: &PersistentVolumeClaim) -> BTreeSet<String> {
+    claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.access_modes.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .collect()
+}
+
+fn volume_modes(volume: &PersistentVolume) -> BTreeSet<String> {
+    volume
+        .spec
+        .as_ref()
+        .and_then(|s| s.access_modes.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .collect()
+}
+
+/// Whether the volume offers every access mode the claim asks for.
+pub(crate) fn access_modes_satisfied(
+    claim: &PersistentVolumeClaim,
+    volume: &PersistentVolume,
+) -> bool {
+    claim_modes(claim).is_subset(&volume_modes(volume))
+}
+
+/// Whether claim and volume disagree on `volumeMode` (unset is Filesystem on both sides).
+pub(crate) fn volume_mode_mismatch(
+    claim: &PersistentVolumeClaim,
+    volume: &PersistentVolume,
+) -> bool {
+    let c = claim
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_mode.as_deref())
+        .unwrap_or("Filesystem");
+    let v = volume
+        .spec
+        .as_ref()
+        .and_then(|s| s.volume_mode.as_deref())
+        .unwrap_or("Filesystem");
+    c != v
+}
+
+/// Whether `volume.spec.claimRef` names this claim (and its uid, when the ref has one).
+pub(crate) fn is_volume_bound_to_claim(
+    volume: &PersistentVolume,
+    claim: &PersistentVolumeClaim,
+) -> bool {
+    let Some(r) = volume.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) else {
+        return false;
+    };
+    r.name == claim.metadata.name
+        && r.namespace == claim.metadata.namespace
+        && r.uid
+            .as_deref()
+            .is_none_or(|u| u.is_empty() || Some(u) == claim.metadata.uid.as_deref())
+}
+
+/// Whether a label selector admits `labels` (matchLabels and every matchExpression).
+pub(crate) fn selector_matches(
+    selector: &LabelSelector,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, String> {
+    if let Some(ml) = &selector.match_labels {
+        if ml.iter().any(|(k, v)| labels.get(k) != Some(v)) {
+            return Ok(false);
+        }
+    }
+    for e in selector.match_expressions.iter().flatten() {
+        let values = e.values.clone().unwrap_or_default();
+        let value = labels.get(&e.key);
+        let ok = match e.operator.as_str() {
+            "In" => value.is_some_and(|v| values.contains(v)),
+            "NotIn" => value.is_none_or(|v| !values.contains(v)),
+            "Exists" => value.is_some(),
+            "DoesNotExist" => value.is_none(),
+            other => {
+                return Err(format!(
+                    "spec.selector.matchExpressions: operator {other:?} is not In, NotIn, Exists or DoesNotExist"
+                ));
+            }
+        };
+        if !ok {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&String>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    let number = |s: &str| s.parse::<i64>().ok();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.contains(v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => {
+            matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b)
+        }
+        "Lt" => {
+            matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b)
+        }
+        _ => false,
+    }
+}
+
+fn term_matches(term: &NodeSelectorTerm, node: &NodeInfo) -> bool {
+    let exprs = term.match_expressions.as_deref().unwrap_or_default();
+    let fields = term.match_fields.as_deref().unwrap_or_default();
+    if exprs.is_empty() && fields.is_empty() {
+        // An empty term matches no node (Kubernetes' rule).
+        return false;
+    }
+    exprs
+        .iter()
+        .all(|r| requirement_matches(r, node.labels.get(&r.key)))
+        && fields
+            .iter()
+            .all(|r| r.key == "metadata.name" && requirement_matches(r, Some(&node.name)))
+}
+
+/// Whether the volume's `spec.nodeAffinity.required` admits the node (no affinity: any node).
+pub(crate) fn node_affinity_matches(volume: &PersistentVolume, node: &NodeInfo) -> bool {
+    let Some(required) = volume
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+    else {
+        return true;
+    };
+    required
+        .node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, node))
+}
+
+/// kcm's `findBestMatchForClaim`: the volume the claim should bind to, if any. `node`: the
+/// selected node of a WaitForFirstConsumer claim (its affinity must admit the volume);
+/// `delay_binding` without a node binds only a volume pre-bound to the claim.
+pub(crate) fn find_best_match_for_claim(
+    claim: &PersistentVolumeClaim,
+    volumes: &[Arc<PersistentVolume>],
+    node: Option<&NodeInfo>,
+    delay_binding: bool,
+) -> Result<Option<Arc<PersistentVolume>>, String> {
+    let requested = requested_bytes(claim)?;
+    let wanted = claim_modes(claim);
+    let class = claim_class(claim);
+    let selector = claim.spec.as_ref().and_then(|s| s.selector.as_ref());
+    // The access-mode groups that can serve the claim, fewest modes first.
+    let mut groups: Vec<BTreeSet<String>> = volumes
+        .iter()
+        .map(|v| volume_modes(v))
+        .filter(|m| wanted.is_subset(m))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    groups.sort_by_key(BTreeSet::len);
+    for group in groups {
+        let mut smallest: Option<(&Arc<PersistentVolume>, u128)> = None;
+        for volume in volumes.iter().filter(|v| volume_modes(v) == group) {
+            if volume_mode_mismatch(claim, volume) {
+                continue;
+            }
+            if volume.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let affinity_ok = node.is_none_or(|n| node_affinity_matches(volume, n));
+            if is_volume_bound_to_claim(volume, claim) {
+                // Pre-bound: this volume or none (a node it cannot reach means no match).
+                return Ok(affinity_ok.then(|| volume.clone()));
+            }
+            if node.is_none() && delay_binding {
+                continue;
+            }
+            let phase = volume.status.as_ref().and_then(|s| s.phase.as_deref());
+            if phase != Some("Available") {
+                continue;
+            }
+            if volume
+                .spec
+                .as_ref()
+                .and_then(|s| s.claim_ref.as_ref())
+                .is_some()
+            {
+                continue;
+            }
+            if let Some(sel) = selector {
+                let labels = volume.metadata.labels.clone().unwrap_or_default();
+                if !selector_matches(sel, &labels)? {
+                    continue;
+                }
+            }
+            if volume_class(volume) != class || !affinity_ok {
+                continue;
+            }
+            let size = volume_bytes(volume);
+            if size >= requested && smallest.is_none_or(|(_, s)| size < s) {
+                smallest = Some((volume, size));
+            }
+        }
+        if let Some((v, _)) = smallest {
+            return Ok(Some(v.clone()));
+        }
+    }
+    Ok(None)
+}
+
+#[cfg(test)]
+#[path = "index_tests.rs"]
+mod tests;

@@ -1,0 +1,426 @@
+//! The persistentvolume controller on one client: watch caches of claims, volumes, classes and
+//! pods; a pass syncs every volume, then every claim, whenever any of them changes, when an
+//! operation ends, and every `--pvclaimbinder-sync-period`. A pass does the quick writes of
+//! binding itself, one object after the other, as kcm's single claim and volume workers do;
+//! provisioning and deletion, which wait for a cloud, run as operations beside it (at most
+//! `--concurrent-operations`, one per claim or volume at a time).
+//!
+//! Writes are remembered (kcm's `storeObjectUpdate`): a pass that starts before the watch
+//! delivered the controller's own last write reads the newer object it wrote, so it neither
+//! repeats the write nor acts on a stale view.
+
+pub(crate) mod bind;
+pub(crate) mod index;
+mod provision;
+mod reclaim;
+mod sync_claim;
+mod sync_volume;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::StorageClass;
+use kube::runtime::watcher;
+use kube::{Api, Client, Resource};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use volume_plugins::ObjectCache;
+
+use crate::config::Options;
+use crate::events::Recorder;
+use crate::metrics::{Counts, Metrics};
+use crate::{Error, protection};
+
+/// The reflectors (client-go informers) of the four kinds the controller reads. Nodes are read
+/// on demand (only a WaitForFirstConsumer claim's selected node is ever needed).
+#[derive(Debug, Clone)]
+pub(crate) struct Caches {
+    pub claims: ObjectCache<PersistentVolumeClaim>,
+    pub volumes: ObjectCache<PersistentVolume>,
+    pub classes: ObjectCache<StorageClass>,
+    pub pods: ObjectCache<Pod>,
+}
+
+impl Caches {
+    fn spawn(client: &Client, stop: &CancellationToken) -> Self {
+        let cfg = watcher::Config::default;
+        Self {
+            claims: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            volumes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            classes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            pods: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+        }
+    }
+
+    async fn wait_until_ready(&self, timeout: Duration) -> Result<(), Error> {
+        let not_ready = |kind| Error::CacheNotReady {
+            kind,
+            waited: timeout,
+        };
+        if !self.claims.wait_until_ready(timeout).await {
+            return Err(not_ready("PersistentVolumeClaim"));
+        }
+        if !self.volumes.wait_until_ready(timeout).await {
+            return Err(not_ready("PersistentVolume"));
+        }
+        if !self.classes.wait_until_ready(timeout).await {
+            return Err(not_ready("StorageClass"));
+        }
+        if !self.pods.wait_until_ready(timeout).await {
+            return Err(not_ready("Pod"));
+        }
+        Ok(())
+    }
+}
+
+/// Objects the controller wrote, by key, until the watch delivers them (or something newer).
+#[derive(Debug)]
+struct Written<K>(Mutex<HashMap<String, Arc<K>>>);
+
+impl<K> Default for Written<K> {
+    fn default() -> Self {
+        Self(Mutex::new(HashMap::new()))
+    }
+}
+
+/// A resourceVersion as a number (etcd's revision); kcm compares them the same way to tell
+/// which of two copies is newer.
+fn rv_number<K: Resource>(obj: &K) -> Option<u64> {
+    obj.meta().resource_version.as_deref()?.parse().ok()
+}
+
+impl<K: Resource + Clone> Written<K> {
+    fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<K>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn remember(&self, key: String, obj: K) -> Arc<K> {
+        let obj = Arc::new(obj);
+        self.map().insert(key, obj.clone());
+        obj
+    }
+
+    /// The newer of the cached copy and the written one.
+    fn newest(&self, key: &str, cached: Option<Arc<K>>) -> Option<Arc<K>> {
+        let cached = cached?;
+        let mut map = self.map();
+        if let Some(written) = map.get(key) {
+            if rv_number(written.as_ref()) > rv_number(cached.as_ref()) {
+                return Some(written.clone());
+            }
+            map.remove(key);
+        }
+        Some(cached)
+    }
+}
+
+fn claim_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// A sync that failed, and when it may be tried again.
+#[derive(Debug, Clone, Copy)]
+struct Failure {
+    attempts: u32,
+    retry_at: Instant,
+}
+
+/// Everything the syncs and operations need.
+pub(crate) struct Ctx {
+    pub client: Client,
+    pub caches: Caches,
+    pub options: Options,
+    pub cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
+    pub events: Recorder,
+    pub metrics: Arc<Metrics>,
+    written_claims: Written<PersistentVolumeClaim>,
+    written_volumes: Written<PersistentVolume>,
+    /// Provisions and deletes in flight, by operation name (kcm's goroutinemap).
+    running: Mutex<HashSet<String>>,
+    failures: Mutex<HashMap<String, Failure>>,
+    operations: Semaphore,
+    /// Woken when an operation ends: its result wants a pass.
+    wake: Notify,
+}
+
+impl Ctx {
+    pub(crate) fn claims_api(&self, namespace: &str) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    pub(crate) fn volumes_api(&self) -> Api<PersistentVolume> {
+        Api::all(self.client.clone())
+    }
+
+    /// A claim, the newest copy known.
+    pub(crate) fn claim(&self, namespace: &str, name: &str) -> Option<Arc<PersistentVolumeClaim>> {
+        let key = claim_key(namespace, name);
+        self.written_claims
+            .newest(&key, self.caches.claims.get_namespaced(namespace, name))
+    }
+
+    /// A volume, the newest copy known.
+    pub(crate) fn volume(&self, name: &str) -> Option<Arc<PersistentVolume>> {
+        self.written_volumes
+            .newest(name, self.caches.volumes.get(name))
+    }
+
+    /// Every volume, the newest copies known.
+    pub(crate) fn volumes(&self) -> Vec<Arc<PersistentVolume>> {
+        self.caches
+            .volumes
+            .list()
+            .into_iter()
+            .map(|v| {
+                let name = v.metadata.name.clone().unwrap_or_default();
+                self.written_volumes
+                    .newest(&name, Some(v.clone()))
+                    .unwrap_or(v)
+            })
+            .collect()
+    }
+
+    pub(crate) fn remember_claim(
+        &self,
+        claim: PersistentVolumeClaim,
+    ) -> Arc<PersistentVolumeClaim> {
+        let key = claim_key(
+            claim.metadata.namespace.as_deref().unwrap_or_default(),
+            claim.metadata.name.as_deref().unwrap_or_default(),
+        );
+        self.written_claims.remember(key, claim)
+    }
+
+    pub(crate) fn remember_volume(&self, volume: PersistentVolume) -> Arc<PersistentVolume> {
+        let key = volume.metadata.name.clone().unwrap_or_default();
+        self.written_volumes.remember(key, volume)
+    }
+
+    fn failures(&self) -> MutexGuard<'_, HashMap<String, Failure>> {
+        self.failures.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether `key` failed and its backoff has not passed yet.
+    pub(crate) fn backing_off(&self, key: &str) -> bool {
+        self.failures()
+            .get(key)
+            .is_some_and(|f| f.retry_at > Instant::now())
+    }
+
+    /// Records the outcome of `key`'s sync or operation: a failure doubles its backoff.
+    pub(crate) fn record_outcome(&self, key: &str, ok: bool) {
+        let mut failures = self.failures();
+        if ok {
+            failures.remove(key);
+            return;
+        }
+        let attempts = failures.get(key).map_or(0, |f| f.attempts);
+        let delay = self
+            .options
+            .backoff_initial
+            .saturating_mul(2u32.saturating_pow(attempts.min(16)))
+            .min(self.options.backoff_max);
+        failures.insert(
+            key.to_string(),
+            Failure {
+                attempts: attempts.saturating_add(1),
+                retry_at: Instant::now() + delay,
+            },
+        );
+    }
+
+    /// The earliest time a backed-off key may be retried.
+    fn next_retry(&self) -> Option<Instant> {
+        self.failures().values().map(|f| f.retry_at).min()
+    }
+
+    /// Starts `operation` unless one of the same name runs or backs off; it ends by waking a
+    /// pass.
+    pub(crate) fn start_operation<F>(self: &Arc<Self>, name: String, operation: F)
+    where
+        F: std::future::Future<Output = Result<(), Error>> + Send + 'static,
+    {
+        if self.backing_off(&name) {
+            return;
+        }
+        {
+            let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+            if !running.insert(name.clone()) {
+                return;
+            }
+        }
+        let ctx = self.clone();
+        tokio::spawn(async move {
+            let result = {
+                let _permit = ctx.operations.acquire().await;
+                operation.await
+            };
+            if let Err(e) = &result {
+                tracing::warn!(operation = %name, error = %e, "operation failed; retried with backoff");
+            }
+            ctx.record_outcome(&name, result.is_ok());
+            ctx.running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&name);
+            ctx.wake.notify_one();
+        });
+    }
+}
+
+/// The persistentvolume, pvc-protection and pv-protection controllers on one client.
+pub(crate) struct Controller {
+    client: Client,
+    options: Options,
+    cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Controller {
+    pub(crate) fn new(
+        client: Client,
+        options: Options,
+        cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            client,
+            options,
+            cloud,
+            metrics,
+        }
+    }
+
+    /// Runs until `shutdown`. Operations in flight are abandoned: each step is idempotent and
+    /// the next leader finds their results in the API server and the cloud.
+    pub(crate) async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
+        let stop = shutdown.child_token();
+        let _stop_caches = stop.clone().drop_guard();
+        let caches = Caches::spawn(&self.client, &stop);
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            r = caches.wait_until_ready(self.options.cache_sync_timeout) => r?,
+        }
+        let ctx = Arc::new(Ctx {
+            events: Recorder::new(self.client.clone()),
+            client: self.client,
+            caches,
+            operations: Semaphore::new(self.options.concurrent_operations.max(1)),
+            options: self.options,
+            cloud: self.cloud,
+            metrics: self.metrics,
+            written_claims: Written::default(),
+            written_volumes: Written::default(),
+            running: Mutex::new(HashSet::new()),
+            failures: Mutex::new(HashMap::new()),
+            wake: Notify::new(),
+        });
+        tracing::info!(
+            migrated = %ctx.options.migrated,
+            cloud = ctx.cloud.is_some(),
+            "persistentvolume controller started"
+        );
+        let mut changes = [
+            ctx.caches.claims.changed(),
+            ctx.caches.volumes.changed(),
+            ctx.caches.classes.changed(),
+            ctx.caches.pods.changed(),
+        ];
+        loop {
+            for rx in &mut changes {
+                rx.borrow_and_update();
+            }
+            pass(&ctx).await;
+            let retry = ctx
+                .next_retry()
+                .map(|at| at.saturating_duration_since(Instant::now()))
+                .unwrap_or(ctx.options.sync_period)
+                .min(ctx.options.sync_period);
+            let [a, b, c, d] = &mut changes;
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(retry.max(Duration::from_millis(10))) => {}
+                () = ctx.wake.notified() => {}
+                _ = a.changed() => {}
+                _ = b.changed() => {}
+                _ = c.changed() => {}
+                _ = d.changed() => {}
+            }
+            // Let a burst of watch events land before the next pass.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+}
+
+/// One pass: protection and sync of every volume, then of every claim; then the gauges.
+async fn pass(ctx: &Arc<Ctx>) {
+    let in_use = protection::pvc::claims_in_use(&ctx.caches.pods.list());
+    let mut counts = Counts::default();
+    for volume in ctx.volumes() {
+        let name = volume.metadata.name.clone().unwrap_or_default();
+        let key = format!("pv/{name}");
+        if ctx.backing_off(&key) {
+            continue;
+        }
+        let mut result = protection::pv::sync(ctx, &volume).await;
+        if result.is_ok() {
+            if let Some(v) = ctx.volume(&name) {
+                result = sync_volume::sync_volume(ctx, v).await;
+            }
+        }
+        report(ctx, &key, result);
+    }
+    for claim in ctx.caches.claims.list() {
+        let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let key = format!("pvc/{namespace}/{name}");
+        if ctx.backing_off(&key) {
+            continue;
+        }
+        let Some(claim) = ctx.claim(&namespace, &name) else {
+            continue;
+        };
+        let mut result = protection::pvc::sync(ctx, &claim, &in_use).await;
+        if result.is_ok() {
+            if let Some(c) = ctx.claim(&namespace, &name) {
+                result = sync_claim::sync_claim(ctx, c).await;
+            }
+        }
+        report(ctx, &key, result);
+    }
+    for volume in ctx.volumes() {
+        let class = index::volume_class(&volume);
+        let bound = volume.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let map = if bound {
+            &mut counts.bound_pv
+        } else {
+            &mut counts.unbound_pv
+        };
+        *map.entry(class).or_default() += 1;
+    }
+    for claim in ctx.caches.claims.list() {
+        let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+        let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+        let map = if bound {
+            &mut counts.bound_pvc
+        } else {
+            &mut counts.unbound_pvc
+        };
+        *map.entry(namespace).or_default() += 1;
+    }
+    ctx.metrics.set_counts(&counts);
+}
+
+fn report(ctx: &Ctx, key: &str, result: Result<(), Error>) {
+    match &result {
+        Ok(()) => {}
+        Err(e) if e.is_conflict() => {
+            tracing::debug!(object = %key, error = %e, "conflict; synced again after backoff");
+        }
+        Err(e) => tracing::warn!(object = %key, error = %e, "sync failed; retried with backoff"),
+    }
+    ctx.record_outcome(key, result.is_ok());
+}

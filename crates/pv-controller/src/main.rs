@@ -1,0 +1,60 @@
+//! `pv-controller`: flags in, `pv_controller::run` until SIGTERM/SIGINT.
+
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use clap::Parser;
+use pv_controller::Flags;
+
+/// EC2 for the in-tree aws-ebs provisioner (`--cloud-provider=aws`), as the EBS driver builds it.
+#[cfg(feature = "aws")]
+async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cloud>>> {
+    if !flags.wants_aws_cloud()? {
+        return Ok(None);
+    }
+    let config = ebs_cloud_aws::AwsConfig {
+        region: flags.region.clone().filter(|r| !r.is_empty()),
+        endpoint: flags.ec2_endpoint.clone().filter(|e| !e.is_empty()),
+        app_name: Some("pv-controller".into()),
+        ..ebs_cloud_aws::AwsConfig::default()
+    };
+    let cloud = ebs_cloud_aws::AwsCloud::new(config, ebs_cloud::CloudMetrics::default())
+        .await
+        .context("--cloud-provider=aws: setting up EC2 access (--region, --ec2-endpoint)")?;
+    Ok(Some(Arc::new(cloud)))
+}
+
+/// Built without the `aws` feature: no EC2 client in this binary.
+#[cfg(not(feature = "aws"))]
+async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cloud>>> {
+    if flags.wants_aws_cloud()? {
+        anyhow::bail!(
+            "--cloud-provider=aws: this pv-controller was built without the `aws` feature (no EC2 client); rebuild with default features, or turn on CSIMigrationAWS so the EBS CSI driver's provisioner serves kubernetes.io/aws-ebs classes"
+        );
+    }
+    Ok(None)
+}
+
+fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse_from(sidecar::normalize_go_args(std::env::args_os()));
+    sidecar::init_logging(flags.v);
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?
+        .block_on(async {
+            sidecar::install_crypto_provider();
+            let cloud = aws_cloud(&flags).await?;
+            let config = flags.config(cloud)?;
+            let client = sidecar::build_client(
+                flags.kubeconfig_path().as_deref(),
+                &pv_controller::user_agent(),
+                flags.kube_api_qps,
+                flags.kube_api_burst,
+            )
+            .await?;
+            let shutdown = sidecar::shutdown_on_signals();
+            pv_controller::run(client, config, shutdown).await?;
+            Ok(())
+        })
+}

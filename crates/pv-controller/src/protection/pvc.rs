@@ -1,0 +1,131 @@
+//! The `kubernetes.io/pvc-protection` finalizer.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+
+use super::finalizers_patch;
+use crate::Error;
+use crate::controller::Ctx;
+use crate::names::PVC_PROTECTION_FINALIZER;
+
+/// Whether a pod holds the claims it names: it is scheduled (the kubelet only starts pods
+/// bound to a node, and refuses a claim being deleted for a new one) and has not finished.
+fn pod_holds_claims(pod: &Pod) -> bool {
+    let scheduled = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    scheduled && !matches!(phase, Some("Succeeded") | Some("Failed"))
+}
+
+fn claims_of(pod: &Pod) -> impl Iterator<Item = (String, String)> + '_ {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(move |c| (namespace.clone(), c.claim_name.clone()))
+}
+
+/// `(namespace, claim)` of every claim a pod holds.
+pub(crate) fn claims_in_use(pods: &[Arc<Pod>]) -> HashSet<(String, String)> {
+    pods.iter()
+        .filter(|p| pod_holds_claims(p))
+        .flat_map(|p| claims_of(p).collect::<Vec<_>>())
+        .collect()
+}
+
+pub(crate) async fn sync(
+    ctx: &Ctx,
+    claim: &PersistentVolumeClaim,
+    in_use: &HashSet<(String, String)>,
+) -> Result<(), Error> {
+    let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+    let name = claim.metadata.name.clone().unwrap_or_default();
+    let finalizers = claim.metadata.finalizers.clone().unwrap_or_default();
+    let has = finalizers.iter().any(|f| f == PVC_PROTECTION_FINALIZER);
+    let deleting = claim.metadata.deletion_timestamp.is_some();
+    let list = if !deleting && !has {
+        let mut list = finalizers.clone();
+        list.push(PVC_PROTECTION_FINALIZER.to_string());
+        list
+    } else if deleting && has {
+        if in_use.contains(&(namespace.clone(), name.clone()))
+            || used_now(ctx, &namespace, &name).await?
+        {
+            return Ok(());
+        }
+        finalizers
+            .iter()
+            .filter(|f| *f != PVC_PROTECTION_FINALIZER)
+            .cloned()
+            .collect()
+    } else {
+        return Ok(());
+    };
+    let patch = finalizers_patch(&list, claim.metadata.resource_version.as_deref());
+    let updated = ctx
+        .claims_api(&namespace)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| {
+            Error::kube(
+                format!("updating the finalizers of PersistentVolumeClaim {namespace}/{name}"),
+                e,
+            )
+        })?;
+    tracing::info!(claim = %format!("{namespace}/{name}"), removed = deleting, "pvc-protection finalizer");
+    ctx.remember_claim(updated);
+    Ok(())
+}
+
+/// The API server's word (not the cache's) before a finalizer goes: a pod created a moment ago
+/// may not be in the cache yet (kcm asks the same way).
+async fn used_now(ctx: &Ctx, namespace: &str, claim: &str) -> Result<bool, Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let pods = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube(format!("listing pods in {namespace}"), e))?;
+    Ok(pods
+        .items
+        .iter()
+        .filter(|p| pod_holds_claims(p))
+        .any(|p| claims_of(p).any(|(_, c)| c == claim)))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn pod(node: &str, phase: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": "ns"},
+                "spec": {"nodeName": node, "containers": [], "volumes": [
+                    {"name": "v", "persistentVolumeClaim": {"claimName": "data"}}
+                ]},
+                "status": {"phase": phase}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn scheduled_unfinished_pods_hold_their_claims() {
+        let key = ("ns".to_string(), "data".to_string());
+        assert!(claims_in_use(&[pod("n1", "Running")]).contains(&key));
+        assert!(claims_in_use(&[pod("n1", "Pending")]).contains(&key));
+        assert!(claims_in_use(&[pod("", "Pending")]).is_empty());
+        assert!(claims_in_use(&[pod("n1", "Succeeded")]).is_empty());
+        assert!(claims_in_use(&[pod("n1", "Failed")]).is_empty());
+    }
+}
