@@ -71,6 +71,18 @@ fn csi_driver_name(field: &str, name: &str, errs: &mut Vec<FieldError>) {
     }
 }
 
+/// Kubernetes' `validateProvisioner`: a qualified name once lowercased, so in-tree provisioners
+/// such as `kubernetes.io/aws-ebs` are accepted (a CSI driver name alone is not enough).
+fn provisioner_name(name: &str, errs: &mut Vec<FieldError>) {
+    if name.is_empty() {
+        errs.push(FieldError::required("provisioner", ""));
+        return;
+    }
+    for p in names::qualified_name(&name.to_lowercase()) {
+        errs.push(FieldError::invalid("provisioner", json!(name), p));
+    }
+}
+
 fn enum_value(
     field: &str,
     v: Option<&Value>,
@@ -141,7 +153,7 @@ pub(super) fn validate(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
             }
         }
         ("storage.k8s.io", "storageclasses") => {
-            csi_driver_name("provisioner", str_at(obj, &["provisioner"]), &mut errs);
+            provisioner_name(str_at(obj, &["provisioner"]), &mut errs);
             enum_value(
                 "reclaimPolicy",
                 s(obj, &["reclaimPolicy"]),

@@ -69,28 +69,35 @@ async fn sync(ctx: &Ctx, pv: &PersistentVolume) -> Result<bool, Error> {
         }
         return Ok(false);
     };
-    let secrets: HashMap<String, String> = match &target.secret {
-        Some(r) => kube_io::secret_data(ctx, r).await?,
-        None => HashMap::new(),
-    };
-    ctx.driver
-        .delete_volume(
-            &target.volume_handle,
-            secrets,
-            ctx.options.timeout,
-            ctx.observer.as_ref(),
-            target.migrated,
-        )
-        .await?;
-    tracing::info!(pv = ?pv.metadata.name, volume = %target.volume_handle, "volume deleted");
+    let uid = pv.metadata.uid.clone().unwrap_or_default();
+    // Already done when our own finalizer removal or delete comes back through the watch
+    // (or a write after DeleteVolume failed): only the API writes are left.
+    let volume_deleted_before = ctx.was_deleted(&uid);
+    if !volume_deleted_before {
+        let secrets: HashMap<String, String> = match &target.secret {
+            Some(r) => kube_io::secret_data(ctx, r).await?,
+            None => HashMap::new(),
+        };
+        ctx.driver
+            .delete_volume(
+                &target.volume_handle,
+                secrets,
+                ctx.options.timeout,
+                ctx.observer.as_ref(),
+                target.migrated,
+            )
+            .await?;
+        tracing::info!(pv = ?pv.metadata.name, volume = %target.volume_handle, "volume deleted");
+        ctx.remember_deleted(&uid);
+    }
     let written = if has_finalizer(pv) {
         match kube_io::remove_finalizer(ctx, pv).await? {
             Some(p) => p,
-            None => return Ok(true),
+            None => return Ok(!volume_deleted_before),
         }
     } else {
         pv.clone()
     };
     kube_io::delete_pv(ctx, &written).await?;
-    Ok(true)
+    Ok(!volume_deleted_before)
 }

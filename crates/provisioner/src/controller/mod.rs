@@ -52,9 +52,31 @@ pub(crate) struct Ctx {
     pub csinodes: Store<CSINode>,
     pub nodes: Store<Node>,
     in_progress: Mutex<HashMap<String, InProgress>>,
+    /// UIDs of PVs whose volume we deleted: the watch events of our own finalizer removal and
+    /// delete must not call DeleteVolume again.
+    deleted: Mutex<std::collections::HashSet<String>>,
 }
 
+/// Past this many remembered deleted PVs the memory starts over (a repeat DeleteVolume is
+/// harmless, only wasteful).
+const MAX_REMEMBERED_DELETES: usize = 10_000;
+
 impl Ctx {
+    pub(crate) fn was_deleted(&self, uid: &str) -> bool {
+        self.deleted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(uid)
+    }
+
+    pub(crate) fn remember_deleted(&self, uid: &str) {
+        let mut d = self.deleted.lock().unwrap_or_else(|e| e.into_inner());
+        if d.len() >= MAX_REMEMBERED_DELETES {
+            d.clear();
+        }
+        d.insert(uid.to_string());
+    }
+
     pub(crate) fn in_progress(&self) -> MutexGuard<'_, HashMap<String, InProgress>> {
         // Plain map operations only: a panicking holder leaves it usable.
         self.in_progress.lock().unwrap_or_else(|e| e.into_inner())
@@ -140,6 +162,7 @@ impl Controller {
             csinodes,
             nodes,
             in_progress: Mutex::new(HashMap::new()),
+            deleted: Mutex::default(),
         });
         let stop = shutdown.child_token();
         let mut watches = JoinSet::new();

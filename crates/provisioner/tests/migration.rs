@@ -1,0 +1,154 @@
+//! A StorageClass of the in-tree `kubernetes.io/aws-ebs` provisioner, with the CSI mock
+//! registered as `ebs.csi.aws.com`: never provisioned without the PV controller's
+//! `pv.kubernetes.io/migrated-to`, provisioned with translated parameters with it, stored as an
+//! in-tree `awsElasticBlockStore` PV, and deleted through the driver once released.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::*;
+use csi_mock::{Method, MockConfig};
+
+const EBS: &str = "ebs.csi.aws.com";
+const IN_TREE: &str = "kubernetes.io/aws-ebs";
+const EBS_ZONE_KEY: &str = "topology.ebs.csi.aws.com/zone";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_tree_class_is_provisioned_only_with_migrated_to_and_stored_in_tree() {
+    let mut env = Env::with_mock(MockConfig {
+        volume_id_prefix: "vol-".into(),
+        ..provisioning_mock(EBS)
+    })
+    .await;
+    env.create_node(
+        "node-a",
+        EBS,
+        &[(EBS_ZONE_KEY, "us-east-1a")],
+        &[EBS_ZONE_KEY],
+    )
+    .await;
+    let mut sc = class(
+        "gp2",
+        IN_TREE,
+        &[
+            ("type", "io1"),
+            ("iopsPerGB", "10"),
+            ("encrypted", "true"),
+            ("zones", "us-east-1a"),
+            ("fsType", "ext4"),
+        ],
+    );
+    sc.reclaim_policy = Some("Delete".into());
+    env.create_class(sc).await;
+    env.create_class(class("csi", EBS, &[])).await;
+    env.start(fast_options()).await;
+
+    // The PV controller named us but did not migrate the claim: the in-tree provisioner's.
+    let in_tree = env
+        .create_pvc(pvc("in-tree", "gp2", "4Gi", Some(EBS)))
+        .await;
+    let csi = env.create_pvc(pvc("csi", "csi", "1Gi", Some(EBS))).await;
+    env.wait_pv(&pv_name(&csi)).await;
+    let names: Vec<String> = env
+        .mock()
+        .calls_of(Method::CreateVolume)
+        .into_iter()
+        .map(|c| c.volume_id)
+        .collect();
+    assert_eq!(
+        names,
+        vec![pv_name(&csi)],
+        "only the CSI class's claim was provisioned"
+    );
+    assert!(env.pv(&pv_name(&in_tree)).await.is_none());
+
+    env.annotate_pvc("in-tree", MIGRATED_TO_ANNOTATION, EBS)
+        .await;
+    let name = pv_name(&in_tree);
+    let pv = env.wait_pv(&name).await;
+    let call = env
+        .mock()
+        .calls_of(Method::CreateVolume)
+        .into_iter()
+        .find(|c| c.volume_id == name)
+        .unwrap();
+    let req = call.create_request.unwrap();
+    let expected: HashMap<String, String> = [
+        ("type", "io1"),
+        ("iopsPerGB", "10"),
+        ("allowautoiopspergbincrease", "true"),
+        ("encrypted", "true"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    assert_eq!(req.parameters, expected);
+    match &req.volume_capabilities[0].access_type {
+        Some(csi_spec::v1::volume_capability::AccessType::Mount(m)) => {
+            assert_eq!(m.fs_type, "ext4")
+        }
+        other => panic!("{other:?}"),
+    }
+    let topo = req.accessibility_requirements.unwrap();
+    assert_eq!(topo.requisite.len(), 1);
+    assert_eq!(topo.requisite[0].segments[EBS_ZONE_KEY], "us-east-1a");
+
+    // Stored as the in-tree PV.
+    let annotations = pv.metadata.annotations.clone().unwrap();
+    assert_eq!(annotations[PROVISIONED_BY_ANNOTATION], IN_TREE);
+    assert_eq!(annotations[MIGRATED_TO_ANNOTATION], EBS);
+    let spec = pv.spec.clone().unwrap();
+    assert!(spec.csi.is_none());
+    let ebs = spec.aws_elastic_block_store.clone().unwrap();
+    assert_eq!(ebs.volume_id, format!("vol-{name}"));
+    assert_eq!(ebs.fs_type.as_deref(), Some("ext4"));
+    assert_eq!(spec.capacity.clone().unwrap()["storage"].0, "4Gi");
+    assert_eq!(
+        spec.persistent_volume_reclaim_policy.as_deref(),
+        Some("Delete")
+    );
+    assert_eq!(spec.storage_class_name.as_deref(), Some("gp2"));
+    assert_eq!(spec.claim_ref.clone().unwrap().uid, in_tree.metadata.uid);
+    let terms = spec
+        .node_affinity
+        .clone()
+        .unwrap()
+        .required
+        .unwrap()
+        .node_selector_terms;
+    let keys: Vec<(String, Vec<String>)> = terms[0]
+        .match_expressions
+        .clone()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.key, e.values.unwrap_or_default()))
+        .collect();
+    assert!(
+        keys.contains(&(
+            "topology.kubernetes.io/zone".to_string(),
+            vec!["us-east-1a".to_string()]
+        )),
+        "node affinity on the in-tree zone label: {keys:?}"
+    );
+    assert!(
+        pv.metadata
+            .finalizers
+            .clone()
+            .unwrap()
+            .contains(&PV_FINALIZER.to_string())
+    );
+
+    // Released: the in-tree PV is translated back and deleted through the driver.
+    env.set_pv_phase(&name, "Released").await;
+    eventually("the in-tree PV deleted", || async {
+        env.pv(&name).await.is_none().then_some(())
+    })
+    .await;
+    let deletes = env.mock().calls_of(Method::DeleteVolume);
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert_eq!(deletes[0].volume_id, format!("vol-{name}"));
+    assert!(env.mock().created_volumes().get(&name).is_none());
+    env.stop().await;
+}
