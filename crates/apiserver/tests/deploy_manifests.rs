@@ -15,49 +15,15 @@ mod manifests;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, Scope};
 use manifests::{
-    Doc, OVERLAYS, args, binary_of, built_binary, flag, help_flags, kubectl_or_skip, mounts,
-    render, socket_path, volume_holding, volumes,
+    Doc, OVERLAYS, args, ask_binary, binary_of, built_binary, containers, driver_of, driver_socket,
+    endpoint_port, flag, flag_name, gvk, kubectl, kubectl_or_skip, mounts, render, socket_path,
+    subset, volume_holding, volumes,
 };
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
-
-fn gvk(obj: &Value) -> GroupVersionKind {
-    let api_version = obj["apiVersion"].as_str().unwrap();
-    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap())
-}
-
-/// Whether everything `want` says is in `got` (the server adds defaults and metadata).
-fn subset(want: &Value, got: &Value, path: &str) -> Result<(), String> {
-    match (want, got) {
-        (Value::Object(w), Value::Object(g)) => {
-            for (k, v) in w {
-                let here = format!("{path}.{k}");
-                match g.get(k) {
-                    Some(gv) => subset(v, gv, &here)?,
-                    None if v.is_null() => {}
-                    None => return Err(format!("{here} is missing")),
-                }
-            }
-            Ok(())
-        }
-        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => w
-            .iter()
-            .zip(g)
-            .enumerate()
-            .try_for_each(|(i, (a, b))| subset(a, b, &format!("{path}[{i}]"))),
-        (w, g) if w == g => Ok(()),
-        (w, g) => Err(format!("{path}: wrote {w}, read back {g}")),
-    }
-}
 
 /// Every overlay's render, or `None` (skipped) without kubectl.
 fn renders() -> Option<Vec<(&'static str, Vec<Doc>)>> {
@@ -68,10 +34,6 @@ fn renders() -> Option<Vec<(&'static str, Vec<Doc>)>> {
             .map(|o| (*o, render(&kubectl, o).1))
             .collect(),
     )
-}
-
-fn containers(pod: &Value) -> &Vec<Value> {
-    pod["containers"].as_array().unwrap()
 }
 
 #[test]
@@ -155,39 +117,6 @@ async fn overlays_create_through_kube_and_read_back() {
     }
 }
 
-async fn kubectl(bin: &Path, dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
-    let mut cmd = Command::new(bin);
-    cmd.env("KUBECONFIG", dir.join("kubeconfig"))
-        .arg("--cache-dir")
-        .arg(dir.join("cache"))
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().unwrap();
-    if let Some(text) = stdin {
-        let mut pipe = child.stdin.take().unwrap();
-        pipe.write_all(text.as_bytes()).await.unwrap();
-        drop(pipe);
-    }
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("kubectl {args:?} finished within 60s"))
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "kubectl {args:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
 /// `kubectl apply` (client-side: create, then strategic merge patches) of each rendered
 /// overlay creates every object; applying it again, and then through `-k` as the README says,
 /// changes nothing.
@@ -199,6 +128,33 @@ async fn kubectl_applies_each_overlay_and_again_changes_nothing() {
         let server = common::start().await;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("kubeconfig"), server.kubeconfig_yaml()).unwrap();
+
+        // A server-side dry run validates everything and stores nothing.
+        let dry = kubectl(
+            &bin,
+            dir.path(),
+            &["apply", "--dry-run=server", "-f", "-"],
+            Some(&yaml),
+        )
+        .await;
+        assert_eq!(
+            dry.lines()
+                .filter(|l| l.ends_with("(server dry run)"))
+                .count(),
+            docs.len(),
+            "{overlay}:\n{dry}"
+        );
+        let stored = kubectl(
+            &bin,
+            dir.path(),
+            &["get", "sa,sc", "-A", "-o", "name"],
+            None,
+        )
+        .await;
+        assert!(
+            stored.trim().is_empty(),
+            "{overlay}: the dry run stored\n{stored}"
+        );
 
         let created = kubectl(&bin, dir.path(), &["apply", "-f", "-"], Some(&yaml)).await;
         assert_eq!(
@@ -270,6 +226,73 @@ async fn kubectl_applies_each_overlay_and_again_changes_nothing() {
             );
         }
     }
+}
+
+/// Both drivers in one cluster: the second overlay leaves the roles the first created as they
+/// are (they are the same objects) and creates everything else.
+#[tokio::test]
+async fn both_overlays_install_side_by_side() {
+    let Some(bin) = kubectl_or_skip() else { return };
+    let server = common::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("kubeconfig"), server.kubeconfig_yaml()).unwrap();
+    let (ebs_yaml, ebs) = render(&bin, "ebs");
+    let (hostpath_yaml, hostpath) = render(&bin, "hostpath");
+    kubectl(&bin, dir.path(), &["apply", "-f", "-"], Some(&ebs_yaml)).await;
+    let second = kubectl(
+        &bin,
+        dir.path(),
+        &["apply", "-f", "-"],
+        Some(&hostpath_yaml),
+    )
+    .await;
+    let key = |d: &Doc| {
+        (
+            d.kind().to_string(),
+            d.namespace().map(str::to_string),
+            d.name().to_string(),
+        )
+    };
+    let ebs_keys: BTreeSet<_> = ebs.iter().map(key).collect();
+    let shared: Vec<&Doc> = hostpath
+        .iter()
+        .filter(|d| ebs_keys.contains(&key(d)))
+        .collect();
+    assert!(
+        !shared.is_empty()
+            && shared
+                .iter()
+                .all(|d| d.kind() == "Role" || d.kind() == "ClusterRole"),
+        "only the provisioner's roles are shared"
+    );
+    for d in &shared {
+        let same = ebs.iter().find(|e| key(e) == key(d)).unwrap();
+        assert_eq!(
+            same.obj,
+            d.obj,
+            "{} {} differs between the overlays",
+            d.kind(),
+            d.name()
+        );
+    }
+    assert_eq!(
+        second.lines().filter(|l| l.ends_with(" unchanged")).count(),
+        shared.len(),
+        "{second}"
+    );
+    assert_eq!(
+        second.lines().filter(|l| l.ends_with(" created")).count(),
+        hostpath.len() - shared.len(),
+        "{second}"
+    );
+    let drivers = kubectl(&bin, dir.path(), &["get", "csidriver", "-o", "name"], None).await;
+    assert_eq!(
+        drivers.lines().collect::<Vec<_>>(),
+        [
+            "csidriver.storage.k8s.io/ebs.csi.aws.com",
+            "csidriver.storage.k8s.io/hostpath.csi.k8s.io"
+        ]
+    );
 }
 
 #[test]
@@ -383,29 +406,6 @@ fn bindings_refer_to_what_the_render_defines() {
             }
         }
     }
-}
-
-/// The driver container of a pod: the one that serves CSI (`--endpoint`).
-fn driver_of(pod: &Value) -> &Value {
-    let drivers: Vec<&Value> = containers(pod)
-        .iter()
-        .filter(|c| flag(&args(c), "--endpoint").is_some())
-        .collect();
-    assert_eq!(drivers.len(), 1, "one driver container per pod");
-    drivers[0]
-}
-
-/// Where the driver's socket is: (volume, path inside the volume).
-fn driver_socket(pod: &Value) -> (String, String) {
-    let driver = driver_of(pod);
-    let endpoint = flag(&args(driver), "--endpoint").unwrap().to_string();
-    let path = socket_path(&endpoint);
-    volume_holding(driver, path).unwrap_or_else(|| {
-        panic!(
-            "{}: socket {path} is in no volume, so no sidecar can reach it",
-            driver["name"]
-        )
-    })
 }
 
 /// Every `--csi-address` (in arguments and in exec probes) names the socket the pod's driver
@@ -599,33 +599,6 @@ const PROVISIONER_FLAGS: &[&str] = &[
     "--v",
 ];
 
-/// `bin --help`, and whether `bin ARGS --help` parses (clap checks each argument and its value
-/// before it reaches `--help`, which then ends the process without starting anything).
-fn ask_binary(bin: &Path, argv: &[String]) -> (BTreeSet<String>, Result<(), String>) {
-    let help = std::process::Command::new(bin)
-        .arg("--help")
-        .output()
-        .unwrap();
-    assert!(help.status.success(), "{} --help", bin.display());
-    let flags = help_flags(&String::from_utf8_lossy(&help.stdout));
-    let parsed = std::process::Command::new(bin)
-        .args(argv)
-        .arg("--help")
-        .env_clear()
-        .output()
-        .unwrap();
-    let verdict = if parsed.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&parsed.stderr).into_owned())
-    };
-    (flags, verdict)
-}
-
-fn flag_name(arg: &str) -> &str {
-    arg.split('=').next().unwrap()
-}
-
 #[test]
 fn every_argument_is_a_flag_its_binary_accepts() {
     let Some(renders) = renders() else { return };
@@ -710,11 +683,6 @@ fn every_argument_is_a_flag_its_binary_accepts() {
     ] {
         assert!(checked.contains(want), "{want} was not asked: {checked:?}");
     }
-}
-
-/// The port of an `--http-endpoint` value (`:8080`, `0.0.0.0:9808`).
-fn endpoint_port(v: &str) -> u16 {
-    v.rsplit(':').next().unwrap().parse().unwrap()
 }
 
 /// Every httpGet probe asks a port the container serves on its `--http-endpoint`, at a path

@@ -1,12 +1,16 @@
-//! What the deploy manifest tests share: rendering an overlay with `kubectl kustomize`, the
-//! rendered objects, and reading pod specs (containers, mounts, arguments) out of them.
+//! What the deploy manifest tests use: rendering an overlay with `kubectl kustomize`, the
+//! rendered objects, reading pod specs (containers, mounts, arguments, the driver's socket) out
+//! of them, running kubectl against a server, and asking our binaries for their flags.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
+use kube::core::GroupVersionKind;
 use serde_json::Value;
+use tokio::io::AsyncWriteExt;
 
 /// The overlays operators install (`kubectl apply -k deploy/kubernetes/overlays/<x>`).
 pub const OVERLAYS: &[&str] = &["ebs", "hostpath"];
@@ -238,4 +242,117 @@ pub fn built_binary(name: &str) -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let bin = exe.parent()?.parent()?.join(name);
     bin.is_file().then_some(bin)
+}
+
+pub fn gvk(obj: &Value) -> GroupVersionKind {
+    let api_version = obj["apiVersion"].as_str().unwrap();
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    GroupVersionKind::gvk(group, version, obj["kind"].as_str().unwrap())
+}
+/// Whether everything `want` says is in `got` (the server adds defaults and metadata).
+pub fn subset(want: &Value, got: &Value, path: &str) -> Result<(), String> {
+    match (want, got) {
+        (Value::Object(w), Value::Object(g)) => {
+            for (k, v) in w {
+                let here = format!("{path}.{k}");
+                match g.get(k) {
+                    Some(gv) => subset(v, gv, &here)?,
+                    None if v.is_null() => {}
+                    None => return Err(format!("{here} is missing")),
+                }
+            }
+            Ok(())
+        }
+        (Value::Array(w), Value::Array(g)) if w.len() == g.len() => w
+            .iter()
+            .zip(g)
+            .enumerate()
+            .try_for_each(|(i, (a, b))| subset(a, b, &format!("{path}[{i}]"))),
+        (w, g) if w == g => Ok(()),
+        (w, g) => Err(format!("{path}: wrote {w}, read back {g}")),
+    }
+}
+pub fn containers(pod: &Value) -> &Vec<Value> {
+    pod["containers"].as_array().unwrap()
+}
+/// kubectl against the server whose kubeconfig is `dir/kubeconfig`; panics unless it succeeds
+/// within 60 s, else its stdout.
+pub async fn kubectl(bin: &Path, dir: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.env("KUBECONFIG", dir.join("kubeconfig"))
+        .arg("--cache-dir")
+        .arg(dir.join("cache"))
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    if let Some(text) = stdin {
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(text.as_bytes()).await.unwrap();
+        drop(pipe);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .unwrap_or_else(|_| panic!("kubectl {args:?} finished within 60s"))
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+/// The driver container of a pod: the one that serves CSI (`--endpoint`).
+pub fn driver_of(pod: &Value) -> &Value {
+    let drivers: Vec<&Value> = containers(pod)
+        .iter()
+        .filter(|c| flag(&args(c), "--endpoint").is_some())
+        .collect();
+    assert_eq!(drivers.len(), 1, "one driver container per pod");
+    drivers[0]
+}
+/// Where the driver's socket is: (volume, path inside the volume).
+pub fn driver_socket(pod: &Value) -> (String, String) {
+    let driver = driver_of(pod);
+    let endpoint = flag(&args(driver), "--endpoint").unwrap().to_string();
+    let path = socket_path(&endpoint);
+    volume_holding(driver, path).unwrap_or_else(|| {
+        panic!(
+            "{}: socket {path} is in no volume, so no sidecar can reach it",
+            driver["name"]
+        )
+    })
+}
+/// `bin --help`, and whether `bin ARGS --help` parses (clap checks each argument and its value
+/// before it reaches `--help`, which then ends the process without starting anything).
+pub fn ask_binary(bin: &Path, argv: &[String]) -> (BTreeSet<String>, Result<(), String>) {
+    let help = Command::new(bin).arg("--help").output().unwrap();
+    assert!(help.status.success(), "{} --help", bin.display());
+    let flags = help_flags(&String::from_utf8_lossy(&help.stdout));
+    let parsed = Command::new(bin)
+        .args(argv)
+        .arg("--help")
+        .env_clear()
+        .output()
+        .unwrap();
+    let verdict = if parsed.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&parsed.stderr).into_owned())
+    };
+    (flags, verdict)
+}
+pub fn flag_name(arg: &str) -> &str {
+    arg.split('=').next().unwrap()
+}
+/// The port of an `--http-endpoint` value (`:8080`, `0.0.0.0:9808`).
+pub fn endpoint_port(v: &str) -> u16 {
+    v.rsplit(':').next().unwrap().parse().unwrap()
 }
