@@ -213,6 +213,11 @@ mod tests {
         let row = cells("rbac.authorization.k8s.io", "clusterrolebindings", &b);
         assert_eq!(row[1], "ClusterRole/r");
         assert_eq!(row[5], "kube-system/sa");
+        let sts = json!({"metadata": {"name": "csi-hostpathplugin"},
+            "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}});
+        let row = cells("apps", "statefulsets", &sts);
+        assert_eq!(row[1], "0/1");
+        assert_eq!(row[3], "a");
         let pods = resources::get(resources::find("", "v1", "pods").unwrap());
         assert!(columns(pods).is_none(), "pods keep the columns in table.rs");
     }

@@ -325,4 +325,28 @@ mod tests {
             "spec.selector: Invalid value: {\"matchLabels\":{\"app\":\"b\"}}: field is immutable"
         );
     }
+
+    #[test]
+    fn statefulset_rules() {
+        let mut s = deploy(json!({"matchLabels": {"app": "a"}}), json!({"app": "b"}));
+        s["spec"]["podManagementPolicy"] = json!("Sometimes");
+        s["spec"]["updateStrategy"] = json!({"type": "Recreate"});
+        assert_eq!(
+            messages(&s, statefulset),
+            vec![
+                "spec.template.metadata.labels: Invalid value: {\"app\":\"b\"}: `selector` does not match template `labels`",
+                "spec.updateStrategy.type: Unsupported value: \"Recreate\": supported values: \"OnDelete\", \"RollingUpdate\"",
+                "spec.podManagementPolicy: Unsupported value: \"Sometimes\": supported values: \"OrderedReady\", \"Parallel\"",
+            ]
+        );
+        let mut none = deploy(json!({"matchLabels": {"app": "a"}}), json!({"app": "a"}));
+        none["spec"].as_object_mut().unwrap().remove("selector");
+        assert!(
+            messages(&none, statefulset)
+                .iter()
+                .any(|m| m.starts_with("spec.selector: Required value")),
+            "{:?}",
+            messages(&none, statefulset)
+        );
+    }
 }
