@@ -8,10 +8,15 @@ use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::Api;
 
-use super::bind::{bind, update_claim_status};
+use serde_json::json;
+
+use super::bind::{bind, patch_claim, update_claim_status};
 use super::index::{self, NodeInfo, find_best_match_for_claim};
 use super::{Ctx, provision};
-use crate::names::{ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE};
+use crate::migration::{claim_migrated_to, current_migrated_to};
+use crate::names::{
+    ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, ANN_MIGRATED_TO, ANN_SELECTED_NODE,
+};
 use crate::{Error, events};
 
 fn annotation<'a>(claim: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str> {
@@ -44,6 +49,23 @@ pub(crate) async fn sync_claim(
     } else {
         sync_unbound_claim(ctx, &claim).await
     }
+}
+
+/// `pv.kubernetes.io/migrated-to` on every claim exactly while its storage provisioner is a
+/// migrated in-tree plugin (or that plugin's CSI driver), as kcm keeps it at each sync.
+async fn update_migration_annotation(
+    ctx: &Ctx,
+    claim: Arc<PersistentVolumeClaim>,
+) -> Result<Arc<PersistentVolumeClaim>, Error> {
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Ok(claim);
+    }
+    let want = claim_migrated_to(&claim, &ctx.options.migrated);
+    if current_migrated_to(claim.metadata.annotations.as_ref()) == want.as_deref() {
+        return Ok(claim);
+    }
+    let patch = json!({"metadata": {"annotations": {ANN_MIGRATED_TO: want}}});
+    patch_claim(ctx, &claim, patch, false).await
 }
 
 /// Whether the claim's class binds late (`volumeBindingMode: WaitForFirstConsumer`).

@@ -1,0 +1,293 @@
+//! Shared setup: apiserver-lite in-process on 127.0.0.1:0, the controller in-process through
+//! `pv_controller::run` on its own client, and helpers to create objects and wait for states.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use pv_controller::{Config, Options};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const NS: &str = "default";
+/// How long anything may take before a test gives up (loaded 2-core CI machines).
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+pub fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if std::env::var_os("RUST_LOG").is_some() {
+        ONCE.call_once(|| sidecar::init_logging(0));
+    }
+}
+
+/// Options for fast tests: short backoff and sync period.
+pub fn fast_options() -> Options {
+    Options {
+        sync_period: Duration::from_secs(1),
+        backoff_initial: Duration::from_millis(100),
+        backoff_max: Duration::from_secs(1),
+        cache_sync_timeout: Duration::from_secs(30),
+        ..Options::default()
+    }
+}
+
+struct Running {
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), pv_controller::Error>>,
+}
+
+pub struct Env {
+    pub server: apiserver::RunningApiServer,
+    /// The test's own client.
+    pub kube: Client,
+    controller: Option<Running>,
+}
+
+impl Env {
+    pub async fn new() -> Self {
+        init_tracing();
+        apiserver::install_crypto_provider();
+        let server = apiserver::ApiServer::start(apiserver::Config {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..Default::default()
+        })
+        .await
+        .expect("api server");
+        let kube = server.client();
+        Self {
+            server,
+            kube,
+            controller: None,
+        }
+    }
+
+    async fn controller_client(&self) -> Client {
+        let kc = kube::config::Kubeconfig::from_yaml(&self.server.kubeconfig_yaml()).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        sidecar::rate_limited(config, &pv_controller::user_agent(), -1.0, 0).unwrap()
+    }
+
+    /// Starts the controller in-process through `pv_controller::run`.
+    pub async fn start(&mut self, options: Options) {
+        self.start_with(Config::new(options)).await;
+    }
+
+    pub async fn start_with(&mut self, config: Config) {
+        assert!(self.controller.is_none(), "controller already running");
+        let client = self.controller_client().await;
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(pv_controller::run(client, config, stop.clone()));
+        self.controller = Some(Running { stop, task });
+    }
+
+    /// Stops the controller and checks it ended without error.
+    pub async fn stop(&mut self) {
+        if let Some(r) = self.controller.take() {
+            r.stop.cancel();
+            tokio::time::timeout(PATIENCE, r.task)
+                .await
+                .expect("controller stops in time")
+                .expect("controller task")
+                .expect("controller ends without error");
+        }
+    }
+
+    pub async fn shutdown(mut self) {
+        self.stop().await;
+        self.server.shutdown().await.expect("api server shutdown");
+    }
+
+    // ---- objects ----
+
+    pub async fn create<K>(&self, api: Api<K>, obj: Value) -> K
+    where
+        K: kube::Resource
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let obj: K = serde_json::from_value(obj).expect("object");
+        api.create(&PostParams::default(), &obj)
+            .await
+            .expect("create")
+    }
+
+    pub fn pvs(&self) -> Api<PersistentVolume> {
+        Api::all(self.kube.clone())
+    }
+
+    pub fn pvcs(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.kube.clone(), NS)
+    }
+
+    pub async fn pv(&self, name: &str) -> Option<PersistentVolume> {
+        self.pvs().get_opt(name).await.unwrap()
+    }
+
+    pub async fn pvc(&self, name: &str) -> Option<PersistentVolumeClaim> {
+        self.pvcs().get_opt(name).await.unwrap()
+    }
+
+    /// A hostPath PV (an in-tree source the controller never deletes itself).
+    pub async fn create_pv(
+        &self,
+        name: &str,
+        size: &str,
+        modes: &[&str],
+        class: &str,
+    ) -> PersistentVolume {
+        self.create(self.pvs(), pv_json(name, size, modes, class))
+            .await
+    }
+
+    pub async fn create_pv_json(&self, v: Value) -> PersistentVolume {
+        self.create(self.pvs(), v).await
+    }
+
+    pub async fn create_pvc(
+        &self,
+        name: &str,
+        size: &str,
+        modes: &[&str],
+        class: Option<&str>,
+    ) -> PersistentVolumeClaim {
+        self.create(self.pvcs(), pvc_json(name, size, modes, class))
+            .await
+    }
+
+    pub async fn create_pvc_json(&self, v: Value) -> PersistentVolumeClaim {
+        self.create(self.pvcs(), v).await
+    }
+
+    pub async fn create_class(&self, name: &str, provisioner: &str, mode: &str, params: Value) {
+        let api: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(self.kube.clone());
+        self.create(
+            api,
+            json!({
+                "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                "metadata": {"name": name},
+                "provisioner": provisioner,
+                "volumeBindingMode": mode,
+                "parameters": params,
+            }),
+        )
+        .await;
+    }
+
+    pub async fn delete_pvc(&self, name: &str) {
+        self.pvcs()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    // ---- waiting ----
+
+    pub async fn pv_phase(&self, name: &str) -> Option<String> {
+        self.pv(name).await?.status?.phase
+    }
+
+    pub async fn pvc_phase(&self, name: &str) -> Option<String> {
+        self.pvc(name).await?.status?.phase
+    }
+
+    /// Waits until the PV has `phase` and returns it.
+    pub async fn wait_pv_phase(&self, name: &str, phase: &str) -> PersistentVolume {
+        test_support::eventually(&format!("PV {name} {phase}"), PATIENCE, || async {
+            let pv = self.pv(name).await?;
+            (pv.status.as_ref()?.phase.as_deref() == Some(phase)).then_some(pv)
+        })
+        .await
+    }
+
+    /// Waits until the PVC has `phase` and returns it.
+    pub async fn wait_pvc_phase(&self, name: &str, phase: &str) -> PersistentVolumeClaim {
+        test_support::eventually(&format!("PVC {name} {phase}"), PATIENCE, || async {
+            let pvc = self.pvc(name).await?;
+            (pvc.status.as_ref()?.phase.as_deref() == Some(phase)).then_some(pvc)
+        })
+        .await
+    }
+
+    /// Waits until the PVC carries annotation `key` and returns its value.
+    pub async fn wait_pvc_annotation(&self, name: &str, key: &str) -> String {
+        test_support::eventually(
+            &format!("PVC {name} annotation {key}"),
+            PATIENCE,
+            || async {
+                self.pvc(name)
+                    .await?
+                    .metadata
+                    .annotations?
+                    .get(key)
+                    .cloned()
+            },
+        )
+        .await
+    }
+
+    /// Events about object `name` with `reason`.
+    pub async fn events(&self, namespace: &str, name: &str, reason: &str) -> Vec<Event> {
+        let api: Api<Event> = Api::namespaced(self.kube.clone(), namespace);
+        api.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.involved_object.name.as_deref() == Some(name)
+                    && e.reason.as_deref() == Some(reason)
+            })
+            .collect()
+    }
+
+    /// Waits for an Event about `name` with `reason` and returns its message.
+    pub async fn wait_event(&self, namespace: &str, name: &str, reason: &str) -> String {
+        test_support::eventually(&format!("{reason} Event on {name}"), PATIENCE, || async {
+            self.events(namespace, name, reason)
+                .await
+                .first()
+                .and_then(|e| e.message.clone())
+        })
+        .await
+    }
+}
+
+pub fn pv_json(name: &str, size: &str, modes: &[&str], class: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"tier": "gold"}},
+        "spec": {
+            "capacity": {"storage": size},
+            "accessModes": modes,
+            "storageClassName": class,
+            "persistentVolumeReclaimPolicy": "Retain",
+            "hostPath": {"path": format!("/tmp/{name}")}
+        }
+    })
+}
+
+pub fn pvc_json(name: &str, size: &str, modes: &[&str], class: Option<&str>) -> Value {
+    let mut v = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "accessModes": modes,
+            "resources": {"requests": {"storage": size}}
+        }
+    });
+    if let Some(c) = class {
+        v["spec"]["storageClassName"] = json!(c);
+    }
+    v
+}
+
+pub fn annotation<K: kube::Resource>(obj: &K, key: &str) -> Option<String> {
+    obj.meta().annotations.as_ref()?.get(key).cloned()
+}
