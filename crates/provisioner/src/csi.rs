@@ -94,13 +94,11 @@ impl Driver {
         let mut r = tonic::Request::new(req);
         r.set_timeout(timeout);
         let started = Instant::now();
-        let result = tokio::time::timeout(timeout, client.create_volume(r))
-            .await
-            .unwrap_or_else(|_| {
-                Err(tonic::Status::deadline_exceeded(
-                    "context deadline exceeded",
-                ))
-            });
+        let result = deadline(
+            tokio::time::timeout(timeout, client.create_volume(r)).await,
+            started,
+            timeout,
+        );
         report(
             observe,
             "/csi.v1.Controller/CreateVolume",
@@ -140,13 +138,11 @@ impl Driver {
         });
         r.set_timeout(timeout);
         let started = Instant::now();
-        let result = tokio::time::timeout(timeout, client.delete_volume(r))
-            .await
-            .unwrap_or_else(|_| {
-                Err(tonic::Status::deadline_exceeded(
-                    "context deadline exceeded",
-                ))
-            });
+        let result = deadline(
+            tokio::time::timeout(timeout, client.delete_volume(r)).await,
+            started,
+            timeout,
+        );
         report(
             observe,
             "/csi.v1.Controller/DeleteVolume",
@@ -160,6 +156,24 @@ impl Driver {
             Err(s) if s.code() == tonic::Code::NotFound => Ok(()),
             Err(s) => Err(csi_error("DeleteVolume", &s)),
         }
+    }
+}
+
+/// A call cut off by its deadline reads DEADLINE_EXCEEDED, as in the Go sidecar: tonic reports
+/// the server's answer to an expired deadline as CANCELLED ("Timeout expired"), and our own
+/// timer may fire first.
+fn deadline<T>(
+    result: Result<Result<T, tonic::Status>, tokio::time::error::Elapsed>,
+    started: Instant,
+    timeout: Duration,
+) -> Result<T, tonic::Status> {
+    let expired = || tonic::Status::deadline_exceeded("context deadline exceeded");
+    match result {
+        Err(_) => Err(expired()),
+        Ok(Err(s)) if s.code() == tonic::Code::Cancelled && started.elapsed() >= timeout => {
+            Err(expired())
+        }
+        Ok(r) => r,
     }
 }
 

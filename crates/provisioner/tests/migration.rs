@@ -149,6 +149,6 @@ async fn in_tree_class_is_provisioned_only_with_migrated_to_and_stored_in_tree()
     let deletes = env.mock().calls_of(Method::DeleteVolume);
     assert_eq!(deletes.len(), 1, "{deletes:?}");
     assert_eq!(deletes[0].volume_id, format!("vol-{name}"));
-    assert!(env.mock().created_volumes().get(&name).is_none());
+    assert!(!env.mock().created_volumes().contains_key(&name));
     env.stop().await;
 }

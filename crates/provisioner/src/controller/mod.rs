@@ -226,16 +226,20 @@ impl Controller {
         let mut workers = JoinSet::new();
         for _ in 0..ctx.options.workers {
             let c = ctx.clone();
+            let stop = stop.clone();
             workers.spawn(async move {
                 while let Some(key) = c.queue.next().await {
-                    let outcome = process(&c, &key).await;
+                    // Shutdown abandons the operation in hand, as the Go sidecar's exit does:
+                    // every step is idempotent and is repeated by the next run.
+                    let outcome = tokio::select! {
+                        o = process(&c, &key) => o,
+                        () = stop.cancelled() => break,
+                    };
                     c.queue.done(&key, outcome);
                 }
             });
         }
         stop.cancelled().await;
-        // Workers finish the key in hand (a CreateVolume half done is repeated after a restart
-        // anyway: it is idempotent by name).
         ctx.queue.shut_down();
         while workers.join_next().await.is_some() {}
         watches.shutdown().await;
