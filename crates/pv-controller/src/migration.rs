@@ -178,14 +178,16 @@ mod tests {
         }
         assert_eq!(claim_migrated_to(&claim("hostpath.csi.k8s.io"), &on), None);
 
-        let mut pv = PersistentVolume::default();
-        pv.spec = Some(PersistentVolumeSpec {
-            aws_elastic_block_store: Some(AWSElasticBlockStoreVolumeSource {
-                volume_id: "vol-1".into(),
+        let mut pv = PersistentVolume {
+            spec: Some(PersistentVolumeSpec {
+                aws_elastic_block_store: Some(AWSElasticBlockStoreVolumeSource {
+                    volume_id: "vol-1".into(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             ..Default::default()
-        });
+        };
         assert_eq!(
             volume_migrated_to(&pv, &on).as_deref(),
             Some("ebs.csi.aws.com")

@@ -44,6 +44,7 @@ pub(crate) async fn sync_claim(
     ctx: &Arc<Ctx>,
     claim: Arc<PersistentVolumeClaim>,
 ) -> Result<(), Error> {
+    let claim = update_migration_annotation(ctx, claim).await?;
     if annotation(&claim, ANN_BIND_COMPLETED).is_some() {
         sync_bound_claim(ctx, &claim).await
     } else {
