@@ -1,0 +1,162 @@
+//! The real `csi-provisioner` binary: --help, bad flags, a driver that cannot provision, and a
+//! run with Go-style flags that provisions and serves metrics and health.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+use csi_mock::MockConfig;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BIN: &str = env!("CARGO_BIN_EXE_csi-provisioner");
+const MOCK: &str = "mock.csi.rs";
+
+/// Kills the child on drop (also when an assertion fails).
+struct Guard(Child);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn http_get(port: u16, path: &str) -> Option<(String, String)> {
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.ok()?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    Some((
+        head.lines().next().unwrap_or_default().to_string(),
+        body.to_string(),
+    ))
+}
+
+#[test]
+fn help_lists_the_go_flags_and_bad_flags_are_refused_naming_them() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--csi-address",
+        "--kubeconfig",
+        "--timeout",
+        "--worker-threads",
+        "--retry-interval-start",
+        "--retry-interval-max",
+        "--volume-name-prefix",
+        "--volume-name-uuid-length",
+        "--extra-create-metadata",
+        "--default-fstype",
+        "--feature-gates",
+        "--strict-topology",
+        "--immediate-topology",
+        "--leader-election",
+        "--leader-election-namespace",
+        "--leader-election-lease-duration",
+        "--leader-election-renew-deadline",
+        "--leader-election-retry-period",
+        "--kube-api-qps",
+        "--kube-api-burst",
+        "--http-endpoint",
+        "--metrics-path",
+        "--v",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+    }
+    let out = Command::new(BIN).arg("--timeout=fast").output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--timeout"));
+    let out = Command::new(BIN).arg("--no-such-flag").output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--no-such-flag"));
+    let out = Command::new(BIN)
+        .args([
+            "-feature-gates=Topology=true,Bogus=true",
+            "--kubeconfig=/nonexistent",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unrecognized feature gate: Bogus"));
+    let out = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("csi-provisioner"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_without_create_delete_volume_is_refused_clearly() {
+    let env = Env::with_mock(MockConfig::default()).await;
+    let kubeconfig = env.dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, env.server.kubeconfig_yaml()).unwrap();
+    let out = tokio::process::Command::new(BIN)
+        .args([
+            format!("-kubeconfig={}", kubeconfig.display()),
+            format!("-csi-address={}", env.mock().endpoint()),
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("CREATE_DELETE_VOLUME"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_provisions_with_go_style_flags_and_serves_metrics() {
+    let env = Env::with_mock(provisioning_mock(MOCK)).await;
+    env.create_class(class("fast", MOCK, &[])).await;
+    let kubeconfig = env.dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, env.server.kubeconfig_yaml()).unwrap();
+    let port = free_port();
+    let child = Command::new(BIN)
+        .args([
+            format!("-kubeconfig={}", kubeconfig.display()),
+            "-csi-address".into(),
+            env.mock().endpoint(),
+            "--timeout=5s".into(),
+            "-retry-interval-start=50ms".into(),
+            "-volume-name-prefix=vol".into(),
+            "-volume-name-uuid-length=8".into(),
+            "--feature-gates=Topology=true".into(),
+            format!("--http-endpoint=127.0.0.1:{port}"),
+            "-v=4".into(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let _guard = Guard(child);
+    let claim = env.create_pvc(pvc("data", "fast", "1Gi", Some(MOCK))).await;
+    let uid = claim.metadata.uid.clone().unwrap();
+    let name = format!("vol-{}", &uid[..8]);
+    let pv = env.wait_pv(&name).await;
+    assert_eq!(pv.spec.unwrap().csi.unwrap().volume_handle, name);
+    let body = eventually("metrics with the provision counted", || async {
+        let (_, body) = http_get(port, "/metrics").await?;
+        body.contains("controller_persistentvolumeclaim_provision_total{class=\"fast\"} 1")
+            .then_some(body)
+    })
+    .await;
+    assert!(
+        body.contains("method_name=\"/csi.v1.Controller/CreateVolume\",grpc_status_code=\"OK\""),
+        "{body}"
+    );
+    let (status, _) = http_get(port, "/healthz").await.unwrap();
+    assert!(status.contains("200"), "{status}");
+}
