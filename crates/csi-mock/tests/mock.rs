@@ -565,3 +565,79 @@ async fn configured_delay_applies_to_publish_and_unpublish() {
     assert!(t.elapsed() >= Duration::from_millis(100));
     assert_eq!(driver.calls().len(), 2);
 }
+
+#[tokio::test]
+async fn create_and_delete_volume_are_idempotent_and_off_by_default() {
+    use csi_spec::v1::{CapacityRange, CreateVolumeRequest, DeleteVolumeRequest};
+    let req = |name: &str, bytes: i64| CreateVolumeRequest {
+        name: name.into(),
+        capacity_range: Some(CapacityRange {
+            required_bytes: bytes,
+            limit_bytes: 0,
+        }),
+        volume_capabilities: vec![rwo()],
+        ..Default::default()
+    };
+    let (_dir, _driver, channel) = mock(MockConfig::default()).await;
+    assert!(
+        !controller_caps(&channel)
+            .await
+            .unwrap()
+            .contains(&RpcType::CreateDeleteVolume)
+    );
+    let e = ControllerClient::new(channel)
+        .create_volume(req("v", 1))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::Unimplemented);
+
+    let (_dir, driver, channel) = mock(MockConfig {
+        create_delete_volume: true,
+        volume_id_prefix: "vol-".into(),
+        ..MockConfig::default()
+    })
+    .await;
+    assert!(
+        controller_caps(&channel)
+            .await
+            .unwrap()
+            .contains(&RpcType::CreateDeleteVolume)
+    );
+    let mut c = ControllerClient::new(channel);
+    let v = c
+        .create_volume(req("a", 4096))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!((v.volume_id.as_str(), v.capacity_bytes), ("vol-a", 4096));
+    let again = c
+        .create_volume(req("a", 4096))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(again.volume_id, "vol-a");
+    let e = c.create_volume(req("a", 8192)).await.unwrap_err();
+    assert_eq!(e.code(), Code::AlreadyExists);
+    let e = c.create_volume(req("", 1)).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument);
+    assert!(e.message().starts_with("name"), "{}", e.message());
+    assert_eq!(driver.created_volumes().len(), 1);
+    let calls = driver.calls_of(Method::CreateVolume);
+    assert_eq!(calls[0].volume_id, "a");
+    assert_eq!(calls[0].create_request.as_ref().unwrap().name, "a");
+
+    for _ in 0..2 {
+        c.delete_volume(DeleteVolumeRequest {
+            volume_id: "vol-a".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    }
+    assert!(driver.created_volumes().is_empty());
+    assert_eq!(driver.calls_of(Method::DeleteVolume).len(), 2);
+}
