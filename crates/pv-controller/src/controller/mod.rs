@@ -401,8 +401,10 @@ async fn pass(ctx: &Arc<Ctx>) {
         };
         *map.entry(class).or_default() += 1;
     }
-    for claim in ctx.caches.claims.list() {
-        let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+    for cached in ctx.caches.claims.list() {
+        let namespace = cached.metadata.namespace.clone().unwrap_or_default();
+        let name = cached.metadata.name.clone().unwrap_or_default();
+        let claim = ctx.claim(&namespace, &name).unwrap_or(cached);
         let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
         let map = if bound {
             &mut counts.bound_pvc

@@ -1,0 +1,180 @@
+//! The `pv-controller` binary: Go-style flags, refusal of bad ones, and a run against
+//! apiserver-lite with leader election, metrics and health on `--http-endpoint`, and a clean
+//! exit on SIGTERM.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{Env, PATIENCE};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BIN: &str = env!("CARGO_BIN_EXE_pv-controller");
+const RWO: &[&str] = &["ReadWriteOnce"];
+
+/// Kills the child on drop (a failed test leaves no process behind).
+struct ChildGuard(Option<Child>);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// (status code, body) of a plain HTTP GET.
+async fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let code = response.split(' ').nth(1)?.parse().ok()?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())?;
+    Some((code, body))
+}
+
+#[test]
+fn help_names_the_flags_and_bad_values_are_refused() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--kubeconfig",
+        "--feature-gates",
+        "--pvclaimbinder-sync-period",
+        "--enable-dynamic-provisioning",
+        "--cloud-provider",
+        "--cluster-name",
+        "--region",
+        "--ec2-endpoint",
+        "--kube-api-qps",
+        "--kube-api-burst",
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "--leader-elect-renew-deadline",
+        "--leader-elect-retry-period",
+        "--leader-elect-resource-namespace",
+        "--leader-elect-resource-name",
+        "--http-endpoint",
+    ] {
+        assert!(help.contains(flag), "{flag} missing in --help:\n{help}");
+    }
+    for (args, needle) in [
+        (&["--cloud-provider=gce"][..], "--cloud-provider=gce"),
+        (
+            &["--feature-gates=CSIMigrationAWS=maybe"],
+            "CSIMigrationAWS",
+        ),
+        (
+            &["-pvclaimbinder-sync-period=10"],
+            "--pvclaimbinder-sync-period",
+        ),
+    ] {
+        let out = Command::new(BIN)
+            .args(args)
+            .arg("--kubeconfig=/nonexistent")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_binds_serves_metrics_and_stops_on_sigterm() {
+    let env = Env::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, env.server.kubeconfig_yaml()).unwrap();
+    env.create_pv("vol", "1Gi", RWO, "").await;
+    env.create_pvc("data", "1Gi", RWO, None).await;
+    let port = free_port();
+    let log_path = dir.path().join("pv-controller.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut child = ChildGuard(Some(
+        Command::new(BIN)
+            .arg(format!("-kubeconfig={}", kubeconfig.display()))
+            .arg(format!("-http-endpoint=127.0.0.1:{port}"))
+            .args([
+                "-leader-elect-resource-namespace=default",
+                "-pvclaimbinder-sync-period=1s",
+                "-v=2",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    ));
+
+    env.wait_pvc_phase("data", "Bound").await;
+    let holder = test_support::eventually("the lease is held", PATIENCE, || async {
+        let lease = Api::<Lease>::namespaced(env.kube.clone(), "default")
+            .get_opt("pv-controller")
+            .await
+            .ok()??;
+        lease.spec?.holder_identity
+    })
+    .await;
+    assert!(!holder.is_empty());
+    let (code, _) =
+        test_support::eventually("/healthz answers", PATIENCE, || get(port, "/healthz")).await;
+    assert_eq!(code, 200);
+    let metrics = test_support::eventually("metrics count the bound volume", PATIENCE, || async {
+        let (code, body) = get(port, "/metrics").await?;
+        (code == 200 && body.contains("pv_collector_bound_pv_count{storage_class=\"\"} 1"))
+            .then_some(body)
+    })
+    .await;
+    assert!(
+        metrics.contains("pv_collector_bound_pvc_count{namespace=\"default\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("leader_election_master_status"),
+        "{metrics}"
+    );
+
+    let pid = child.0.as_ref().unwrap().id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = child.0.as_mut().unwrap().try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the binary ignored SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    child.0 = None;
+    let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+    assert!(status.success(), "exit {status:?}; log:\n{log}");
+    env.shutdown().await;
+}
