@@ -133,6 +133,16 @@ async fn in_tree_class_is_provisioned_only_with_migrated_to_and_stored_in_tree()
         "node affinity on the in-tree zone label: {keys:?}"
     );
     assert!(
+        keys.contains(&(
+            "topology.kubernetes.io/region".to_string(),
+            vec!["us-east-1".to_string()]
+        )),
+        "node affinity on the in-tree region label: {keys:?}"
+    );
+    let labels = pv.metadata.labels.clone().unwrap();
+    assert_eq!(labels["topology.kubernetes.io/zone"], "us-east-1a");
+    assert_eq!(labels["topology.kubernetes.io/region"], "us-east-1");
+    assert!(
         pv.metadata
             .finalizers
             .clone()
