@@ -204,8 +204,8 @@ async fn a_malformed_claim_gets_an_event_and_the_rest_goes_on() {
     env.create_pv("good", "1Gi", RWO, "").await;
     env.create_pv("more", "1Gi", RWO, "").await;
     env.start(fast_options()).await;
-    // A request that is no quantity (kept by apiserver-lite or not: then a class parameter the
-    // in-tree plugin refuses is the malformed object).
+    // A selector operator that does not exist (a real API server refuses it; apiserver-lite
+    // may keep it): a Warning on the claim, backoff, and nothing else stops.
     let mut bad = pvc_json("bad", "1Gi", RWO, None);
     bad["spec"]["selector"] =
         json!({"matchExpressions": [{"key": "tier", "operator": "Near", "values": ["x"]}]});
@@ -217,18 +217,26 @@ async fn a_malformed_claim_gets_an_event_and_the_rest_goes_on() {
     if accepted {
         let msg = env.wait_event(NS, "bad", "FailedBinding").await;
         assert!(msg.contains("Near"), "{msg}");
-    } else {
-        env.create_class(
-            "broken",
-            "kubernetes.io/aws-ebs",
-            "Immediate",
-            json!({"bogus": "1"}),
-        )
-        .await;
-        env.create_pvc("bad", "1Gi", RWO, Some("broken")).await;
-        let msg = env.wait_event(NS, "bad", "ProvisioningFailed").await;
-        assert!(!msg.is_empty());
     }
+    // A class of the in-tree plugin with a parameter it does not know: ProvisioningFailed
+    // naming it (checked before anything asks for a cloud).
+    env.create_class(
+        "broken",
+        "kubernetes.io/aws-ebs",
+        "Immediate",
+        json!({"bogus": "1"}),
+    )
+    .await;
+    env.create_pvc("broken-params", "1Gi", RWO, Some("broken"))
+        .await;
+    // (The class may reach the controller's cache after the claim: "not found" first.)
+    env.wait_event_containing(
+        NS,
+        "broken-params",
+        "ProvisioningFailed",
+        "invalid option \"bogus\"",
+    )
+    .await;
     env.create_pvc("fine", "1Gi", RWO, None).await;
     env.wait_pvc_phase("fine", "Bound").await;
     env.shutdown().await;

@@ -26,6 +26,7 @@ use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use volume_plugins::ObjectCache;
 
 use crate::config::Options;
@@ -252,10 +253,11 @@ impl Ctx {
             }
         }
         let ctx = self.clone();
+        let span = tracing::info_span!("operation", operation = %name);
         tokio::spawn(async move {
             let result = {
                 let _permit = ctx.operations.acquire().await;
-                operation.await
+                operation.instrument(span).await
             };
             if let Err(e) = &result {
                 tracing::warn!(operation = %name, error = %e, "operation failed; retried with backoff");
@@ -365,12 +367,15 @@ async fn pass(ctx: &Arc<Ctx>) {
         if ctx.backing_off(&key) {
             continue;
         }
-        let mut result = protection::pv::sync(ctx, &volume).await;
-        if result.is_ok() {
-            if let Some(v) = ctx.volume(&name) {
-                result = sync_volume::sync_volume(ctx, v).await;
+        let result = async {
+            protection::pv::sync(ctx, &volume).await?;
+            match ctx.volume(&name) {
+                Some(v) => sync_volume::sync_volume(ctx, v).await,
+                None => Ok(()),
             }
         }
+        .instrument(tracing::debug_span!("sync_volume", volume = %name))
+        .await;
         report(ctx, &key, result);
     }
     for claim in ctx.caches.claims.list() {
@@ -383,12 +388,15 @@ async fn pass(ctx: &Arc<Ctx>) {
         let Some(claim) = ctx.claim(&namespace, &name) else {
             continue;
         };
-        let mut result = protection::pvc::sync(ctx, &claim, &in_use).await;
-        if result.is_ok() {
-            if let Some(c) = ctx.claim(&namespace, &name) {
-                result = sync_claim::sync_claim(ctx, c).await;
+        let result = async {
+            protection::pvc::sync(ctx, &claim, &in_use).await?;
+            match ctx.claim(&namespace, &name) {
+                Some(c) => sync_claim::sync_claim(ctx, c).await,
+                None => Ok(()),
             }
         }
+        .instrument(tracing::debug_span!("sync_claim", claim = %format!("{namespace}/{name}")))
+        .await;
         report(ctx, &key, result);
     }
     for volume in ctx.volumes() {

@@ -179,6 +179,15 @@ async fn provision_operation(
     let Some(class) = ctx.caches.classes.get(&class_name) else {
         return Ok(());
     };
+    // The class's parameters are checked first: a class no cloud could serve says so whether
+    // or not a cloud is configured.
+    if let Err(e) = provisioner::parse_parameters(&class.parameters.clone().unwrap_or_default()) {
+        let message = format!("Failed to provision volume with StorageClass {class_name:?}: {e}");
+        ctx.events
+            .claim(&claim, true, events::PROVISIONING_FAILED, &message)
+            .await;
+        return Err(Error::Plugin(e));
+    }
     let Some(cloud) = ctx.cloud.clone() else {
         let e = volume_plugins::Error::NoCloud {
             operation: "provision",

@@ -247,6 +247,25 @@ impl Env {
             .collect()
     }
 
+    /// Waits for an Event about `name` with `reason` whose message contains `needle`.
+    pub async fn wait_event_containing(
+        &self,
+        namespace: &str,
+        name: &str,
+        reason: &str,
+        needle: &str,
+    ) -> String {
+        let what = format!("{reason} Event on {name} saying {needle:?}");
+        test_support::eventually(&what, PATIENCE, || async {
+            self.events(namespace, name, reason)
+                .await
+                .into_iter()
+                .filter_map(|e| e.message)
+                .find(|m| m.contains(needle))
+        })
+        .await
+    }
+
     /// Waits for an Event about `name` with `reason` and returns its message.
     pub async fn wait_event(&self, namespace: &str, name: &str, reason: &str) -> String {
         test_support::eventually(&format!("{reason} Event on {name}"), PATIENCE, || async {
