@@ -63,6 +63,24 @@ async fn released_volumes_are_reclaimed_by_policy() {
         .await;
     assert!(msg.contains("no deletable volume plugin matched"), "{msg}");
 
+    // Delete, made by the in-tree aws-ebs plugin, not migrated, no cloud: the in-tree deleter
+    // is tried and says what is missing; the volume is Failed and kept.
+    let mut ebs = pv_json("ebs", "1Gi", RWO, "legacy");
+    ebs["spec"].as_object_mut().unwrap().remove("hostPath");
+    ebs["spec"]["awsElasticBlockStore"] =
+        json!({"volumeID": "aws://us-east-1a/vol-0123456789abcdef0", "fsType": "ext4"});
+    ebs["spec"]["persistentVolumeReclaimPolicy"] = json!("Delete");
+    ebs["metadata"]["annotations"] =
+        json!({"pv.kubernetes.io/provisioned-by": "kubernetes.io/aws-ebs"});
+    env.create_pv_json(ebs).await;
+    env.create_pvc("e", "1Gi", RWO, Some("legacy")).await;
+    env.wait_pvc_phase("e", "Bound").await;
+    env.delete_pvc("e").await;
+    let msg = env.wait_event("default", "ebs", "VolumeFailedDelete").await;
+    assert!(msg.contains("--cloud-provider=aws"), "{msg}");
+    let pv = env.wait_pv_phase("ebs", "Failed").await;
+    assert!(pv.metadata.deletion_timestamp.is_none());
+
     // Recycle: refused.
     let mut recycle = pv_json("recycled", "1Gi", RWO, "y");
     recycle["spec"]["persistentVolumeReclaimPolicy"] = json!("Recycle");

@@ -39,9 +39,13 @@ pub(crate) async fn sync_volume(
     }
     let namespace = claim_ref.namespace.clone().unwrap_or_default();
     let name = claim_ref.name.clone().unwrap_or_default();
+    let settled = matches!(phase(&volume), Some("Released") | Some("Failed"));
     let claim = match ctx.claim(&namespace, &name) {
         Some(c) => Some(c),
-        // The cache may lag behind a claim just created: ask before releasing the volume.
+        // Already released: the cache's word is enough (no GET per pass per old volume).
+        None if settled => None,
+        // The cache may lag behind a claim just created (by a provisioner, a scheduler): ask
+        // the API server before releasing the volume, as kcm does.
         None => ctx
             .claims_api(&namespace)
             .get_opt(&name)
