@@ -67,9 +67,12 @@ pub enum Error {
     /// A secret template uses a placeholder that does not exist or is not allowed there.
     #[error("{0}")]
     Secret(String),
-    /// Topology requirements could not be built (selected node without CSINode, ...).
+    /// Topology requirements could not be built (a node without the label of a key, ...).
     #[error("{0}")]
     Topology(String),
+    /// The selected node or its CSINode does not exist: the scheduler must pick another node.
+    #[error("{0}")]
+    SelectedNodeNotFound(String),
     /// A CSI call failed. Written as Go's gRPC errors print, as the Go sidecar's Events do.
     #[error("rpc error: code = {} desc = {message}", csi_spec::go_code_name(*.code))]
     Csi {
@@ -125,6 +128,14 @@ impl Error {
             Error::Csi { code, .. } => Some(*code),
             _ => None,
         }
+    }
+
+    /// A failure of a claim with a selected node after which the scheduler should pick another
+    /// node (the Go sidecar's ProvisioningReschedule): the node or its CSINode is gone, or the
+    /// driver answered RESOURCE_EXHAUSTED (no room in that node's topology).
+    pub fn asks_for_reschedule(&self) -> bool {
+        matches!(self, Error::SelectedNodeNotFound(_))
+            || self.grpc_code() == Some(tonic::Code::ResourceExhausted)
     }
 
     /// A CSI failure after which the driver may still be working on the call (the Go

@@ -317,3 +317,63 @@ async fn hostpath_raw_block_claim_gets_a_block_pv_without_fstype() {
     assert!(img.is_file(), "block volume file {}", img.display());
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selected_node_that_cannot_take_the_volume_is_handed_back_to_the_scheduler() {
+    let mut env = Env::with_mock(provisioning_mock(MOCK)).await;
+    env.create_node("node-a", MOCK, &[(ZONE, "zone-a")], &[ZONE])
+        .await;
+    let mut sc = class("late", MOCK, &[]);
+    sc.volume_binding_mode = Some("WaitForFirstConsumer".into());
+    env.create_class(sc).await;
+    let full = env.create_pvc(pvc("full", "late", "1Gi", Some(MOCK))).await;
+    env.mock().script(
+        Method::CreateVolume,
+        &pv_name(&full),
+        vec![csi_mock::Step::Fail(
+            tonic::Code::ResourceExhausted,
+            "zone-a is full".into(),
+        )],
+    );
+    env.start(fast_options()).await;
+    let mut ghost = pvc("ghost", "late", "1Gi", Some(MOCK));
+    ghost
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(SELECTED_NODE_ANNOTATION.into(), "no-such-node".into());
+    env.create_pvc(ghost).await;
+    env.annotate_pvc("full", SELECTED_NODE_ANNOTATION, "node-a")
+        .await;
+    let claims = kube::Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+        env.kube.clone(),
+        NS,
+    );
+    for name in ["ghost", "full"] {
+        eventually(
+            &format!("{SELECTED_NODE_ANNOTATION} removed from {name}"),
+            || async {
+                let c = claims.get(name).await.unwrap();
+                let annotations = c.metadata.annotations.unwrap_or_default();
+                (!annotations.contains_key(SELECTED_NODE_ANNOTATION)).then_some(())
+            },
+        )
+        .await;
+    }
+    let m = env
+        .wait_event("ghost", "ProvisioningFailed", "no-such-node")
+        .await;
+    assert!(m.contains("not found"), "{m}");
+    env.wait_event("full", "ProvisioningFailed", "ResourceExhausted")
+        .await;
+    // The ghost never reached the driver (a retry of "full" may race with the watch of the
+    // removal, so only the names are checked).
+    let calls = env.mock().calls_of(Method::CreateVolume);
+    assert!(
+        !calls.is_empty() && calls.iter().all(|c| c.volume_id == pv_name(&full)),
+        "{calls:?}"
+    );
+    assert!(env.mock().created_volumes().is_empty());
+    env.stop().await;
+}

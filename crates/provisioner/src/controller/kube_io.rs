@@ -45,6 +45,35 @@ pub(crate) async fn current_claim(
         .map_err(|e| Error::kube(format!("reading PersistentVolumeClaim {ns}/{name}"), e))
 }
 
+/// Removes `volume.kubernetes.io/selected-node` (only if the claim is still the one we looked
+/// at): the scheduler then picks a node again.
+pub(crate) async fn forget_selected_node(
+    ctx: &Ctx,
+    pvc: &PersistentVolumeClaim,
+) -> Result<(), Error> {
+    let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+    let name = pvc.metadata.name.clone().unwrap_or_default();
+    let patch = json!({
+        "metadata": {
+            "resourceVersion": pvc.metadata.resource_version,
+            "annotations": { crate::SELECTED_NODE_ANNOTATION: null },
+        }
+    });
+    Api::<PersistentVolumeClaim>::namespaced(ctx.client.clone(), &ns)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            Error::kube(
+                format!(
+                    "removing {} from PersistentVolumeClaim {ns}/{name}",
+                    crate::SELECTED_NODE_ANNOTATION
+                ),
+                e,
+            )
+        })
+}
+
 /// What creating the PV gave.
 pub(crate) enum Created {
     Created,

@@ -62,6 +62,13 @@ pub(crate) async fn sync_claim(ctx: &Arc<Ctx>, key: &str, ns: &str, name: &str) 
         Err(e) => {
             tracing::warn!(claim = %key, error = %e, "provisioning failed; will retry");
             ctx.metrics.provision_failed(&class_name);
+            if claim::selected_node(&pvc).is_some() && e.asks_for_reschedule() {
+                // Nothing goes on in the background: let the scheduler choose another node.
+                ctx.in_progress().remove(key);
+                if let Err(e) = kube_io::forget_selected_node(ctx, &pvc).await {
+                    tracing::warn!(claim = %key, error = %e, "could not ask for rescheduling");
+                }
+            }
             kube_io::event(
                 ctx,
                 pvc.as_ref(),
@@ -224,7 +231,19 @@ fn requirements(
         .filter_map(|c| node_topology(ctx, c.metadata.name.as_deref().unwrap_or_default()).ok())
         .collect();
     let selected = match claim::selected_node(pvc) {
-        Some(n) => Some(node_topology(ctx, n)?),
+        Some(n) => {
+            if ctx.nodes.get(&ObjectRef::new(n)).is_none() {
+                return Err(Error::SelectedNodeNotFound(format!(
+                    "selected node {n:?} not found"
+                )));
+            }
+            Some(node_topology(ctx, n).map_err(|e| match e {
+                Error::Topology(m) if ctx.csinodes.get(&ObjectRef::new(n)).is_none() => {
+                    Error::SelectedNodeNotFound(m)
+                }
+                e => e,
+            })?)
+        }
         None => None,
     };
     topology::requirements(topology::Inputs {
