@@ -106,6 +106,16 @@ pub fn build(
     s: &Settings<'_>,
 ) -> Result<CreateVolumeRequest, Error> {
     let class_params = class.parameters.clone().unwrap_or_default();
+    let selector = pvc.spec.as_ref().and_then(|s| s.selector.as_ref());
+    if selector.is_some_and(|l| {
+        l.match_labels.as_ref().is_some_and(|m| !m.is_empty())
+            || l.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
+    }) {
+        // A selector picks among existing PVs; a new volume cannot honour it (as in Go).
+        return Err(Error::InvalidClaim(
+            "claim Selector is not supported".into(),
+        ));
+    }
     let modes = access_modes(pvc);
     if modes.is_empty() {
         return Err(Error::InvalidClaim(
@@ -283,5 +293,14 @@ mod tests {
             e.to_string().contains("spec.resources.requests.storage"),
             "{e}"
         );
+        let mut p = pvc(&["ReadWriteOnce"], false);
+        p.spec.as_mut().unwrap().selector = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                match_labels: Some([("a".to_string(), "b".to_string())].into()),
+                ..Default::default()
+            },
+        );
+        let e = build(&p, &class(), &s).unwrap_err();
+        assert_eq!(e.to_string(), "claim Selector is not supported");
     }
 }
