@@ -226,76 +226,129 @@ pub(crate) fn node_affinity_matches(volume: &PersistentVolume, node: &NodeInfo) 
         .any(|t| term_matches(t, node))
 }
 
-/// kcm's `findBestMatchForClaim`: the volume the claim should bind to, if any. `node`: the
-/// selected node of a WaitForFirstConsumer claim (its affinity must admit the volume);
-/// `delay_binding` without a node binds only a volume pre-bound to the claim.
+/// One volume with what matching reads, computed once per pass.
+#[derive(Debug)]
+struct Entry {
+    volume: Arc<PersistentVolume>,
+    modes: BTreeSet<String>,
+    bytes: u128,
+    class: String,
+    /// Available, no claimRef, not being deleted: may be given to any claim that fits.
+    free: bool,
+}
+
+/// kcm's volume index: every volume with its access modes, size and class precomputed, so a
+/// pass over many pending claims does not recompute them per claim. Volumes bound during the
+/// pass are marked taken.
+#[derive(Debug)]
+pub(crate) struct VolumeIndex {
+    entries: Vec<Entry>,
+    /// The distinct access-mode sets, fewest modes first.
+    groups: Vec<BTreeSet<String>>,
+}
+
+impl VolumeIndex {
+    pub(crate) fn new(volumes: &[Arc<PersistentVolume>]) -> Self {
+        let entries: Vec<Entry> = volumes
+            .iter()
+            .map(|v| {
+                let phase = v.status.as_ref().and_then(|s| s.phase.as_deref());
+                let has_ref = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()).is_some();
+                Entry {
+                    volume: v.clone(),
+                    modes: volume_modes(v),
+                    bytes: volume_bytes(v),
+                    class: volume_class(v),
+                    free: phase == Some("Available")
+                        && !has_ref
+                        && v.metadata.deletion_timestamp.is_none(),
+                }
+            })
+            .collect();
+        let mut groups: Vec<BTreeSet<String>> = entries
+            .iter()
+            .map(|e| e.modes.clone())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        groups.sort_by_key(BTreeSet::len);
+        Self { entries, groups }
+    }
+
+    /// The volume was just bound: no other claim of this pass may have it.
+    pub(crate) fn mark_taken(&mut self, name: &str) {
+        for e in &mut self.entries {
+            if e.volume.metadata.name.as_deref() == Some(name) {
+                e.free = false;
+            }
+        }
+    }
+
+    /// kcm's `findBestMatchForClaim`: the volume the claim should bind to, if any. `node`: the
+    /// selected node of a WaitForFirstConsumer claim (its affinity must admit the volume);
+    /// `delay_binding` without a node binds only a volume pre-bound to the claim.
+    pub(crate) fn find_best_match(
+        &self,
+        claim: &PersistentVolumeClaim,
+        node: Option<&NodeInfo>,
+        delay_binding: bool,
+    ) -> Result<Option<Arc<PersistentVolume>>, String> {
+        let requested = requested_bytes(claim)?;
+        let wanted = claim_modes(claim);
+        let class = claim_class(claim);
+        let selector = claim.spec.as_ref().and_then(|s| s.selector.as_ref());
+        for group in self.groups.iter().filter(|g| wanted.is_subset(g)) {
+            let mut smallest: Option<&Entry> = None;
+            for e in self.entries.iter().filter(|e| &e.modes == group) {
+                let volume = &e.volume;
+                if volume_mode_mismatch(claim, volume)
+                    || volume.metadata.deletion_timestamp.is_some()
+                {
+                    continue;
+                }
+                if is_volume_bound_to_claim(volume, claim) {
+                    // Pre-bound: this volume or none (a node it cannot reach means no match).
+                    let reachable = node.is_none_or(|n| node_affinity_matches(volume, n));
+                    return Ok(reachable.then(|| volume.clone()));
+                }
+                if !e.free
+                    || (node.is_none() && delay_binding)
+                    || e.class != class
+                    || e.bytes < requested
+                {
+                    continue;
+                }
+                if smallest.is_some_and(|s| s.bytes <= e.bytes) {
+                    continue;
+                }
+                if let Some(sel) = selector {
+                    let labels = volume.metadata.labels.clone().unwrap_or_default();
+                    if !selector_matches(sel, &labels)? {
+                        continue;
+                    }
+                }
+                if node.is_some_and(|n| !node_affinity_matches(volume, n)) {
+                    continue;
+                }
+                smallest = Some(e);
+            }
+            if let Some(e) = smallest {
+                return Ok(Some(e.volume.clone()));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// [`VolumeIndex::find_best_match`] over `volumes`.
+#[cfg(test)]
 pub(crate) fn find_best_match_for_claim(
     claim: &PersistentVolumeClaim,
     volumes: &[Arc<PersistentVolume>],
     node: Option<&NodeInfo>,
     delay_binding: bool,
 ) -> Result<Option<Arc<PersistentVolume>>, String> {
-    let requested = requested_bytes(claim)?;
-    let wanted = claim_modes(claim);
-    let class = claim_class(claim);
-    let selector = claim.spec.as_ref().and_then(|s| s.selector.as_ref());
-    // The access-mode groups that can serve the claim, fewest modes first.
-    let mut groups: Vec<BTreeSet<String>> = volumes
-        .iter()
-        .map(|v| volume_modes(v))
-        .filter(|m| wanted.is_subset(m))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    groups.sort_by_key(BTreeSet::len);
-    for group in groups {
-        let mut smallest: Option<(&Arc<PersistentVolume>, u128)> = None;
-        for volume in volumes.iter().filter(|v| volume_modes(v) == group) {
-            if volume_mode_mismatch(claim, volume) {
-                continue;
-            }
-            if volume.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let affinity_ok = node.is_none_or(|n| node_affinity_matches(volume, n));
-            if is_volume_bound_to_claim(volume, claim) {
-                // Pre-bound: this volume or none (a node it cannot reach means no match).
-                return Ok(affinity_ok.then(|| volume.clone()));
-            }
-            if node.is_none() && delay_binding {
-                continue;
-            }
-            let phase = volume.status.as_ref().and_then(|s| s.phase.as_deref());
-            if phase != Some("Available") {
-                continue;
-            }
-            if volume
-                .spec
-                .as_ref()
-                .and_then(|s| s.claim_ref.as_ref())
-                .is_some()
-            {
-                continue;
-            }
-            if let Some(sel) = selector {
-                let labels = volume.metadata.labels.clone().unwrap_or_default();
-                if !selector_matches(sel, &labels)? {
-                    continue;
-                }
-            }
-            if volume_class(volume) != class || !affinity_ok {
-                continue;
-            }
-            let size = volume_bytes(volume);
-            if size >= requested && smallest.is_none_or(|(_, s)| size < s) {
-                smallest = Some((volume, size));
-            }
-        }
-        if let Some((v, _)) = smallest {
-            return Ok(Some(v.clone()));
-        }
-    }
-    Ok(None)
+    VolumeIndex::new(volumes).find_best_match(claim, node, delay_binding)
 }
 
 #[cfg(test)]

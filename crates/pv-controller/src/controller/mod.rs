@@ -378,6 +378,8 @@ async fn pass(ctx: &Arc<Ctx>) {
         .await;
         report(ctx, &key, result);
     }
+    // Built once, after the volumes' sync set their phases; binds of this pass mark theirs.
+    let mut index = index::VolumeIndex::new(&ctx.volumes());
     for claim in ctx.caches.claims.list() {
         let namespace = claim.metadata.namespace.clone().unwrap_or_default();
         let name = claim.metadata.name.clone().unwrap_or_default();
@@ -391,7 +393,7 @@ async fn pass(ctx: &Arc<Ctx>) {
         let result = async {
             protection::pvc::sync(ctx, &claim, &in_use).await?;
             match ctx.claim(&namespace, &name) {
-                Some(c) => sync_claim::sync_claim(ctx, c).await,
+                Some(c) => sync_claim::sync_claim(ctx, c, &mut index).await,
                 None => Ok(()),
             }
         }

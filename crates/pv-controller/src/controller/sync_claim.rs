@@ -11,7 +11,7 @@ use kube::Api;
 use serde_json::json;
 
 use super::bind::{bind, patch_claim, update_claim_status};
-use super::index::{self, NodeInfo, find_best_match_for_claim};
+use super::index::{self, NodeInfo, VolumeIndex};
 use super::{Ctx, provision};
 use crate::migration::{claim_migrated_to, current_migrated_to};
 use crate::names::{
@@ -43,12 +43,13 @@ fn phase(claim: &PersistentVolumeClaim) -> Option<&str> {
 pub(crate) async fn sync_claim(
     ctx: &Arc<Ctx>,
     claim: Arc<PersistentVolumeClaim>,
+    volumes: &mut VolumeIndex,
 ) -> Result<(), Error> {
     let claim = update_migration_annotation(ctx, claim).await?;
     if annotation(&claim, ANN_BIND_COMPLETED).is_some() {
         sync_bound_claim(ctx, &claim).await
     } else {
-        sync_unbound_claim(ctx, &claim).await
+        sync_unbound_claim(ctx, &claim, volumes).await
     }
 }
 
@@ -88,7 +89,11 @@ async fn selected_node(ctx: &Ctx, name: &str) -> Result<NodeInfo, Error> {
     })
 }
 
-async fn sync_unbound_claim(ctx: &Arc<Ctx>, claim: &PersistentVolumeClaim) -> Result<(), Error> {
+async fn sync_unbound_claim(
+    ctx: &Arc<Ctx>,
+    claim: &PersistentVolumeClaim,
+    volumes: &mut VolumeIndex,
+) -> Result<(), Error> {
     // A claim being deleted is not bound any more (kcm's binder ignores it as well: its
     // protection finalizer keeps it only until its pods are gone).
     if claim.metadata.deletion_timestamp.is_some() {
@@ -100,7 +105,7 @@ async fn sync_unbound_claim(ctx: &Arc<Ctx>, claim: &PersistentVolumeClaim) -> Re
         .and_then(|s| s.volume_name.clone())
         .filter(|n| !n.is_empty());
     match volume_name {
-        None => sync_unbound_claim_without_volume(ctx, claim).await,
+        None => sync_unbound_claim_without_volume(ctx, claim, volumes).await,
         Some(name) => sync_pre_bound_claim(ctx, claim, &name).await,
     }
 }
@@ -108,6 +113,7 @@ async fn sync_unbound_claim(ctx: &Arc<Ctx>, claim: &PersistentVolumeClaim) -> Re
 async fn sync_unbound_claim_without_volume(
     ctx: &Arc<Ctx>,
     claim: &PersistentVolumeClaim,
+    volumes: &mut VolumeIndex,
 ) -> Result<(), Error> {
     let class_name = index::claim_class(claim);
     let class = (!class_name.is_empty())
@@ -119,8 +125,7 @@ async fn sync_unbound_claim_without_volume(
         (Some(name), true) => Some(selected_node(ctx, name).await?),
         _ => None,
     };
-    let volumes = ctx.volumes();
-    let best = match find_best_match_for_claim(claim, &volumes, node.as_ref(), delay) {
+    let best = match volumes.find_best_match(claim, node.as_ref(), delay) {
         Ok(v) => v,
         Err(why) => {
             let message = format!("cannot match claim {}: {why}", claim_name(claim));
@@ -131,7 +136,10 @@ async fn sync_unbound_claim_without_volume(
         }
     };
     match best {
-        Some(volume) => bind(ctx, &volume, claim).await,
+        Some(volume) => {
+            volumes.mark_taken(volume.metadata.name.as_deref().unwrap_or_default());
+            bind(ctx, &volume, claim).await
+        }
         None => {
             if delay && selected.is_none() {
                 ctx.events
