@@ -55,6 +55,9 @@ pub(crate) struct Ctx {
     /// UIDs of PVs whose volume we deleted: the watch events of our own finalizer removal and
     /// delete must not call DeleteVolume again.
     deleted: Mutex<std::collections::HashSet<String>>,
+    /// Claims handed back to the scheduler, with the resourceVersion they had: until the watch
+    /// shows the claim without its selected node, the cached copy is stale and not acted on.
+    rescheduled: Mutex<HashMap<String, String>>,
 }
 
 /// Past this many remembered deleted PVs the memory starts over (a repeat DeleteVolume is
@@ -62,6 +65,28 @@ pub(crate) struct Ctx {
 const MAX_REMEMBERED_DELETES: usize = 10_000;
 
 impl Ctx {
+    /// Whether `key` at `resource_version` is the copy we already handed back to the scheduler.
+    pub(crate) fn is_stale_rescheduled(&self, key: &str, resource_version: Option<&str>) -> bool {
+        let mut r = self.rescheduled.lock().unwrap_or_else(|e| e.into_inner());
+        match r.get(key) {
+            Some(v) if Some(v.as_str()) == resource_version => true,
+            Some(_) => {
+                r.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    pub(crate) fn remember_rescheduled(&self, key: &str, resource_version: Option<&str>) {
+        if let Some(v) = resource_version {
+            self.rescheduled
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.to_string(), v.to_string());
+        }
+    }
+
     pub(crate) fn was_deleted(&self, uid: &str) -> bool {
         self.deleted
             .lock()
@@ -163,6 +188,7 @@ impl Controller {
             nodes,
             in_progress: Mutex::new(HashMap::new()),
             deleted: Mutex::default(),
+            rescheduled: Mutex::default(),
         });
         let stop = shutdown.child_token();
         let mut watches = JoinSet::new();

@@ -19,8 +19,13 @@ use crate::{Error, claim, create_request, events, migration, pv};
 
 pub(crate) async fn sync_claim(ctx: &Arc<Ctx>, key: &str, ns: &str, name: &str) -> Outcome {
     let Some(pvc) = ctx.pvcs.get(&ObjectRef::new(name).within(ns)) else {
+        ctx.is_stale_rescheduled(key, None);
         return finish_abandoned(ctx, key).await;
     };
+    if ctx.is_stale_rescheduled(key, pvc.metadata.resource_version.as_deref()) {
+        // Handed back to the scheduler: the watch will bring the claim without its node.
+        return Outcome::Done;
+    }
     let in_flight = ctx.in_progress().get(key).cloned();
     if let Some(p) = in_flight.filter(|p| Some(p.claim_uid.as_str()) != pvc.metadata.uid.as_deref())
     {
@@ -65,8 +70,13 @@ pub(crate) async fn sync_claim(ctx: &Arc<Ctx>, key: &str, ns: &str, name: &str) 
             if claim::selected_node(&pvc).is_some() && e.asks_for_reschedule() {
                 // Nothing goes on in the background: let the scheduler choose another node.
                 ctx.in_progress().remove(key);
-                if let Err(e) = kube_io::forget_selected_node(ctx, &pvc).await {
-                    tracing::warn!(claim = %key, error = %e, "could not ask for rescheduling");
+                match kube_io::forget_selected_node(ctx, &pvc).await {
+                    Ok(()) => {
+                        ctx.remember_rescheduled(key, pvc.metadata.resource_version.as_deref());
+                    }
+                    Err(e) => {
+                        tracing::warn!(claim = %key, error = %e, "could not ask for rescheduling");
+                    }
                 }
             }
             kube_io::event(
