@@ -265,3 +265,43 @@ async fn a_pv_that_exists_already_is_success_if_ours_and_a_failure_if_not() {
     );
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_data_sources_fail_naming_the_missing_capability() {
+    use k8s_openapi::api::core::v1::TypedLocalObjectReference;
+    let mut env = Env::with_mock(csi_mock::MockConfig {
+        clone_volume: false,
+        ..provisioning_mock(MOCK)
+    })
+    .await;
+    env.create_class(class("fast", MOCK, &[])).await;
+    env.start(fast_options()).await;
+    let mut from_snapshot = pvc("from-snapshot", "fast", "1Gi", Some(MOCK));
+    from_snapshot.spec.as_mut().unwrap().data_source = Some(TypedLocalObjectReference {
+        api_group: Some("snapshot.storage.k8s.io".into()),
+        kind: "VolumeSnapshot".into(),
+        name: "snap-1".into(),
+    });
+    env.create_pvc(from_snapshot).await;
+    let mut clone = pvc("clone", "fast", "1Gi", Some(MOCK));
+    clone.spec.as_mut().unwrap().data_source = Some(TypedLocalObjectReference {
+        api_group: None,
+        kind: "PersistentVolumeClaim".into(),
+        name: "source".into(),
+    });
+    env.create_pvc(clone).await;
+    let m = env
+        .wait_event(
+            "from-snapshot",
+            "ProvisioningFailed",
+            "CREATE_DELETE_SNAPSHOT",
+        )
+        .await;
+    assert!(m.contains("snap-1"), "{m}");
+    let m = env
+        .wait_event("clone", "ProvisioningFailed", "CLONE_VOLUME")
+        .await;
+    assert!(m.contains("source"), "{m}");
+    assert!(env.mock().calls_of(Method::CreateVolume).is_empty());
+    env.stop().await;
+}
