@@ -93,6 +93,11 @@ fn rv_number<K: Resource>(obj: &K) -> Option<u64> {
 }
 
 impl<K: Resource + Clone> Written<K> {
+    /// Forgets the writes of objects `exists` says are gone.
+    fn prune(&self, mut exists: impl FnMut(&str) -> bool) {
+        self.map().retain(|k, _| exists(k));
+    }
+
     fn map(&self) -> MutexGuard<'_, HashMap<String, Arc<K>>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -103,10 +108,14 @@ impl<K: Resource + Clone> Written<K> {
         obj
     }
 
-    /// The newer of the cached copy and the written one.
+    /// The newer of the cached copy and the written one (none when the cache has none: the
+    /// object is gone, or not seen yet, which the callers treat alike).
     fn newest(&self, key: &str, cached: Option<Arc<K>>) -> Option<Arc<K>> {
-        let cached = cached?;
         let mut map = self.map();
+        let Some(cached) = cached else {
+            map.remove(key);
+            return None;
+        };
         if let Some(written) = map.get(key) {
             if rv_number(written.as_ref()) > rv_number(cached.as_ref()) {
                 return Some(written.clone());
@@ -424,6 +433,12 @@ async fn pass(ctx: &Arc<Ctx>) {
         *map.entry(namespace).or_default() += 1;
     }
     ctx.metrics.set_counts(&counts);
+    ctx.written_volumes
+        .prune(|name| ctx.caches.volumes.get(name).is_some());
+    ctx.written_claims.prune(|key| {
+        let (namespace, name) = key.split_once('/').unwrap_or_default();
+        ctx.caches.claims.get_namespaced(namespace, name).is_some()
+    });
 }
 
 fn report(ctx: &Ctx, key: &str, result: Result<(), Error>) {
@@ -435,4 +450,37 @@ fn report(ctx: &Ctx, key: &str, result: Result<(), Error>) {
         Err(e) => tracing::warn!(object = %key, error = %e, "sync failed; retried with backoff"),
     }
     ctx.record_outcome(key, result.is_ok());
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn pv(rv: &str) -> PersistentVolume {
+        let mut v = PersistentVolume::default();
+        v.metadata.name = Some("v".into());
+        v.metadata.resource_version = Some(rv.into());
+        v
+    }
+
+    #[test]
+    fn the_newer_copy_wins_and_gone_objects_are_forgotten() {
+        let written = Written::<PersistentVolume>::default();
+        written.remember("v".into(), pv("10"));
+        let rv = |o: Option<Arc<PersistentVolume>>| {
+            o.unwrap().metadata.resource_version.clone().unwrap()
+        };
+        // The cache is behind: our write.
+        assert_eq!(rv(written.newest("v", Some(Arc::new(pv("9"))))), "10");
+        // The cache caught up (or went past): the cache, and the write is dropped.
+        assert_eq!(rv(written.newest("v", Some(Arc::new(pv("11"))))), "11");
+        assert!(written.map().is_empty());
+        written.remember("v".into(), pv("12"));
+        assert!(written.newest("v", None).is_none());
+        assert!(written.map().is_empty());
+        written.remember("v".into(), pv("13"));
+        written.prune(|_| false);
+        assert!(written.map().is_empty());
+    }
 }
