@@ -39,6 +39,21 @@ struct Running {
     task: JoinHandle<Result<(), pv_controller::Error>>,
 }
 
+/// A controller started beside the main one.
+pub struct Controller(Running);
+
+impl Controller {
+    /// Stops it and checks it ended without error.
+    pub async fn stop(self) {
+        self.0.stop.cancel();
+        tokio::time::timeout(PATIENCE, self.0.task)
+            .await
+            .expect("controller stops in time")
+            .expect("controller task")
+            .expect("controller ends without error");
+    }
+}
+
 pub struct Env {
     pub server: apiserver::RunningApiServer,
     /// The test's own client.
@@ -83,6 +98,14 @@ impl Env {
         let stop = CancellationToken::new();
         let task = tokio::spawn(pv_controller::run(client, config, stop.clone()));
         self.controller = Some(Running { stop, task });
+    }
+
+    /// Another controller on the same API server (a second replica), stopped by the caller.
+    pub async fn second_controller(&self, config: Config) -> Controller {
+        let client = self.controller_client().await;
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(pv_controller::run(client, config, stop.clone()));
+        Controller(Running { stop, task })
     }
 
     /// Stops the controller and checks it ended without error.
