@@ -39,10 +39,11 @@ pub(crate) const WAITING_FOR_FIRST_CONSUMER: &str =
 pub(crate) const NO_VOLUME_NO_CLASS: &str =
     "no persistent volumes available for this claim and no storage class is set";
 
-/// The same Event on the same object is written at most this often: a pass runs on every
-/// change of any claim or volume, and a claim that waits would otherwise bump its Event's count
-/// with a PATCH per pass.
-const REPEAT_INTERVAL: Duration = Duration::from_secs(10);
+/// The same Event on the same object is written at most this often (client-go's spam filter
+/// lets one through per 5 minutes once an object's burst is spent): a pass runs on every change
+/// of any claim or volume, and a thousand claims waiting for a provisioner would otherwise
+/// bump their Events' counts with a PATCH each, on the same rate-limited client as the binds.
+const REPEAT_INTERVAL: Duration = Duration::from_secs(300);
 
 /// Events of this controller.
 pub(crate) struct Recorder {

@@ -153,7 +153,12 @@ pub(crate) struct Ctx {
     operations: Semaphore,
     /// Woken when an operation ends: its result wants a pass.
     wake: Notify,
+    /// Selected nodes read lately, with when (a pass may ask for the same node per claim).
+    nodes: Mutex<HashMap<String, (Instant, index::NodeInfo)>>,
 }
+
+/// How long a node read on demand is trusted.
+const NODE_TTL: Duration = Duration::from_secs(5);
 
 impl Ctx {
     pub(crate) fn claims_api(&self, namespace: &str) -> Api<PersistentVolumeClaim> {
@@ -206,6 +211,22 @@ impl Ctx {
     pub(crate) fn remember_volume(&self, volume: PersistentVolume) -> Arc<PersistentVolume> {
         let key = volume.metadata.name.clone().unwrap_or_default();
         self.written_volumes.remember(key, volume)
+    }
+
+    pub(crate) fn cached_node(&self, name: &str) -> Option<index::NodeInfo> {
+        let nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        nodes
+            .get(name)
+            .filter(|(at, _)| at.elapsed() < NODE_TTL)
+            .map(|(_, n)| n.clone())
+    }
+
+    pub(crate) fn cache_node(&self, node: index::NodeInfo) {
+        let mut nodes = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if nodes.len() >= 4096 {
+            nodes.retain(|_, (at, _)| at.elapsed() < NODE_TTL);
+        }
+        nodes.insert(node.name.clone(), (Instant::now(), node));
     }
 
     fn failures(&self) -> MutexGuard<'_, HashMap<String, Failure>> {
@@ -327,6 +348,7 @@ impl Controller {
             running: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
             wake: Notify::new(),
+            nodes: Mutex::new(HashMap::new()),
         });
         tracing::info!(
             migrated = %ctx.options.migrated,

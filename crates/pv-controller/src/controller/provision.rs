@@ -7,9 +7,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
 use volume_plugins::aws_ebs::provisioner::{self, LABEL_ZONE, ProvisionRequest};
@@ -115,12 +114,7 @@ async fn selected_node_zone(
     else {
         return Ok(None);
     };
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    let node = api
-        .get_opt(node)
-        .await
-        .map_err(|e| Error::kube(format!("reading the selected node {node}"), e))?;
-    let labels = node.and_then(|n| n.metadata.labels).unwrap_or_default();
+    let labels = super::sync_claim::selected_node(ctx, node).await?.labels;
     Ok(labels
         .get(LABEL_ZONE)
         .or_else(|| labels.get(LABEL_BETA_ZONE))

@@ -75,18 +75,23 @@ fn delays_binding(class: Option<&StorageClass>) -> bool {
     class.and_then(|c| c.volume_binding_mode.as_deref()) == Some("WaitForFirstConsumer")
 }
 
-/// The selected node, read on demand (a node that is gone has no labels: volumes with node
-/// affinity then do not match it).
-async fn selected_node(ctx: &Ctx, name: &str) -> Result<NodeInfo, Error> {
+/// The selected node, read on demand and kept for a few seconds (a node that is gone has no
+/// labels: volumes with node affinity then do not match it).
+pub(crate) async fn selected_node(ctx: &Ctx, name: &str) -> Result<NodeInfo, Error> {
+    if let Some(node) = ctx.cached_node(name) {
+        return Ok(node);
+    }
     let api: Api<Node> = Api::all(ctx.client.clone());
     let node = api
         .get_opt(name)
         .await
         .map_err(|e| Error::kube(format!("reading the selected node {name}"), e))?;
-    Ok(NodeInfo {
+    let node = NodeInfo {
         name: name.to_string(),
         labels: node.and_then(|n| n.metadata.labels).unwrap_or_default(),
-    })
+    };
+    ctx.cache_node(node.clone());
+    Ok(node)
 }
 
 async fn sync_unbound_claim(
