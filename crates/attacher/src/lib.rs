@@ -21,7 +21,6 @@ pub mod metrics;
 mod migration;
 pub mod names;
 mod objects;
-mod queue;
 mod reconciler;
 mod startup;
 

@@ -26,7 +26,6 @@ pub mod metrics;
 pub mod migration;
 pub mod pv;
 pub mod quantity;
-mod queue;
 pub mod secrets;
 mod startup;
 pub mod topology;

@@ -1,7 +1,10 @@
 //! The Go provisioner library's controller metrics (sig-storage-lib-external-provisioner), by
-//! StorageClass: provision and delete counts, failures and durations. The CSI call histogram
-//! (`csi_sidecar_operations_seconds`) is `sidecar::OperationMetrics`.
+//! StorageClass: provision and delete counts, failures and durations. The work queue's
+//! `workqueue_*` metrics are `sidecar::workqueue`'s (the attacher's names), with the queue
+//! named [`QUEUE_NAME`]. The CSI call histogram (`csi_sidecar_operations_seconds`) is
+//! `sidecar::OperationMetrics`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -9,6 +12,19 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use sidecar::workqueue::{Backoff, QueueMetrics, WorkQueue, register_queue_gauges};
+
+/// The `name` label of the work queue's metrics (one queue for claims and volumes).
+pub const QUEUE_NAME: &str = "csi-provisioner";
+
+/// The controller's single-lane work queue, its `workqueue_*` metrics registered in `registry`.
+pub(crate) fn work_queue(registry: &mut Registry, backoff: Backoff) -> Arc<WorkQueue> {
+    let counters = Arc::new(QueueMetrics::register(registry));
+    let gauges = register_queue_gauges(registry);
+    let queue = Arc::new(WorkQueue::single_lane(QUEUE_NAME, backoff, Some(counters)));
+    gauges.watch(&queue);
+    queue
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClassLabel {
@@ -129,6 +145,35 @@ mod tests {
             "controller_persistentvolume_delete_total{class=\"fast\"} 1",
             "controller_persistentvolume_delete_failed_total{class=\"fast\"} 1",
             "controller_persistentvolume_delete_duration_seconds_count{class=\"fast\"} 1",
+        ] {
+            assert!(text.contains(name), "{name} missing in\n{text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_work_queue_reports_under_the_attachers_metric_names() {
+        let mut r = Registry::default();
+        let backoff = Backoff {
+            start: Duration::from_secs(600),
+            max: Duration::from_secs(600),
+        };
+        let q = work_queue(&mut r, backoff);
+        q.add("claim/default/a", sidecar::workqueue::SINGLE_LANE);
+        q.add("volume/pv-b", sidecar::workqueue::SINGLE_LANE);
+        let item = q.next(sidecar::workqueue::SINGLE_LANE).await.unwrap();
+        q.done(&item, sidecar::workqueue::Outcome::Retry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
+        for name in [
+            "workqueue_adds_total{name=\"csi-provisioner\"} 2",
+            "workqueue_retries_total{name=\"csi-provisioner\"} 1",
+            "workqueue_depth{name=\"csi-provisioner\"} 1",
+            "workqueue_backoff_items{name=\"csi-provisioner\"} 1",
+            "workqueue_unfinished_work_items{name=\"csi-provisioner\"} 0",
+            "workqueue_queue_duration_seconds_count{name=\"csi-provisioner\"} 1",
+            "workqueue_work_duration_seconds_count{name=\"csi-provisioner\"} 1",
+            "workqueue_oldest_item_age_seconds{name=\"csi-provisioner\"}",
+            "workqueue_longest_running_processor_seconds{name=\"csi-provisioner\"}",
         ] {
             assert!(text.contains(name), "{name} missing in\n{text}");
         }

@@ -13,6 +13,9 @@
 //! - [`events`]: core/v1 Events recorded as client-go's recorder does (a repeat bumps the
 //!   first Event's count).
 //! - [`metrics`]: `csi_sidecar_operations_seconds`, labelled as csi-lib-utils labels it.
+//! - [`workqueue`]: client-go's rate-limited work queue (dedup, one worker per key, per-key
+//!   exponential backoff) with lanes and the `workqueue_*` metrics; the attacher's and the
+//!   provisioner's controllers run on it.
 //! - [`init_logging`] and [`shutdown_on_signals`]: klog-like verbosity (our crates only) to
 //!   tracing, SIGTERM/SIGINT to a token.
 //!
@@ -25,6 +28,7 @@ pub mod flags;
 pub mod kube_client;
 pub mod leader;
 pub mod metrics;
+pub mod workqueue;
 
 pub use telemetry::http;
 

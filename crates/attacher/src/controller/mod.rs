@@ -25,8 +25,8 @@ use crate::csi::CsiClient;
 use crate::handler::{CsiHandler, Handler, TrivialHandler};
 use crate::metrics::{CsiCallObserver, Metrics};
 use crate::names::{DUMMY_DRIVER, DUMMY_DRIVER_VALID, finalizer_name};
-use crate::queue::{Backoff, WorkQueue};
 use crate::{Error, reconciler};
+use sidecar::workqueue::{Backoff, WorkQueue};
 
 use self::events::VaEvents;
 use self::fresh::Fresh;

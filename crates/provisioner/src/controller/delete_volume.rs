@@ -12,8 +12,8 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::Ctx;
 use super::kube_io;
-use crate::queue::Outcome;
 use crate::{Error, PV_FINALIZER, delete, events};
+use sidecar::workqueue::Outcome;
 
 pub(crate) async fn sync_volume(ctx: &Arc<Ctx>, key: &str, name: &str) -> Outcome {
     let Some(pv) = ctx.pvs.get(&ObjectRef::new(name)) else {

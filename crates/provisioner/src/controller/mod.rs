@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use csi_spec::v1::CreateVolumeRequest;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, SecretReference};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
@@ -22,8 +22,8 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Options;
 use crate::csi::{Driver, Observer};
 use crate::metrics::ControllerMetrics;
-use crate::queue::{Outcome, WorkQueue};
 use crate::{Error, claim};
+use sidecar::workqueue::{Backoff, Outcome, SINGLE_LANE, WorkQueue};
 
 const CLAIM_PREFIX: &str = "claim/";
 const VOLUME_PREFIX: &str = "volume/";
@@ -45,7 +45,7 @@ pub(crate) struct Ctx {
     pub recorder: sidecar::EventRecorder,
     pub metrics: ControllerMetrics,
     pub observer: Option<Observer>,
-    pub queue: WorkQueue,
+    pub queue: Arc<WorkQueue>,
     pub pvcs: Store<PersistentVolumeClaim>,
     pub pvs: Store<PersistentVolume>,
     pub classes: Store<StorageClass>,
@@ -115,6 +115,7 @@ pub struct Controller {
     options: Options,
     metrics: ControllerMetrics,
     observer: Option<Observer>,
+    queue: Arc<WorkQueue>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -127,8 +128,8 @@ impl std::fmt::Debug for Controller {
 }
 
 impl Controller {
-    /// Registers the controller metrics in `registry`; `operations` (when given) records each
-    /// CSI call in `csi_sidecar_operations_seconds`.
+    /// Registers the controller and work queue metrics in `registry`; `operations` (when
+    /// given) records each CSI call in `csi_sidecar_operations_seconds`.
     pub fn new(
         client: Client,
         driver: Driver,
@@ -137,6 +138,13 @@ impl Controller {
         operations: Option<sidecar::OperationMetrics>,
     ) -> Self {
         let metrics = ControllerMetrics::register(registry);
+        let queue = crate::metrics::work_queue(
+            registry,
+            Backoff {
+                start: options.retry_interval_start,
+                max: options.retry_interval_max,
+            },
+        );
         let observer: Option<Observer> = operations.map(|ops| {
             Arc::new(move |method: &str, code, took, migrated| {
                 ops.observe(method, code, took, migrated);
@@ -148,6 +156,7 @@ impl Controller {
             options,
             metrics,
             observer,
+            queue,
         }
     }
 
@@ -172,10 +181,7 @@ impl Controller {
         let component = format!("{}_{}", self.driver.name, sidecar::default_identity());
         let ctx = Arc::new(Ctx {
             recorder: sidecar::EventRecorder::new(self.client.clone(), component),
-            queue: WorkQueue::new(
-                self.options.retry_interval_start,
-                self.options.retry_interval_max,
-            ),
+            queue: self.queue,
             client: self.client,
             driver: self.driver,
             options: self.options,
@@ -198,7 +204,7 @@ impl Controller {
             pvc_writer,
             ctx.pvcs.clone(),
             stop.clone(),
-            move |pvc: &PersistentVolumeClaim| c.queue.add(&claim_key(pvc)),
+            move |pvc: &PersistentVolumeClaim| c.queue.add(&claim_key(pvc), SINGLE_LANE),
         ));
         let c = ctx.clone();
         watches.spawn(watch::watch_loop(
@@ -207,10 +213,13 @@ impl Controller {
             ctx.pvs.clone(),
             stop.clone(),
             move |pv: &PersistentVolume| {
-                c.queue.add(&format!(
-                    "{VOLUME_PREFIX}{}",
-                    pv.metadata.name.as_deref().unwrap_or_default()
-                ));
+                c.queue.add(
+                    &format!(
+                        "{VOLUME_PREFIX}{}",
+                        pv.metadata.name.as_deref().unwrap_or_default()
+                    ),
+                    SINGLE_LANE,
+                );
             },
         ));
         let c = ctx.clone();
@@ -254,14 +263,18 @@ impl Controller {
             let c = ctx.clone();
             let stop = stop.clone();
             workers.spawn(async move {
-                while let Some(key) = c.queue.next().await {
+                while let Some(item) = c.queue.next(SINGLE_LANE).await {
                     // Shutdown abandons the operation in hand, as the Go sidecar's exit does:
                     // every step is idempotent and is repeated by the next run.
                     let outcome = tokio::select! {
-                        o = process(&c, &key) => o,
+                        o = process(&c, &item.key) => o,
                         () = stop.cancelled() => break,
                     };
-                    c.queue.done(&key, outcome);
+                    c.queue.done(&item, outcome);
+                    if outcome == Outcome::Done && is_gone(&c, &item.key) {
+                        // The queue remembers every key it handed out; drop a deleted object's.
+                        c.queue.forget_if_idle(&item.key);
+                    }
                 }
             });
         }
@@ -291,8 +304,20 @@ fn requeue_claims_of(ctx: &Ctx, class: &StorageClass) {
             .and_then(|s| s.volume_name.as_deref())
             .is_none_or(str::is_empty);
         if unbound && claim::class_name(&pvc) == name {
-            ctx.queue.add(&claim_key(&pvc));
+            ctx.queue.add(&claim_key(&pvc), SINGLE_LANE);
         }
+    }
+}
+
+/// Is `key`'s object absent from the cache (deleted, as far as the watch knows)?
+fn is_gone(ctx: &Ctx, key: &str) -> bool {
+    if let Some(rest) = key.strip_prefix(CLAIM_PREFIX) {
+        let (ns, name) = rest.split_once('/').unwrap_or(("", rest));
+        ctx.pvcs.get(&ObjectRef::new(name).within(ns)).is_none()
+    } else if let Some(name) = key.strip_prefix(VOLUME_PREFIX) {
+        ctx.pvs.get(&ObjectRef::new(name)).is_none()
+    } else {
+        true
     }
 }
 

@@ -12,10 +12,10 @@ use kube::runtime::reflector::ObjectRef;
 use super::kube_io::{self, Created};
 use super::{Ctx, InProgress, data_source};
 use crate::claim::{ClassKind, Decision};
-use crate::queue::Outcome;
 use crate::secrets::{self, SecretKind};
 use crate::topology::{self, NodeTopology};
 use crate::{Error, claim, create_request, events, migration, pv};
+use sidecar::workqueue::{Outcome, SINGLE_LANE};
 
 pub(crate) async fn sync_claim(ctx: &Arc<Ctx>, key: &str, ns: &str, name: &str) -> Outcome {
     let Some(pvc) = ctx.pvcs.get(&ObjectRef::new(name).within(ns)) else {
@@ -33,7 +33,7 @@ pub(crate) async fn sync_claim(ctx: &Arc<Ctx>, key: &str, ns: &str, name: &str) 
         // clean up the old one, then look at the new claim.
         let outcome = finish_abandoned_with(ctx, key, p).await;
         if outcome == Outcome::Done {
-            ctx.queue.add(key);
+            ctx.queue.add(key, SINGLE_LANE);
         }
         return outcome;
     }

@@ -1,32 +1,65 @@
-//! A work queue keyed by object name, with lanes, per-key exponential backoff and metrics.
+//! A work queue keyed by object name, with lanes, per-key exponential backoff and optional
+//! client-go `workqueue_*` metrics, shared by the sidecars' controllers.
 //!
 //! Semantics (client-go's rate-limited work queue, plus lanes):
 //! - a key is queued at most once (adding it again while it waits is a no-op);
 //! - a key is never handed to two workers at once, whatever lane it is in: a key added while a
 //!   worker holds it is remembered ("dirty") and queued again when that worker is done;
-//! - each lane has its own workers: VolumeAttachments being deleted go to the detach lane and
-//!   the rest to the attach lane, so a storm of detaches never starves attaches (and the other
-//!   way round);
+//! - each lane has its own workers (the attacher puts VolumeAttachments being deleted in a
+//!   detach lane and the rest in an attach lane, so a storm of detaches never starves
+//!   attaches, and the other way round); a controller that needs no lanes builds the queue with
+//!   [`WorkQueue::single_lane`] and uses [`SINGLE_LANE`];
 //! - a failed key waits `start * 2^(failures-1)` (capped at `max`) before it is handed out again;
-//!   only success (`Outcome::Done`) forgets its failures. An event for a key that is waiting out
-//!   its backoff in the same lane does not cut the wait short (so our own status writes, or any
-//!   other update, never defeat the backoff); moving to another lane (the object started being
-//!   deleted) is handled at once.
+//!   only success ([`Outcome::Done`]) forgets its failures. An event for a key that is waiting out
+//!   its backoff in the same lane does not cut the wait short (so the controller's own status
+//!   writes, or any other update, never defeat the backoff); moving to another lane (the object
+//!   started being deleted) is handled at once;
+//! - a key that failed for want of another object ([`Outcome::RetryWhenAvailable`]) is retried
+//!   at once when that object appears ([`WorkQueue::kick`]).
+//!
+//! Metrics: [`QueueMetrics`] (counters and histograms, updated as keys move) and
+//! [`QueueGauges`] (read from the queues at scrape time), under client-go's `workqueue_*` names
+//! with the lane name as the `name` label.
+//!
+//! A worker loop:
+//!
+//! ```no_run
+//! # async fn work(key: &str) -> sidecar::workqueue::Outcome { sidecar::workqueue::Outcome::Done }
+//! # async fn run() {
+//! use std::time::Duration;
+//! use sidecar::workqueue::{Backoff, SINGLE_LANE, WorkQueue};
+//!
+//! let backoff = Backoff { start: Duration::from_secs(1), max: Duration::from_secs(300) };
+//! let queue = WorkQueue::single_lane("my-controller", backoff, None);
+//! queue.add("default/claim-1", SINGLE_LANE);
+//! while let Some(item) = queue.next(SINGLE_LANE).await {
+//!     let outcome = work(&item.key).await;
+//!     queue.done(&item, outcome);
+//! }
+//! # }
+//! ```
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+mod backoff;
+mod kick;
+mod metrics;
+mod state;
+
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 
-use crate::metrics::QueueMetrics;
+pub use self::backoff::Backoff;
+pub use self::metrics::{LaneSnapshot, QueueGauges, QueueMetrics, register_queue_gauges};
+use self::state::{State, remove_waiting};
 
 /// Index of a lane in its queue.
-pub(crate) type Lane = usize;
+pub type Lane = usize;
 
 /// How a worker finished with a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
+pub enum Outcome {
     /// Finished (or nothing to do): forget the key's failures.
     Done,
     /// Failed: hand the key out again after its backoff.
@@ -36,68 +69,20 @@ pub(crate) enum Outcome {
     RetryWhenAvailable,
 }
 
-/// Per-key exponential backoff: `start`, `2*start`, `4*start`, ... capped at `max`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Backoff {
-    pub start: Duration,
-    pub max: Duration,
-}
-
-impl Backoff {
-    /// The wait after the `failures`-th consecutive failure (1-based).
-    pub(crate) fn delay(&self, failures: u32) -> Duration {
-        let exp = failures.saturating_sub(1).min(62);
-        let factor = 1u64 << exp;
-        let nanos = self.start.as_nanos().saturating_mul(u128::from(factor));
-        let capped = nanos.min(self.max.as_nanos());
-        Duration::from_nanos(u64::try_from(capped).unwrap_or(u64::MAX))
-    }
-}
+/// The lane of a queue built with [`WorkQueue::single_lane`].
+pub const SINGLE_LANE: Lane = 0;
 
 /// A key handed to a worker; give it back with [`WorkQueue::done`].
 #[derive(Debug, Clone)]
-pub(crate) struct Item {
+pub struct Item {
+    /// The key as it was added.
     pub key: String,
+    /// The lane it was taken from.
     pub lane: Lane,
 }
 
-#[derive(Debug, Default)]
-struct State {
-    /// Ready keys per lane, in arrival order.
-    ready: Vec<VecDeque<String>>,
-    /// Keys in `ready`: their lane and when they were queued.
-    queued: HashMap<String, (Lane, Instant)>,
-    /// Keys held by a worker, with their lane and start time.
-    processing: HashMap<String, (Lane, Instant)>,
-    /// Keys added while a worker held them: the lane to queue them in afterwards.
-    dirty: HashMap<String, Lane>,
-    /// Keys kicked while a worker held them: retried at once if that worker fails for want of
-    /// another object.
-    kicked: HashSet<String>,
-    /// Keys whose backoff is for want of another object (a kick ends it; nothing else does).
-    awaiting_object: HashSet<String>,
-    /// Keys waiting out a backoff, ordered by due time.
-    waiting: BTreeSet<(Instant, u64, String)>,
-    waiting_index: HashMap<String, (Instant, u64, Lane)>,
-    /// Consecutive failures per key.
-    failures: HashMap<String, u32>,
-    /// When a worker last gave each key back (for the reconciler's "changed since" test).
-    last_done: HashMap<String, Instant>,
-    seq: u64,
-    shut_down: bool,
-}
-
-/// What the metrics collector reads at scrape time.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct LaneSnapshot {
-    pub depth: usize,
-    pub oldest_age: Duration,
-    pub in_backoff: usize,
-    pub processing: usize,
-    pub longest_running: Duration,
-}
-
-pub(crate) struct WorkQueue {
+/// The queue; share it between workers and watches with an `Arc`.
+pub struct WorkQueue {
     lanes: Vec<String>,
     backoff: Backoff,
     state: Mutex<State>,
@@ -115,11 +100,7 @@ impl std::fmt::Debug for WorkQueue {
 
 impl WorkQueue {
     /// A queue with one lane per name (the names label the metrics).
-    pub(crate) fn new(
-        lanes: &[&str],
-        backoff: Backoff,
-        metrics: Option<Arc<QueueMetrics>>,
-    ) -> Self {
+    pub fn new(lanes: &[&str], backoff: Backoff, metrics: Option<Arc<QueueMetrics>>) -> Self {
         let state = State {
             ready: lanes.iter().map(|_| VecDeque::new()).collect(),
             ..State::default()
@@ -133,7 +114,13 @@ impl WorkQueue {
         }
     }
 
-    pub(crate) fn lane_names(&self) -> &[String] {
+    /// A queue with one lane, [`SINGLE_LANE`], named `name` in the metrics.
+    pub fn single_lane(name: &str, backoff: Backoff, metrics: Option<Arc<QueueMetrics>>) -> Self {
+        Self::new(&[name], backoff, metrics)
+    }
+
+    /// The lane names, by lane index.
+    pub fn lane_names(&self) -> &[String] {
         &self.lanes
     }
 
@@ -144,7 +131,7 @@ impl WorkQueue {
     }
 
     /// Queues `key` in `lane` (see the module docs for dedup and backoff rules).
-    pub(crate) fn add(&self, key: &str, lane: Lane) {
+    pub fn add(&self, key: &str, lane: Lane) {
         let lane = lane.min(self.lanes.len().saturating_sub(1));
         {
             let mut st = self.lock();
@@ -174,42 +161,10 @@ impl WorkQueue {
         self.notify.notify_waiters();
     }
 
-    /// Like [`add`](Self::add), but a key waiting out its backoff is queued now: what it was
-    /// waiting for (a PV, a CSINode) has just appeared. Its failure count is kept.
-    pub(crate) fn kick(&self, key: &str, lane: Lane) {
-        {
-            let mut st = self.lock();
-            if st.processing.contains_key(key) {
-                // The worker may be failing for want of what just appeared: no backoff after it.
-                st.kicked.insert(key.to_string());
-            }
-            if st.shut_down
-                || !st.waiting_index.contains_key(key)
-                || !st.awaiting_object.contains(key)
-            {
-                // Not waiting, or waiting out a failure a new object does not fix: a plain add.
-                drop(st);
-                self.add(key, lane);
-                return;
-            }
-            remove_waiting(&mut st, key);
-            let lane = lane.min(self.lanes.len().saturating_sub(1));
-            self.push_ready(&mut st, key.to_string(), lane);
-        }
-        self.notify.notify_waiters();
-    }
-
     /// Any key waiting out a backoff?
     #[cfg(test)]
     pub(crate) fn has_backoff(&self) -> bool {
         !self.lock().waiting_index.is_empty()
-    }
-
-    /// Could a kick matter: is any key waiting out a backoff or held by a worker (which may be
-    /// about to fail)?
-    pub(crate) fn has_kick_candidates(&self) -> bool {
-        let st = self.lock();
-        !st.waiting_index.is_empty() || !st.processing.is_empty()
     }
 
     fn push_ready(&self, st: &mut State, key: String, lane: Lane) {
@@ -221,7 +176,7 @@ impl WorkQueue {
     }
 
     /// Waits for the next key of `lane`; `None` once the queue is shut down.
-    pub(crate) async fn next(&self, lane: Lane) -> Option<Item> {
+    pub async fn next(&self, lane: Lane) -> Option<Item> {
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
@@ -279,7 +234,7 @@ impl WorkQueue {
     }
 
     /// Gives `item` back: forget its failures, or schedule a retry after its backoff.
-    pub(crate) fn done(&self, item: &Item, outcome: Outcome) {
+    pub fn done(&self, item: &Item, outcome: Outcome) {
         {
             let mut st = self.lock();
             let started = st.processing.remove(&item.key).map(|(_, t)| t);
@@ -338,7 +293,7 @@ impl WorkQueue {
     }
 
     /// Forgets `key`'s failures and any pending retry (the object is gone).
-    pub(crate) fn forget(&self, key: &str) {
+    pub fn forget(&self, key: &str) {
         let mut st = self.lock();
         st.failures.remove(key);
         st.last_done.remove(key);
@@ -346,9 +301,26 @@ impl WorkQueue {
         remove_waiting(&mut st, key);
     }
 
+    /// Like [`forget`](Self::forget), but only when nothing is pending for `key` (not queued,
+    /// held, or waiting out a backoff): a controller calls it after a worker finished a key whose
+    /// object is gone, so the queue's memory of the key goes too, without dropping a retry that
+    /// another worker scheduled meanwhile (the object came back under the same name).
+    pub fn forget_if_idle(&self, key: &str) {
+        let mut st = self.lock();
+        if st.queued.contains_key(key)
+            || st.processing.contains_key(key)
+            || st.waiting_index.contains_key(key)
+        {
+            return;
+        }
+        st.failures.remove(key);
+        st.last_done.remove(key);
+        st.awaiting_object.remove(key);
+    }
+
     /// Is `key` queued, held by a worker, waiting out a backoff, or was it given back after
     /// `since`? (The reconciler's snapshot of the driver is then older than the key's state.)
-    pub(crate) fn busy_since(&self, key: &str, since: Instant) -> bool {
+    pub fn busy_since(&self, key: &str, since: Instant) -> bool {
         let st = self.lock();
         st.queued.contains_key(key)
             || st.processing.contains_key(key)
@@ -363,58 +335,28 @@ impl WorkQueue {
     }
 
     /// Stops handing out keys; `next` returns `None` in every lane.
-    pub(crate) fn shut_down(&self) {
+    pub fn shut_down(&self) {
         self.lock().shut_down = true;
         self.notify.notify_waiters();
-    }
-
-    /// Per-lane numbers for the metrics collector.
-    pub(crate) fn snapshot(&self) -> Vec<LaneSnapshot> {
-        let st = self.lock();
-        let now = Instant::now();
-        let mut out = vec![LaneSnapshot::default(); self.lanes.len()];
-        for (lane, snap) in out.iter_mut().enumerate() {
-            snap.depth = st.ready[lane].len();
-        }
-        for (lane, since) in st.queued.values() {
-            let age = now.saturating_duration_since(*since);
-            let snap = &mut out[*lane];
-            snap.oldest_age = snap.oldest_age.max(age);
-        }
-        for (_, _, lane) in st.waiting_index.values() {
-            out[*lane].in_backoff += 1;
-        }
-        for (lane, started) in st.processing.values() {
-            let snap = &mut out[*lane];
-            snap.processing += 1;
-            snap.longest_running = snap
-                .longest_running
-                .max(now.saturating_duration_since(*started));
-        }
-        out
-    }
-}
-
-fn remove_waiting(st: &mut State, key: &str) {
-    if let Some((due, seq, _)) = st.waiting_index.remove(key) {
-        st.waiting.remove(&(due, seq, key.to_string()));
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
-    fn queue(lanes: &[&str]) -> WorkQueue {
+    pub(super) fn queue(lanes: &[&str]) -> WorkQueue {
         queue_with(lanes, Duration::from_millis(20))
     }
 
     /// A queue whose first backoff outlasts any test.
-    fn slow_queue(lanes: &[&str]) -> WorkQueue {
+    pub(super) fn slow_queue(lanes: &[&str]) -> WorkQueue {
         queue_with(lanes, Duration::from_secs(600))
     }
 
-    fn queue_with(lanes: &[&str], start: Duration) -> WorkQueue {
+    pub(super) fn queue_with(lanes: &[&str], start: Duration) -> WorkQueue {
         WorkQueue::new(
             lanes,
             Backoff {
@@ -425,22 +367,11 @@ mod tests {
         )
     }
 
-    async fn next_now(q: &WorkQueue, lane: Lane) -> Option<Item> {
+    pub(super) async fn next_now(q: &WorkQueue, lane: Lane) -> Option<Item> {
         tokio::time::timeout(Duration::from_millis(20), q.next(lane))
             .await
             .ok()
             .flatten()
-    }
-
-    #[test]
-    fn backoff_doubles_from_start_and_caps_at_max() {
-        let b = Backoff {
-            start: Duration::from_secs(1),
-            max: Duration::from_secs(300),
-        };
-        let delays: Vec<u64> = (1..=11).map(|n| b.delay(n).as_secs()).collect();
-        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
-        assert_eq!(b.delay(u32::MAX), Duration::from_secs(300));
     }
 
     #[tokio::test]
@@ -570,55 +501,6 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn kick_ends_a_backoff_for_a_missing_object_but_keeps_the_failures() {
-        let q = slow_queue(&["a"]);
-        q.add("x", 0);
-        let item = next_now(&q, 0).await.expect("x");
-        q.done(&item, Outcome::Retry);
-        q.kick("x", 0);
-        assert!(
-            q.has_backoff(),
-            "a CSI error's backoff is not cut short by a kick"
-        );
-        q.forget("x");
-        q.add("x", 0);
-        let item = next_now(&q, 0).await.expect("x");
-        q.done(&item, Outcome::RetryWhenAvailable);
-        assert!(q.has_backoff());
-        q.kick("x", 0);
-        assert!(!q.has_backoff());
-        let item = next_now(&q, 0).await.expect("kicked");
-        assert_eq!(q.failures("x"), 1);
-        q.done(&item, Outcome::Done);
-        q.kick("y", 0); // not waiting: a plain add
-        assert_eq!(next_now(&q, 0).await.expect("y").key, "y");
-    }
-
-    #[tokio::test]
-    async fn a_kick_while_the_worker_fails_skips_the_backoff() {
-        let q = slow_queue(&["a"]);
-        q.add("x", 0);
-        let item = next_now(&q, 0).await.expect("x");
-        q.kick("x", 0); // e.g. the PV appears while the worker records "not found"
-        q.done(&item, Outcome::RetryWhenAvailable);
-        assert!(next_now(&q, 0).await.is_some(), "retried at once");
-        assert_eq!(q.failures("x"), 1);
-    }
-
-    #[tokio::test]
-    async fn a_kick_while_the_worker_fails_otherwise_keeps_the_backoff() {
-        // The PV showed up in the watch while the worker, which had read it afresh, failed in
-        // ControllerPublish: that failure waits out its backoff.
-        let q = slow_queue(&["a"]);
-        q.add("x", 0);
-        let item = next_now(&q, 0).await.expect("x");
-        q.kick("x", 0);
-        q.done(&item, Outcome::Retry);
-        assert!(q.has_backoff());
-        assert_eq!(q.snapshot()[0].depth, 0);
-    }
-
-    #[tokio::test]
     async fn forget_drops_a_pending_retry() {
         let q = slow_queue(&["a"]);
         q.add("x", 0);
@@ -629,6 +511,41 @@ mod tests {
         assert_eq!(q.snapshot()[0].in_backoff, 0);
         q.add("x", 0);
         assert!(next_now(&q, 0).await.is_some());
+    }
+
+    #[tokio::test]
+    async fn forget_if_idle_keeps_a_pending_retry_and_drops_an_idle_key() {
+        let q = slow_queue(&["a"]);
+        q.add("x", 0);
+        let item = next_now(&q, 0).await.expect("x");
+        q.done(&item, Outcome::Retry);
+        q.forget_if_idle("x");
+        assert!(q.has_backoff(), "a scheduled retry survives");
+        assert_eq!(q.failures("x"), 1);
+        q.forget("x");
+        q.add("x", 0);
+        let item = next_now(&q, 0).await.expect("x");
+        let t0 = Instant::now();
+        q.done(&item, Outcome::Done);
+        assert!(q.busy_since("x", t0), "remembered as given back");
+        q.forget_if_idle("x");
+        assert!(!q.busy_since("x", t0), "forgotten once idle");
+    }
+
+    #[tokio::test]
+    async fn single_lane_queue_works_lane_zero() {
+        let q = WorkQueue::single_lane(
+            "one",
+            Backoff {
+                start: Duration::from_secs(600),
+                max: Duration::from_secs(600),
+            },
+            None,
+        );
+        assert_eq!(q.lane_names(), ["one"]);
+        q.add("x", SINGLE_LANE);
+        let item = next_now(&q, SINGLE_LANE).await.expect("x");
+        assert_eq!((item.key.as_str(), item.lane), ("x", SINGLE_LANE));
     }
 
     #[tokio::test]
@@ -645,16 +562,5 @@ mod tests {
             .expect("woken")
             .expect("joined");
         assert!(got.is_none());
-    }
-
-    #[tokio::test]
-    async fn snapshot_reports_the_oldest_queued_item() {
-        let q = queue(&["a"]);
-        q.add("x", 0);
-        tokio::time::sleep(Duration::from_millis(30)).await;
-        q.add("y", 0);
-        let snap = q.snapshot()[0];
-        assert_eq!(snap.depth, 2);
-        assert!(snap.oldest_age >= Duration::from_millis(30));
     }
 }
