@@ -34,6 +34,8 @@ use serde::Serialize;
 
 pub use attacher_load::Writes;
 pub use report::{Component, Report, ScenarioReport};
+/// "median (min-max)" cells, shared with provision-load's table.
+pub use rows::{Unit, cell, spread};
 
 /// The User-Agent of adc-load's own API requests (setup and pod creation).
 pub const USER_AGENT: &str = concat!("adc-load/", env!("CARGO_PKG_VERSION"));

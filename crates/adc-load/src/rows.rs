@@ -5,7 +5,7 @@ use crate::report::ScenarioReport;
 
 /// How a row's value is printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Unit {
+pub enum Unit {
     Seconds,
     Count,
     /// Per volume, two decimals.
@@ -145,7 +145,7 @@ fn suffix(unit: Unit) -> &'static str {
 }
 
 /// The median (the mean of the middle two for an even count), min and max; `None` when empty.
-pub(crate) fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
+pub fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
     if v.is_empty() {
         return None;
@@ -161,7 +161,7 @@ pub(crate) fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
 }
 
 /// One cell: "n/a", a value, or "median (min-max)" when the runs differ.
-pub(crate) fn cell(unit: Unit, values: &[f64]) -> String {
+pub fn cell(unit: Unit, values: &[f64]) -> String {
     match spread(values) {
         None => "n/a".to_owned(),
         Some((median, min, max)) => {

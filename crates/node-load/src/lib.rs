@@ -16,7 +16,7 @@ mod ebs;
 mod env;
 mod objects;
 mod pods;
-mod procs;
+pub mod procs;
 pub mod report;
 pub mod stats;
 

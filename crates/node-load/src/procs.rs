@@ -15,8 +15,8 @@ use crate::Error;
 const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// One child process.
-pub(crate) struct Proc {
-    pub(crate) name: String,
+pub struct Proc {
+    pub name: String,
     child: Child,
     pid: u32,
     log: PathBuf,
@@ -24,15 +24,15 @@ pub(crate) struct Proc {
 
 /// Memory of a live process, from `/proc/PID/status`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Memory {
+pub struct Memory {
     /// VmRSS: resident now.
-    pub(crate) rss: u64,
+    pub rss: u64,
     /// VmHWM: the peak so far.
-    pub(crate) hwm: u64,
+    pub hwm: u64,
     /// RssAnon (heap, stacks) and RssFile (the binary's and libraries' pages) of VmRSS.
-    pub(crate) anon: u64,
-    pub(crate) file: u64,
-    pub(crate) threads: u64,
+    pub anon: u64,
+    pub file: u64,
+    pub threads: u64,
 }
 
 /// A `/proc/PID/status` field in kB, as bytes (or a plain count for `Threads`).
@@ -52,7 +52,7 @@ fn status_field(text: &str, path: &str, field: &str) -> Result<u64, Error> {
 }
 
 /// VmRSS, RssAnon, RssFile and Threads of a live process.
-pub(crate) fn status_of(pid: u32) -> Result<(u64, u64, u64, u64), Error> {
+pub fn status_of(pid: u32) -> Result<(u64, u64, u64, u64), Error> {
     let path = format!("/proc/{pid}/status");
     let text = std::fs::read_to_string(&path).map_err(|source| Error::Io {
         op: format!("reading {path}"),
@@ -80,7 +80,7 @@ pub(crate) fn log_tail(path: &Path, lines: usize) -> String {
 
 impl Proc {
     /// Starts `bin args...` (with `envs` added) with stdout and stderr appended to `log`.
-    pub(crate) fn spawn(
+    pub fn spawn(
         name: impl Into<String>,
         bin: &Path,
         args: &[String],
@@ -126,7 +126,7 @@ impl Proc {
         self.pid
     }
 
-    pub(crate) fn memory(&self) -> Result<Memory, Error> {
+    pub fn memory(&self) -> Result<Memory, Error> {
         let (rss, anon, file, threads) = status_of(self.pid)?;
         Ok(Memory {
             rss,
@@ -137,12 +137,12 @@ impl Proc {
         })
     }
 
-    pub(crate) fn cpu(&self) -> Option<Duration> {
+    pub fn cpu(&self) -> Option<Duration> {
         attacher_load::cpu_time(self.pid).ok()
     }
 
     /// An error if the process has exited (it must run until [`Self::stop`]).
-    pub(crate) fn check_alive(&mut self) -> Result<(), Error> {
+    pub fn check_alive(&mut self) -> Result<(), Error> {
         match self.child.try_wait() {
             Ok(None) => Ok(()),
             Ok(Some(status)) => Err(Error::Exited {
@@ -157,12 +157,12 @@ impl Proc {
         }
     }
 
-    pub(crate) fn log_tail(&self, lines: usize) -> String {
+    pub fn log_tail(&self, lines: usize) -> String {
         log_tail(&self.log, lines)
     }
 
     /// SIGTERM, then SIGKILL after a grace period.
-    pub(crate) async fn stop(mut self) {
+    pub async fn stop(mut self) {
         if let Ok(None) = self.child.try_wait() {
             let pid = i32::try_from(self.pid)
                 .ok()

@@ -1,0 +1,225 @@
+//! What a run measured, and the table it prints: one column per scenario, "median (min-max)"
+//! over the runs.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use node_load::procs::Memory;
+use node_load::stats::Summary;
+use serde::Serialize;
+
+use crate::Scenario;
+use crate::accounting::PhaseWrites;
+use crate::rows::ROWS;
+
+/// Memory of a process at one moment, from `/proc/PID/status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MemorySample {
+    /// VmRSS: resident now.
+    pub rss_bytes: u64,
+    /// VmHWM: the peak so far (start-up included).
+    pub hwm_bytes: u64,
+}
+
+impl From<Memory> for MemorySample {
+    fn from(m: Memory) -> Self {
+        Self {
+            rss_bytes: m.rss,
+            hwm_bytes: m.hwm,
+        }
+    }
+}
+
+/// One child process (the provisioner or the driver).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ProcessReport {
+    pub bin: String,
+    /// Every argument it got.
+    pub args: Vec<String>,
+    /// When every claim was Bound, and once every volume was deleted.
+    pub at_bound: Option<MemorySample>,
+    pub at_end: Option<MemorySample>,
+    /// User + system CPU (`/proc/PID/stat` utime + stime) from the first create until every
+    /// claim was Bound, and from then until every volume was gone.
+    pub cpu_bind_s: Option<f64>,
+    pub cpu_delete_s: Option<f64>,
+    /// Over its whole life (start-up included).
+    pub cpu_total_s: Option<f64>,
+}
+
+/// One run of one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScenarioReport {
+    pub scenario: Scenario,
+    /// 1-based.
+    pub run: usize,
+    pub pvcs: usize,
+    /// provision-load's own creates/deletes in flight.
+    pub parallelism: usize,
+    /// The machine's 1-minute load average as the run started.
+    pub load_average_1m: Option<f64>,
+    /// API server, objects, processes started and watching (not timed below).
+    pub setup_s: f64,
+    /// From the first create until the last create was answered.
+    pub pvcs_created_s: f64,
+    /// Per claim: just before its create call → the watch sees it Bound.
+    pub bound: Summary,
+    /// From the first create until the first / last claim was Bound.
+    pub first_bound_s: Option<f64>,
+    pub all_bound_s: Option<f64>,
+    /// PVs that existed when every claim was Bound (one per claim).
+    pub volumes_at_bound: usize,
+    /// API writes from the first create until every claim was Bound.
+    pub writes_bind: PhaseWrites,
+    pub provisioner: ProcessReport,
+    pub driver: ProcessReport,
+    /// CPU of provision-load's own process in the bind phase: the API server, the PV
+    /// controller, ec2-sim and the run's client and watches.
+    pub in_process_cpu_bind_s: Option<f64>,
+    /// From the first delete until the last delete was answered.
+    pub deletes_sent_s: f64,
+    /// Per claim: just before its delete call → the watch sees its PV gone.
+    pub delete: Summary,
+    /// From the first delete until the last PV / the last claim was gone.
+    pub all_volumes_gone_s: Option<f64>,
+    pub all_claims_gone_s: Option<f64>,
+    /// API writes from all Bound until every PV and claim was gone.
+    pub writes_delete: PhaseWrites,
+    /// Volumes the driver lists (ListVolumes) when all were Bound / at the end (hostpath; the
+    /// EBS driver has no ListVolumes: see `ec2_calls_*`).
+    pub driver_volumes_at_bound: Option<usize>,
+    pub driver_volumes_at_end: Option<usize>,
+    /// EC2 calls ec2-sim answered in each phase, by action (ebs).
+    pub ec2_calls_bind: BTreeMap<String, u64>,
+    pub ec2_calls_delete: BTreeMap<String, u64>,
+    /// Per claim Bound latency in seconds, in the order the creates were answered.
+    pub latencies_s: Vec<f64>,
+}
+
+/// Everything a run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// How often each scenario ran.
+    pub runs: usize,
+    /// Every scenario run, in the order they ran.
+    pub scenarios: Vec<ScenarioReport>,
+}
+
+/// The arguments that are the same in every run (not the temp paths).
+fn command(bin: &str, args: &[String]) -> String {
+    let varying = [
+        "--kubeconfig=",
+        "--csi-address=",
+        "--endpoint=",
+        "--ec2-endpoint=",
+        "--state-dir=",
+    ];
+    let mut parts = vec![bin];
+    parts.extend(
+        args.iter()
+            .map(String::as_str)
+            .filter(|a| !varying.iter().any(|v| a.starts_with(v))),
+    );
+    parts.join(" ")
+}
+
+impl Report {
+    /// The scenarios that ran, each once, in the order they first ran.
+    fn columns(&self) -> Vec<Scenario> {
+        let mut seen = Vec::new();
+        for s in &self.scenarios {
+            if !seen.contains(&s.scenario) {
+                seen.push(s.scenario);
+            }
+        }
+        seen
+    }
+
+    /// The human-readable table: a column per scenario, "median (min-max)" over the runs;
+    /// then, per scenario, the writes of its first run by request.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let columns = self.columns();
+        let _ = writeln!(out, "provision-load: {} run(s) per scenario", self.runs);
+        for c in &columns {
+            if let Some(s) = self.scenarios.iter().find(|s| s.scenario == *c) {
+                let _ = writeln!(
+                    out,
+                    "{c}: {} PVCs; provisioner: {}",
+                    s.pvcs,
+                    command(&s.provisioner.bin, &s.provisioner.args)
+                );
+                let _ = writeln!(
+                    out,
+                    "{c}: driver: {}",
+                    command(&s.driver.bin, &s.driver.args)
+                );
+            }
+        }
+        let _ = writeln!(out);
+        let _ = write!(out, "{:<34}", "");
+        for c in &columns {
+            let _ = write!(out, " {:>24}", c.name());
+        }
+        let _ = writeln!(out);
+        for row in ROWS {
+            let _ = write!(out, "{:<34}", row.label);
+            for c in &columns {
+                let values: Vec<f64> = self
+                    .scenarios
+                    .iter()
+                    .filter(|s| s.scenario == *c)
+                    .filter_map(|s| (row.value)(s))
+                    .collect();
+                let _ = write!(out, " {:>24}", adc_load::cell(row.unit, &values));
+            }
+            let _ = writeln!(out);
+        }
+        let _ = writeln!(
+            out,
+            "(times from the first create / the first delete; writes per PVC{})",
+            if self.runs > 1 {
+                "; median (min-max) of the runs"
+            } else {
+                ""
+            }
+        );
+        for c in &columns {
+            let Some(s) = self.scenarios.iter().find(|s| s.scenario == *c) else {
+                continue;
+            };
+            let first = if self.runs > 1 { " (first run)" } else { "" };
+            for (phase, w) in [
+                ("until all Bound", &s.writes_bind),
+                ("delete", &s.writes_delete),
+            ] {
+                let _ = writeln!(out);
+                let _ = writeln!(out, "{c} writes {phase}{first}, by request:");
+                for (who, writes) in [
+                    ("provisioner", &w.provisioner),
+                    ("pv-ctrl", &w.pv_controller),
+                    ("other", &w.other),
+                ] {
+                    for (key, count) in &writes.by_request {
+                        let _ = writeln!(out, "  {who:<12} {key:<44} {count:>8}");
+                    }
+                }
+                if !w.other_agents.is_empty() {
+                    let agents: Vec<&str> = w.other_agents.iter().map(String::as_str).collect();
+                    let _ = writeln!(out, "  other user agents: {}", agents.join(", "));
+                }
+            }
+            for (phase, calls) in [
+                ("until all Bound", &s.ec2_calls_bind),
+                ("delete", &s.ec2_calls_delete),
+            ] {
+                if calls.is_empty() {
+                    continue;
+                }
+                let list: Vec<String> = calls.iter().map(|(k, n)| format!("{k} {n}")).collect();
+                let _ = writeln!(out, "{c} EC2 calls {phase}{first}: {}", list.join(", "));
+            }
+        }
+        out
+    }
+}
