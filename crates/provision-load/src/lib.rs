@@ -193,6 +193,10 @@ pub struct LoadConfig {
     pub provisioner_args: Vec<String>,
     /// Limit for each phase (start-up, all Bound, all deleted).
     pub timeout: Duration,
+    /// How long the processes run on after all Bound (and after all deleted) before the
+    /// phase's writes are counted, so that late writes (the pv-protection finalizer, Events)
+    /// land in the phase that caused them. Not part of any time in the report.
+    pub settle: Duration,
     /// Keep the processes' logs in `DIR/SCENARIO-RUN/` (default: in the temp dir, removed).
     pub log_dir: Option<PathBuf>,
     /// Where the temp dir goes (default: the system's).
@@ -212,6 +216,7 @@ impl Default for LoadConfig {
             kube_api_burst: 10,
             provisioner_args: Vec::new(),
             timeout: Duration::from_secs(600),
+            settle: Duration::from_secs(3),
             log_dir: None,
             temp_parent: None,
         }
@@ -264,6 +269,7 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
     }
     Ok(Report {
         runs: config.runs,
+        settle_s: config.settle.as_secs_f64(),
         scenarios,
     })
 }

@@ -104,6 +104,11 @@ struct Flags {
     #[arg(long, default_value = "10m", value_parser = sidecar::parse_go_duration)]
     timeout: Duration,
 
+    /// How long the processes run on after all Bound and after all deleted before that
+    /// phase's writes are counted (late finalizer patches and Events); not in any time.
+    #[arg(long, default_value = "3s", value_parser = sidecar::parse_go_duration)]
+    settle: Duration,
+
     /// Keep the processes' logs in DIR/SCENARIO-RUN/ (default: in the temp dir, removed).
     #[arg(long, value_name = "DIR")]
     log_dir: Option<PathBuf>,
@@ -164,6 +169,7 @@ impl Flags {
             kube_api_burst: self.kube_api_burst,
             provisioner_args: self.provisioner_args,
             timeout: self.timeout,
+            settle: self.settle,
             log_dir: self.log_dir,
             temp_parent: None,
         })
@@ -238,6 +244,7 @@ mod tests {
             "--provisioner-arg",
             "--timeout=30s",
             "--timeout=90s",
+            "--settle=500ms",
         ])
         .config()
         .unwrap();
@@ -251,6 +258,7 @@ mod tests {
         assert_eq!(c.runs, 3);
         assert_eq!(c.provisioner_args, vec!["--v=2", "--timeout=30s"]);
         assert_eq!(c.timeout, Duration::from_secs(90));
+        assert_eq!(c.settle, Duration::from_millis(500));
         assert_eq!(c.kube_api_qps, -1.0);
         assert_eq!(c.worker_threads, 100);
         assert_eq!(c.pvcs, None);

@@ -117,6 +117,16 @@ async fn wait(
     }
 }
 
+/// Lets the processes run on for `d` (late writes), checking that they stay up.
+async fn settle(env: &mut Env, d: Duration) -> Result<(), Error> {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        env.check_alive()?;
+        tokio::time::sleep(Duration::from_millis(100).min(until - Instant::now())).await;
+    }
+    env.check_alive()
+}
+
 pub(crate) async fn measure(
     env: &mut Env,
     config: &LoadConfig,
@@ -174,13 +184,14 @@ pub(crate) async fn measure(
         |c| format!("{} of {n} PVCs Bound, {} PVs", c.bound, c.volumes),
     )
     .await?;
-    let audit_bound = env.audit_len();
     let cpu_bound = Cpu::sample(env);
-    let ec2_bound = env.ec2_calls();
     let provisioner_at_bound = env.provisioner_memory().map(MemorySample::from);
     let driver_at_bound = env.driver_memory().map(MemorySample::from);
     let volumes_at_bound = w.counts().volumes;
     let driver_volumes_at_bound = driver_volumes(env).await?;
+    settle(env, config.settle).await?;
+    let audit_bound = env.audit_len();
+    let ec2_bound = env.ec2_calls();
 
     // Deletes: every claim at once; done when every volume is gone (DeleteVolume, then the
     // provisioner's and pv-protection's finalizers removed) and every claim too.
@@ -214,6 +225,7 @@ pub(crate) async fn measure(
     )
     .await?;
     let cpu_end = Cpu::sample(env);
+    settle(env, config.settle).await?;
     let provisioner_at_end = env.provisioner_memory().map(MemorySample::from);
     let driver_at_end = env.driver_memory().map(MemorySample::from);
     let driver_volumes_at_end = driver_volumes(env).await?;

@@ -36,7 +36,7 @@ pub struct ProcessReport {
     pub bin: String,
     /// Every argument it got.
     pub args: Vec<String>,
-    /// When every claim was Bound, and once every volume was deleted.
+    /// When every claim was Bound, and after the deletes and the settle time.
     pub at_bound: Option<MemorySample>,
     pub at_end: Option<MemorySample>,
     /// User + system CPU (`/proc/PID/stat` utime + stime) from the first create until every
@@ -69,7 +69,7 @@ pub struct ScenarioReport {
     pub all_bound_s: Option<f64>,
     /// PVs that existed when every claim was Bound (one per claim).
     pub volumes_at_bound: usize,
-    /// API writes from the first create until every claim was Bound.
+    /// API writes from the first create until every claim was Bound, plus the settle time.
     pub writes_bind: PhaseWrites,
     pub provisioner: ProcessReport,
     pub driver: ProcessReport,
@@ -83,7 +83,8 @@ pub struct ScenarioReport {
     /// From the first delete until the last PV / the last claim was gone.
     pub all_volumes_gone_s: Option<f64>,
     pub all_claims_gone_s: Option<f64>,
-    /// API writes from all Bound until every PV and claim was gone.
+    /// API writes from the first delete until every PV and claim was gone, plus the settle
+    /// time.
     pub writes_delete: PhaseWrites,
     /// Volumes the driver lists (ListVolumes) when all were Bound / at the end (hostpath; the
     /// EBS driver has no ListVolumes: see `ec2_calls_*`).
@@ -101,6 +102,8 @@ pub struct ScenarioReport {
 pub struct Report {
     /// How often each scenario ran.
     pub runs: usize,
+    /// How long each phase's writes were counted past its end ([`crate::LoadConfig::settle`]).
+    pub settle_s: f64,
     /// Every scenario run, in the order they ran.
     pub scenarios: Vec<ScenarioReport>,
 }
@@ -177,7 +180,8 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "(times from the first create / the first delete; writes per PVC{})",
+            "(times from the first create / the first delete; writes per PVC, counted until {:.1} s after each phase{})",
+            self.settle_s,
             if self.runs > 1 {
                 "; median (min-max) of the runs"
             } else {
@@ -221,5 +225,116 @@ impl Report {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use attacher_load::Writes;
+
+    fn writes(pairs: &[(&str, u64)]) -> Writes {
+        Writes {
+            total: pairs.iter().map(|p| p.1).sum(),
+            failed: 0,
+            by_request: pairs.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect(),
+        }
+    }
+
+    fn run(scenario: Scenario, run: usize, all_bound: f64, rss_mib: u64) -> ScenarioReport {
+        let mib = rss_mib * 1024 * 1024;
+        ScenarioReport {
+            scenario,
+            run,
+            pvcs: 10,
+            parallelism: 32,
+            load_average_1m: Some(0.5),
+            setup_s: 0.2,
+            pvcs_created_s: 0.1,
+            bound: node_load::stats::summarize(&[std::time::Duration::from_millis(300)]),
+            first_bound_s: Some(0.1),
+            all_bound_s: Some(all_bound),
+            volumes_at_bound: 10,
+            writes_bind: PhaseWrites {
+                provisioner: writes(&[("create persistentvolumes", 10), ("create events", 20)]),
+                pv_controller: writes(&[("patch persistentvolumeclaims/status", 10)]),
+                ..PhaseWrites::default()
+            },
+            provisioner: ProcessReport {
+                bin: "/r/csi-provisioner".into(),
+                args: vec!["--kubeconfig=/tmp/x".into(), "--worker-threads=100".into()],
+                at_bound: Some(MemorySample {
+                    rss_bytes: mib,
+                    hwm_bytes: mib,
+                }),
+                at_end: Some(MemorySample {
+                    rss_bytes: mib,
+                    hwm_bytes: mib,
+                }),
+                cpu_bind_s: Some(0.5),
+                ..ProcessReport::default()
+            },
+            driver: ProcessReport::default(),
+            in_process_cpu_bind_s: None,
+            deletes_sent_s: 0.1,
+            delete: node_load::stats::summarize(&[]),
+            all_volumes_gone_s: None,
+            all_claims_gone_s: None,
+            writes_delete: PhaseWrites::default(),
+            driver_volumes_at_bound: Some(10),
+            driver_volumes_at_end: Some(0),
+            ec2_calls_bind: BTreeMap::new(),
+            ec2_calls_delete: BTreeMap::new(),
+            latencies_s: vec![0.3],
+        }
+    }
+
+    #[test]
+    fn table_shows_median_and_range_per_scenario() {
+        let report = Report {
+            runs: 3,
+            settle_s: 3.0,
+            scenarios: vec![
+                run(Scenario::Hostpath, 1, 2.0, 30),
+                run(Scenario::Hostpath, 2, 3.0, 30),
+                run(Scenario::Hostpath, 3, 2.5, 32),
+            ],
+        };
+        let t = report.table();
+        let row = |label: &str| {
+            t.lines()
+                .find(|l| l.starts_with(label))
+                .unwrap_or_else(|| panic!("no {label} row in\n{t}"))
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(row("all Bound"), "all Bound 2.50 (2.00-3.00) s");
+        assert_eq!(
+            row("writes / PVC: provisioner"),
+            "writes / PVC: provisioner 3.00"
+        );
+        assert_eq!(row("  create PV"), "create PV 1.00");
+        assert_eq!(
+            row("provisioner VmRSS at all Bound"),
+            "provisioner VmRSS at all Bound 30.0 (30.0-32.0) MiB"
+        );
+        assert_eq!(row("all PVs gone"), "all PVs gone n/a");
+        assert!(
+            t.contains("hostpath: 10 PVCs; provisioner: /r/csi-provisioner --worker-threads=100\n"),
+            "{t}"
+        );
+        assert!(
+            t.contains("hostpath writes until all Bound (first run), by request:"),
+            "{t}"
+        );
+        assert!(t.contains("median (min-max) of the runs"), "{t}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["scenarios"][2]["provisioner"]["cpu_bind_s"], 0.5);
+        assert_eq!(
+            json["scenarios"][0]["writes_bind"]["provisioner"]["by_request"]["create events"],
+            20
+        );
     }
 }

@@ -40,6 +40,7 @@ async fn five_pvcs_on_hostpath_are_bound_and_deleted() {
         parallelism: 3,
         worker_threads: 4,
         timeout: Duration::from_secs(120),
+        settle: Duration::from_millis(500),
         temp_parent: Some(parent.path().to_path_buf()),
         ..LoadConfig::default()
     };
