@@ -17,6 +17,10 @@ pub(crate) const IOPS_PER_GB: &str = "iopsPerGB";
 pub(crate) const THROUGHPUT: &str = "throughput";
 pub(crate) const ENCRYPTED: &str = "encrypted";
 pub(crate) const KMS_KEY_ID: &str = "kmsKeyId";
+/// Raise an `iopsPerGB` result below the type's minimum to that minimum. Keys are
+/// case-insensitive in the Go driver, and csi-translation writes this one in lowercase for
+/// migrated `kubernetes.io/aws-ebs` classes with `iopsPerGB`.
+pub(crate) const ALLOW_AUTO_IOPS_PER_GB_INCREASE: &str = "allowAutoIOPSPerGBIncrease";
 pub(crate) const FS_TYPE: &str = "csi.storage.k8s.io/fstype";
 pub(crate) const TAG_SPEC_PREFIX: &str = "tagSpecification_";
 /// What the external-provisioner adds with `--extra-create-metadata`.
@@ -30,6 +34,7 @@ pub(crate) struct CreateParams {
     pub(crate) volume_type: String,
     pub(crate) iops: Option<i64>,
     pub(crate) iops_per_gb: Option<i64>,
+    pub(crate) allow_iops_increase: bool,
     pub(crate) throughput: Option<i64>,
     pub(crate) encrypted: bool,
     pub(crate) kms_key_id: Option<String>,
@@ -123,6 +128,18 @@ pub(crate) fn parse(parameters: &HashMap<String, String>) -> Result<CreateParams
                 }
             }
             KMS_KEY_ID => p.kms_key_id = Some(value.clone()).filter(|v| !v.is_empty()),
+            k if k.eq_ignore_ascii_case(ALLOW_AUTO_IOPS_PER_GB_INCREASE) => {
+                p.allow_iops_increase = match value.to_ascii_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(Error::invalid(
+                            "parameters",
+                            format!("{k}: '{value}' is not true or false"),
+                        ));
+                    }
+                }
+            }
             FS_TYPE => {
                 let fs = capability::fs_type(value).ok_or_else(|| {
                     Error::invalid(
@@ -157,7 +174,7 @@ pub(crate) fn parse(parameters: &HashMap<String, String>) -> Result<CreateParams
                 return Err(Error::invalid(
                     "parameters",
                     format!(
-                        "unknown parameter '{other}' (known: {TYPE}, {IOPS}, {IOPS_PER_GB}, {THROUGHPUT}, {ENCRYPTED}, {KMS_KEY_ID}, {FS_TYPE}, {TAG_SPEC_PREFIX}N)"
+                        "unknown parameter '{other}' (known: {TYPE}, {IOPS}, {IOPS_PER_GB}, {ALLOW_AUTO_IOPS_PER_GB_INCREASE}, {THROUGHPUT}, {ENCRYPTED}, {KMS_KEY_ID}, {FS_TYPE}, {TAG_SPEC_PREFIX}N)"
                     ),
                 ));
             }
@@ -220,9 +237,15 @@ impl CreateParams {
         snapshot_id: Option<String>,
         extra_tags: &BTreeMap<String, String>,
     ) -> DiskOptions {
-        let iops = self
-            .iops
-            .or_else(|| self.iops_per_gb.map(|per| per.saturating_mul(size_gib)));
+        let iops = self.iops.or_else(|| {
+            self.iops_per_gb.map(|per| {
+                let iops = per.saturating_mul(size_gib);
+                match min_iops(&self.volume_type) {
+                    Some(min) if self.allow_iops_increase && iops < min => min,
+                    _ => iops,
+                }
+            })
+        });
         let mut tags = extra_tags.clone();
         tags.extend(self.tags.clone());
         DiskOptions {
@@ -237,6 +260,15 @@ impl CreateParams {
             multi_attach: false,
             tags,
         }
+    }
+}
+
+/// EC2's smallest IOPS setting of the types that take one.
+fn min_iops(volume_type: &str) -> Option<i64> {
+    match volume_type {
+        "io1" | "io2" => Some(100),
+        "gp3" => Some(3000),
+        _ => None,
     }
 }
 
@@ -272,6 +304,33 @@ pub(crate) mod tests {
         let o = p.disk_options(10, "us-east-1a".into(), None, &BTreeMap::new());
         assert_eq!(o.iops, Some(500));
         assert!(o.encrypted);
+    }
+
+    #[test]
+    fn allow_auto_iops_per_gb_increase_raises_to_the_minimum_in_any_case() {
+        // csi-translation's spelling for a migrated in-tree class.
+        let p = parse(&map(&[
+            ("type", "io1"),
+            ("iopsPerGB", "10"),
+            ("allowautoiopspergbincrease", "true"),
+        ]))
+        .unwrap();
+        let o = p.disk_options(4, "us-east-1a".into(), None, &BTreeMap::new());
+        assert_eq!(o.iops, Some(100));
+        let o = p.disk_options(20, "us-east-1a".into(), None, &BTreeMap::new());
+        assert_eq!(o.iops, Some(200));
+        let p = parse(&map(&[
+            ("type", "io1"),
+            ("iopsPerGB", "10"),
+            ("allowAutoIOPSPerGBIncrease", "false"),
+        ]))
+        .unwrap();
+        let o = p.disk_options(4, "us-east-1a".into(), None, &BTreeMap::new());
+        assert_eq!(o.iops, Some(40), "left to EC2 to refuse");
+        let err = parse(&map(&[("allowAutoIOPSPerGBIncrease", "yes")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("allowAutoIOPSPerGBIncrease"), "{err}");
     }
 
     #[test]
