@@ -35,6 +35,7 @@ pub fn to_in_tree(
             ),
             source,
         })?;
+    merge_duplicate_requirements(&mut out);
     let annotations = out
         .metadata
         .annotations
@@ -42,6 +43,32 @@ pub fn to_in_tree(
     annotations.insert(PROVISIONED_BY_ANNOTATION.into(), in_tree_plugin.into());
     annotations.insert(MIGRATED_TO_ANNOTATION.into(), driver.into());
     Ok(out)
+}
+
+/// Drops a node selector requirement that repeats an earlier one of the same term. The EBS
+/// driver reports a volume's zone under its own key and under `topology.kubernetes.io/zone`;
+/// translation renames the first to the second, which leaves the zone requirement twice. The
+/// requirements of a term are ANDed, so the copy changes nothing but makes the PV differ from
+/// the one the in-tree provisioner writes.
+fn merge_duplicate_requirements(pv: &mut PersistentVolume) {
+    let terms = pv
+        .spec
+        .as_mut()
+        .and_then(|s| s.node_affinity.as_mut())
+        .and_then(|a| a.required.as_mut())
+        .map(|r| &mut r.node_selector_terms);
+    for term in terms.into_iter().flatten() {
+        if let Some(expressions) = term.match_expressions.as_mut() {
+            let mut seen = Vec::with_capacity(expressions.len());
+            expressions.retain(|e| {
+                let new = !seen.contains(e);
+                if new {
+                    seen.push(e.clone());
+                }
+                new
+            });
+        }
+    }
 }
 
 /// An in-tree PV handed to our driver: its CSI form (for DeleteVolume's handle).
@@ -53,4 +80,47 @@ pub fn to_csi(pv: &PersistentVolume) -> Result<PersistentVolume, Error> {
         ),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn the_zone_reported_under_both_keys_is_one_in_tree_requirement() {
+        let pv: PersistentVolume = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pvc-1"},
+            "spec": {
+                "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "topology.ebs.csi.aws.com/zone", "operator": "In", "values": ["us-east-1b"]},
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1b"]},
+                ]}]}},
+            },
+        }))
+        .unwrap();
+        let out = to_in_tree(&pv, "kubernetes.io/aws-ebs", "ebs.csi.aws.com").unwrap();
+        let keys: Vec<String> = out
+            .spec
+            .unwrap()
+            .node_affinity
+            .unwrap()
+            .required
+            .unwrap()
+            .node_selector_terms[0]
+            .match_expressions
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|e| e.key)
+            .collect();
+        assert_eq!(
+            keys,
+            vec![
+                "topology.kubernetes.io/zone",
+                "topology.kubernetes.io/region"
+            ]
+        );
+    }
 }
