@@ -15,6 +15,8 @@ use kube::Client;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub mod provisioning;
+
 pub const DRIVER: &str = "ebs.csi.aws.com";
 pub const ZONE: &str = "us-east-1a";
 
@@ -50,6 +52,15 @@ impl Drop for DriverTask {
 
 /// `ebs-csi-driver` in controller mode at `endpoint` (`unix://...`).
 pub async fn start_driver(endpoint: &str, aws: AwsConfig) -> DriverTask {
+    start_driver_tagging(endpoint, aws, None).await
+}
+
+/// [`start_driver`] with `--k8s-tag-cluster-id=<cluster_id>` (the in-tree plugin's tags).
+pub async fn start_driver_tagging(
+    endpoint: &str,
+    aws: AwsConfig,
+    cluster_id: Option<&str>,
+) -> DriverTask {
     let config = DriverConfig {
         endpoint: endpoint.to_string(),
         mode: DriverMode::Controller,
@@ -60,6 +71,7 @@ pub async fn start_driver(endpoint: &str, aws: AwsConfig) -> DriverTask {
                 poll_max: Duration::from_millis(250),
                 ..PublishConfig::default()
             },
+            cluster_id: cluster_id.map(Into::into),
             ..Default::default()
         },
         ..DriverConfig::default()

@@ -1,0 +1,666 @@
+//! Dynamic provisioning end to end: the PV controller and the external provisioner, both built
+//! in-process from their libraries, next to a real CSI driver on a unix socket (the EBS driver
+//! on ec2-sim through aws-sdk-ec2, or the hostpath driver), against apiserver-lite.
+//!
+//! Which path made a volume is told apart by who called: the provisioner's
+//! `csi_sidecar_operations_seconds` (every CSI call it made, with `migrated`), the PV
+//! controller's own EC2 client (`CloudMetrics`: the in-tree provisioner and deleter) and
+//! ec2-sim's count of every EC2 call it answered.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ebs_cloud::CloudMetrics;
+use ebs_cloud_aws::AwsCloud;
+use ec2_sim::{Backing, SimConfig, Simulator, Timing};
+use k8s_openapi::api::core::v1::{
+    Event, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use prometheus_client::registry::Registry;
+use serde::Deserialize;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{DRIVER, DriverTask, aws_config, start_driver_tagging};
+
+/// How long anything may take before a test gives up (loaded 2-core machines, two copies of a
+/// test binary at once).
+pub const PATIENCE: Duration = Duration::from_secs(90);
+pub const NS: &str = "default";
+/// The EBS driver's own zone key (its CSINode topology key).
+pub const EBS_ZONE_KEY: &str = "topology.ebs.csi.aws.com/zone";
+pub const WELL_KNOWN_ZONE_KEY: &str = "topology.kubernetes.io/zone";
+pub const IN_TREE_EBS: &str = "kubernetes.io/aws-ebs";
+/// kube-controller-manager's default `--cluster-name`, also the driver's `--k8s-tag-cluster-id`.
+pub const CLUSTER_NAME: &str = "kubernetes";
+pub const CREATE_VOLUME: &str = "/csi.v1.Controller/CreateVolume";
+pub const DELETE_VOLUME: &str = "/csi.v1.Controller/DeleteVolume";
+
+pub fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if std::env::var_os("RUST_LOG").is_some() {
+        ONCE.call_once(|| sidecar::init_logging(0));
+    }
+}
+
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    test_support::eventually(what, PATIENCE, check).await
+}
+
+/// Cancels a token when dropped: in-process controllers stop also when an assertion fails.
+pub struct CancelOnDrop(pub CancellationToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
+}
+
+/// A controller task started from its library; stopped on drop.
+pub struct Task<E> {
+    stop: CancellationToken,
+    task: Option<JoinHandle<Result<(), E>>>,
+}
+
+impl<E: std::fmt::Debug> Task<E> {
+    fn spawn<F>(stop: CancellationToken, fut: F) -> Self
+    where
+        F: std::future::Future<Output = Result<(), E>> + Send + 'static,
+        E: Send + 'static,
+    {
+        Self {
+            stop,
+            task: Some(tokio::spawn(fut)),
+        }
+    }
+
+    /// Cancels it and checks that it ended without an error.
+    pub async fn stop(mut self) {
+        self.stop.cancel();
+        let task = self.task.take().unwrap();
+        tokio::time::timeout(PATIENCE, task)
+            .await
+            .expect("the controller stops in time")
+            .expect("the controller task")
+            .expect("the controller ends without an error");
+    }
+}
+
+impl<E> Drop for Task<E> {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// The provisioner's controller, with the registry its CSI call metrics live in.
+pub struct Provisioner {
+    pub task: Task<provisioner::Error>,
+    registry: Registry,
+}
+
+impl Provisioner {
+    /// CSI calls of `method` (full gRPC path) it made with outcome OK; `migrated`: only those of
+    /// migrated in-tree volumes (`Some(true)`), only CSI ones (`Some(false)`), or all.
+    pub fn calls(&self, method: &str, migrated: Option<bool>) -> u64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("csi_sidecar_operations_seconds_count{"))
+            .filter(|l| l.contains(&format!("method_name=\"{method}\"")))
+            .filter(|l| l.contains("grpc_status_code=\"OK\""))
+            .filter(|l| match migrated {
+                Some(m) => l.contains(&format!("migrated=\"{m}\"")),
+                None => true,
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// CSI calls of `method` with any outcome.
+    pub fn attempts(&self, method: &str) -> u64 {
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("csi_sidecar_operations_seconds_count{"))
+            .filter(|l| l.contains(&format!("method_name=\"{method}\"")))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    }
+}
+
+/// Fast retries and topology on; the rest as the Go sidecar's defaults.
+pub fn provisioner_options() -> provisioner::Options {
+    provisioner::Options {
+        timeout: Duration::from_secs(30),
+        workers: 4,
+        retry_interval_start: Duration::from_millis(100),
+        retry_interval_max: Duration::from_secs(1),
+        extra_create_metadata: true,
+        topology: true,
+        ..provisioner::Options::default()
+    }
+}
+
+/// `csi-provisioner`'s flags for the driver at `endpoint`, parsed as the binary parses them.
+pub fn provisioner_config(endpoint: &str) -> provisioner::Config {
+    use clap::Parser;
+    let args = [
+        "csi-provisioner".to_string(),
+        format!("--csi-address={endpoint}"),
+    ]
+    .into_iter()
+    .map(std::ffi::OsString::from);
+    provisioner::Config::try_parse_from(sidecar::normalize_go_args(args)).unwrap()
+}
+
+/// The provisioner's controller for the driver at `endpoint`, from its library.
+pub async fn start_provisioner(
+    kube: Client,
+    endpoint: &str,
+    options: provisioner::Options,
+) -> Provisioner {
+    let stop = CancellationToken::new();
+    let driver = provisioner::connect_driver(&provisioner_config(endpoint), &stop)
+        .await
+        .unwrap();
+    let mut registry = Registry::default();
+    let operations = sidecar::OperationMetrics::register(&mut registry, &driver.name);
+    let controller =
+        provisioner::Controller::new(kube, driver, options, &mut registry, Some(operations));
+    Provisioner {
+        task: Task::spawn(stop.clone(), controller.run(stop)),
+        registry,
+    }
+}
+
+/// The PV controller's options for tests: short sync period and backoff.
+pub fn pv_controller_options(feature_gates: &str) -> pv_controller::Options {
+    pv_controller::Options {
+        migrated: volume_plugins::MigratedPlugins::from_feature_gates(feature_gates).unwrap(),
+        sync_period: Duration::from_secs(1),
+        backoff_initial: Duration::from_millis(100),
+        backoff_max: Duration::from_secs(1),
+        cache_sync_timeout: Duration::from_secs(60),
+        ..pv_controller::Options::default()
+    }
+}
+
+/// The PV controller through `pv_controller::run` on its own client (its User-Agent);
+/// `cloud`: its EC2 for the in-tree aws-ebs provisioner (`--cloud-provider=aws`).
+pub async fn start_pv_controller(
+    server: &apiserver::RunningApiServer,
+    options: pv_controller::Options,
+    cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
+) -> Task<pv_controller::Error> {
+    let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let client = sidecar::rate_limited(config, &pv_controller::user_agent(), -1.0, 0).unwrap();
+    let mut config = pv_controller::Config::new(options);
+    config.cloud = cloud;
+    let stop = CancellationToken::new();
+    Task::spawn(stop.clone(), pv_controller::run(client, config, stop))
+}
+
+/// One EBS volume as ec2-sim stores it (`STATE/state.json`, written atomically after every
+/// change): what exists in "EC2", whoever created it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct SimVolume {
+    pub id: String,
+    pub size_gib: u64,
+    pub zone: String,
+    pub volume_type: String,
+    pub iops: Option<u32>,
+    pub encrypted: bool,
+    pub kms_key_id: Option<String>,
+    pub tags: Vec<(String, String)>,
+    /// Set once DeleteVolume was called (the volume is `deleting`, then gone).
+    pub deleted_ms: Option<u64>,
+}
+
+impl SimVolume {
+    pub fn tag(&self, key: &str) -> Option<&str> {
+        self.tags
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn tag_map(&self) -> BTreeMap<String, String> {
+        self.tags.iter().cloned().collect()
+    }
+}
+
+#[derive(Deserialize)]
+struct SimState {
+    #[serde(default)]
+    volumes: BTreeMap<String, SimVolume>,
+}
+
+/// The volumes in ec2-sim's state that DeleteVolume was not called for.
+pub fn live_volumes(state_dir: &Path) -> Vec<SimVolume> {
+    let bytes = match std::fs::read(state_dir.join("state.json")) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+        Err(e) => panic!("reading ec2-sim's state: {e}"),
+    };
+    let state: SimState = serde_json::from_slice(&bytes).unwrap();
+    state
+        .volumes
+        .into_values()
+        .filter(|v| v.deleted_ms.is_none())
+        .collect()
+}
+
+/// ec2-sim, the EBS driver's controller service on a unix socket (its own EC2 client), an
+/// EC2 client for the PV controller's in-tree provisioner, and apiserver-lite.
+pub struct EbsWorld {
+    _stop: CancelOnDrop,
+    _driver: DriverTask,
+    pub server: apiserver::RunningApiServer,
+    pub kube: Client,
+    pub sim: Simulator,
+    pub endpoint: String,
+    pub state_dir: PathBuf,
+    /// The PV controller's EC2 client and its call counts (only the in-tree plugin uses it).
+    pub in_tree_cloud: Arc<AwsCloud>,
+    pub in_tree_ec2: CloudMetrics,
+    pub dir: tempfile::TempDir,
+}
+
+impl EbsWorld {
+    pub async fn start() -> Self {
+        init_tracing();
+        apiserver::install_crypto_provider();
+        let dir = tempfile::tempdir().unwrap();
+        let state_dir = dir.path().join("ec2");
+        let sim = Simulator::start(
+            SimConfig {
+                state_dir: state_dir.clone(),
+                timing: Timing::Fast,
+                backing: Backing::File,
+                ..SimConfig::default()
+            },
+            ([127, 0, 0, 1], 0).into(),
+        )
+        .await
+        .unwrap();
+        let aws = aws_config(&sim.endpoint());
+        let in_tree_ec2 = CloudMetrics::new();
+        let in_tree_cloud = Arc::new(
+            AwsCloud::new(aws.clone(), in_tree_ec2.clone())
+                .await
+                .unwrap(),
+        );
+        let endpoint = format!("unix://{}", dir.path().join("csi.sock").display());
+        // Tagged as the in-tree plugin tags (kcm's default --cluster-name), so the two paths'
+        // volumes compare equal.
+        let driver = start_driver_tagging(&endpoint, aws, Some(CLUSTER_NAME)).await;
+        let server = apiserver::ApiServer::start(apiserver::Config {
+            listen: ([127, 0, 0, 1], 0).into(),
+            ..apiserver::Config::default()
+        })
+        .await
+        .unwrap();
+        let kube = server.client();
+        Self {
+            _stop: CancelOnDrop(CancellationToken::new()),
+            _driver: driver,
+            server,
+            kube,
+            sim,
+            endpoint,
+            state_dir,
+            in_tree_cloud,
+            in_tree_ec2,
+            dir,
+        }
+    }
+
+    pub fn volumes(&self) -> Vec<SimVolume> {
+        live_volumes(&self.state_dir)
+    }
+
+    /// The live EC2 volumes named (tag `CSIVolumeName`) `name`.
+    pub fn volumes_named(&self, name: &str) -> Vec<SimVolume> {
+        self.volumes()
+            .into_iter()
+            .filter(|v| v.tag("CSIVolumeName") == Some(name))
+            .collect()
+    }
+
+    /// EC2 CreateVolume calls ec2-sim answered (from anyone).
+    pub fn ec2_creates(&self) -> u64 {
+        self.sim
+            .call_counts()
+            .get("CreateVolume")
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub async fn provisioner(&self) -> Provisioner {
+        start_provisioner(self.kube.clone(), &self.endpoint, provisioner_options()).await
+    }
+
+    /// The PV controller with `feature_gates` and, when `in_tree_cloud`, EC2 for the in-tree
+    /// aws-ebs plugin.
+    pub async fn pv_controller(
+        &self,
+        feature_gates: &str,
+        in_tree_cloud: bool,
+    ) -> Task<pv_controller::Error> {
+        let cloud: Option<Arc<dyn ebs_cloud::Cloud>> = if in_tree_cloud {
+            Some(self.in_tree_cloud.clone())
+        } else {
+            None
+        };
+        start_pv_controller(&self.server, pv_controller_options(feature_gates), cloud).await
+    }
+
+    pub fn objects(&self) -> Objects {
+        Objects {
+            kube: self.kube.clone(),
+        }
+    }
+}
+
+/// Creating and reading the Kubernetes objects of a test.
+#[derive(Clone)]
+pub struct Objects {
+    pub kube: Client,
+}
+
+impl Objects {
+    pub fn pvcs(&self) -> Api<PersistentVolumeClaim> {
+        Api::namespaced(self.kube.clone(), NS)
+    }
+
+    pub fn pvs(&self) -> Api<PersistentVolume> {
+        Api::all(self.kube.clone())
+    }
+
+    pub async fn create_class(&self, class: StorageClass) {
+        Api::<StorageClass>::all(self.kube.clone())
+            .create(&PostParams::default(), &class)
+            .await
+            .unwrap();
+    }
+
+    pub async fn create_pvc(&self, pvc: PersistentVolumeClaim) -> PersistentVolumeClaim {
+        self.pvcs()
+            .create(&PostParams::default(), &pvc)
+            .await
+            .unwrap()
+    }
+
+    pub async fn create_pv(&self, pv: PersistentVolume) -> PersistentVolume {
+        self.pvs()
+            .create(&PostParams::default(), &pv)
+            .await
+            .unwrap()
+    }
+
+    pub async fn delete_pvc(&self, name: &str) {
+        self.pvcs()
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+
+    pub async fn annotate_pvc(&self, name: &str, key: &str, value: &str) {
+        let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+        self.pvcs()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    pub async fn pvc(&self, name: &str) -> Option<PersistentVolumeClaim> {
+        self.pvcs().get_opt(name).await.unwrap()
+    }
+
+    pub async fn pv(&self, name: &str) -> Option<PersistentVolume> {
+        self.pvs().get_opt(name).await.unwrap()
+    }
+
+    /// Waits until the claim is Bound (both sides written) and returns it with its PV.
+    pub async fn wait_bound(&self, name: &str) -> (PersistentVolumeClaim, PersistentVolume) {
+        eventually(&format!("claim {name} Bound to a Bound PV"), || async {
+            let pvc = self.pvc(name).await?;
+            let phase = pvc.status.as_ref()?.phase.as_deref()?;
+            let volume = pvc.spec.as_ref()?.volume_name.clone()?;
+            let pv = self.pv(&volume).await?;
+            (phase == "Bound" && pv.status.as_ref()?.phase.as_deref() == Some("Bound"))
+                .then_some((pvc, pv))
+        })
+        .await
+    }
+
+    /// A Node with `labels` and its CSINode listing `driver` with `keys` (node ID `node_id`).
+    pub async fn create_node(
+        &self,
+        name: &str,
+        driver: &str,
+        node_id: &str,
+        labels: &[(&str, &str)],
+        keys: &[&str],
+    ) {
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Node>::all(self.kube.clone())
+            .create(&PostParams::default(), &node)
+            .await
+            .unwrap();
+        let csinode = CSINode {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: CSINodeSpec {
+                drivers: vec![CSINodeDriver {
+                    name: driver.into(),
+                    node_id: node_id.into(),
+                    topology_keys: Some(keys.iter().map(|k| (*k).to_string()).collect()),
+                    allocatable: None,
+                }],
+            },
+        };
+        Api::<CSINode>::all(self.kube.clone())
+            .create(&PostParams::default(), &csinode)
+            .await
+            .unwrap();
+    }
+
+    /// An EBS node in `zone`: labels and CSINode topology key as the EBS driver's node plugin
+    /// and the kubelet write them.
+    pub async fn create_ebs_node(&self, name: &str, zone: &str) {
+        self.create_node(
+            name,
+            DRIVER,
+            &format!("i-{name}"),
+            &[(EBS_ZONE_KEY, zone), (WELL_KNOWN_ZONE_KEY, zone)],
+            &[EBS_ZONE_KEY],
+        )
+        .await;
+    }
+
+    /// Events about the object `name`: (reason, message).
+    pub async fn events_of(&self, name: &str) -> Vec<(String, String)> {
+        Api::<Event>::namespaced(self.kube.clone(), NS)
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
+            .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+            .collect()
+    }
+
+    pub async fn wait_event(&self, name: &str, reason: &str) -> String {
+        eventually(&format!("a {reason} Event on {name}"), || async {
+            self.events_of(name)
+                .await
+                .into_iter()
+                .find(|(r, _)| r == reason)
+                .map(|(_, m)| m)
+        })
+        .await
+    }
+}
+
+pub fn strings(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+        .collect()
+}
+
+/// A StorageClass; `mode`: `Immediate` or `WaitForFirstConsumer`; `reclaim`: `Delete`/`Retain`.
+pub fn class(
+    name: &str,
+    provisioner: &str,
+    mode: &str,
+    reclaim: &str,
+    params: &[(&str, &str)],
+) -> StorageClass {
+    StorageClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        provisioner: provisioner.into(),
+        parameters: (!params.is_empty()).then(|| strings(params)),
+        volume_binding_mode: Some(mode.into()),
+        reclaim_policy: Some(reclaim.into()),
+        ..Default::default()
+    }
+}
+
+/// A ReadWriteOnce claim of `class` for `size` (no annotations: the PV controller decides).
+pub fn pvc(name: &str, class: Option<&str>, size: &str) -> PersistentVolumeClaim {
+    PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            storage_class_name: class.map(Into::into),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some([("storage".to_string(), Quantity(size.into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `pvc-<uid>`: the volume and PV name both provisioners give a claim.
+pub fn pv_name(claim: &PersistentVolumeClaim) -> String {
+    format!("pvc-{}", claim.metadata.uid.as_deref().unwrap())
+}
+
+pub fn annotation<'a>(meta: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    meta.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// The `csi-provisioner` binary: CSI_PROVISIONER_BIN, or beside this test in the target dir
+/// (`cargo build -p provisioner --bin csi-provisioner`; scripts/test builds every binary).
+pub fn provisioner_bin() -> Option<PathBuf> {
+    std::env::var_os("CSI_PROVISIONER_BIN")
+        .map(PathBuf::from)
+        .or_else(|| {
+            let exe = std::env::current_exe().ok()?;
+            Some(exe.parent()?.parent()?.join("csi-provisioner")).filter(|p| p.exists())
+        })
+}
+
+/// A `csi-provisioner` process; killed (SIGKILL) and reaped on drop, also when an assertion
+/// fails.
+pub struct ProvisionerProcess(pub std::process::Child);
+
+impl ProvisionerProcess {
+    /// Starts `bin` with a kubeconfig for `server` (written into `dir`), the driver at
+    /// `endpoint`, and `args`; its stderr goes to `dir/<name>.log`.
+    pub fn spawn(
+        bin: &Path,
+        server: &apiserver::RunningApiServer,
+        dir: &Path,
+        name: &str,
+        endpoint: &str,
+        args: &[&str],
+    ) -> Self {
+        let kubeconfig = dir.join("kubeconfig");
+        if !kubeconfig.exists() {
+            std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+        }
+        let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+        Self(
+            std::process::Command::new(bin)
+                .arg(format!("--kubeconfig={}", kubeconfig.display()))
+                .arg(format!("--csi-address={endpoint}"))
+                .args(args)
+                .stdout(std::process::Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    /// SIGKILL: no clean-up of any kind, as a node crash or an OOM kill.
+    pub fn kill(mut self) {
+        self.0.kill().unwrap();
+        self.0.wait().unwrap();
+    }
+
+    /// SIGTERM, and waits for the process to end (it releases its Lease on the way out).
+    pub async fn terminate(mut self) {
+        let pid = self.0.id();
+        assert!(
+            std::process::Command::new("kill")
+                .args(["-TERM", &pid.to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+        eventually("csi-provisioner ends after SIGTERM", || {
+            let done = self.0.try_wait().unwrap().is_some();
+            async move { done.then_some(()) }
+        })
+        .await;
+    }
+}
+
+impl Drop for ProvisionerProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
