@@ -11,8 +11,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -31,7 +33,6 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use serde::Deserialize;
 
 const DRIVER: &str = "mock.csi.rs";
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -53,70 +54,6 @@ impl Drop for Attacher {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-#[derive(Debug, Deserialize)]
-struct Manifest {
-    kind: String,
-    metadata: Meta,
-    #[serde(default)]
-    rules: Vec<Rule>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Meta {
-    #[serde(default)]
-    namespace: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Rule {
-    api_groups: Vec<String>,
-    resources: Vec<String>,
-    verbs: Vec<String>,
-}
-
-/// One grant: (namespace or None for cluster-wide, group, resource[/subresource], verb).
-type Grant = (Option<String>, String, String, String);
-
-fn grants(path: &Path) -> BTreeSet<Grant> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut out = BTreeSet::new();
-    for doc in text.split("\n---") {
-        if doc
-            .lines()
-            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
-        {
-            continue;
-        }
-        let m: Manifest = serde_saphyr::from_str(doc).unwrap();
-        let ns = match m.kind.as_str() {
-            "ClusterRole" => None,
-            "Role" => Some(m.metadata.namespace.clone().unwrap()),
-            _ => continue,
-        };
-        for r in &m.rules {
-            for g in &r.api_groups {
-                for res in &r.resources {
-                    for v in &r.verbs {
-                        out.insert((ns.clone(), g.clone(), res.clone(), v.clone()));
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
-fn allowed(grants: &BTreeSet<Grant>, call: &Grant) -> Option<Grant> {
-    let (ns, g, r, v) = call;
-    let cluster = (None, g.clone(), r.clone(), v.clone());
-    if grants.contains(&cluster) {
-        return Some(cluster);
-    }
-    let local = (ns.clone(), g.clone(), r.clone(), v.clone());
-    (ns.is_some() && grants.contains(&local)).then_some(local)
 }
 
 /// SIGTERM, and wait for the process to end (it releases the Lease on the way out).
@@ -392,51 +329,9 @@ async fn deploy_rbac_grants_exactly_what_the_attacher_calls() {
     .await;
     stop(second).await;
 
-    // What it called, as (namespace, group, resource[/sub], verb).
-    let mut used: BTreeSet<Grant> = BTreeSet::new();
-    for r in server.audit() {
-        if !r.user_agent.starts_with("csi-attacher") {
-            continue;
-        }
-        let resource = match &r.subresource {
-            Some(s) => format!("{}/{s}", r.resource),
-            None => r.resource.clone(),
-        };
-        used.insert((
-            r.namespace.clone(),
-            r.group.clone(),
-            resource,
-            r.verb.clone(),
-        ));
-    }
-    assert!(
-        !used.is_empty(),
-        "no request carried the attacher's User-Agent"
-    );
-
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../deploy/kubernetes/rbac/attacher/rbac-attacher.yaml");
-    let granted = grants(&manifest);
-    let mut needed: BTreeSet<Grant> = BTreeSet::new();
-    let denied: Vec<&Grant> = used
-        .iter()
-        .filter(|call| match allowed(&granted, call) {
-            Some(g) => {
-                needed.insert(g);
-                false
-            }
-            None => true,
-        })
-        .collect();
-    assert!(
-        denied.is_empty(),
-        "deploy/kubernetes/rbac/attacher/rbac-attacher.yaml denies calls the attacher makes: {denied:#?}\n(all calls: {used:#?})"
-    );
-    let unused: Vec<&Grant> = granted.difference(&needed).collect();
-    assert!(
-        unused.is_empty(),
-        "deploy/kubernetes/rbac/attacher/rbac-attacher.yaml grants what the attacher never called: {unused:#?}\n(all calls: {used:#?})"
-    );
+    // What it called, as (namespace, group, resource[/sub], verb), against the manifest.
+    let used = common::rbac::calls_of(&server, "csi-attacher");
+    common::rbac::assert_least_privilege("attacher/rbac-attacher.yaml", &used, &[]);
     mock.shutdown().await;
     server.shutdown().await.unwrap();
 }

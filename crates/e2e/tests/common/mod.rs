@@ -16,6 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub mod provisioning;
+pub mod rbac;
 
 pub const DRIVER: &str = "ebs.csi.aws.com";
 pub const ZONE: &str = "us-east-1a";
