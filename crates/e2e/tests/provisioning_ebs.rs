@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use common::DRIVER;
+use common::ebs_world::*;
 use common::provisioning::*;
 use ebs_cloud::{Cloud, DiskOptions};
 use ec2_sim::Faults;

@@ -15,6 +15,7 @@ use kube::Client;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+pub mod ebs_world;
 pub mod provisioning;
 pub mod rbac;
 
