@@ -739,11 +739,22 @@ async fn conflicts_are_retried_one_volume_one_pv_per_claim() {
     assert_eq!(world.volumes().len(), claims.len());
     let pvs = o.pvs().list(&ListParams::default()).await.unwrap().items;
     assert_eq!(pvs.len(), claims.len());
+    // The controllers' guarded writes of claims and volumes that lost a race (Events do not
+    // count: a 409 there is a name collision, not a conflict).
     let conflicts = world
         .server
         .audit()
         .into_iter()
-        .filter(|r| r.code == 409)
+        .filter(|r| {
+            r.code == 409
+                && (r.resource == "persistentvolumeclaims" || r.resource == "persistentvolumes")
+        })
+        .inspect(|r| {
+            eprintln!(
+                "409: {} {} {:?} {:?} by {}",
+                r.verb, r.resource, r.subresource, r.name, r.user_agent
+            )
+        })
         .count();
     eprintln!(
         "409s answered: {conflicts}; CreateVolume calls: {} + {}",
