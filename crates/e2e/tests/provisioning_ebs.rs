@@ -138,7 +138,13 @@ async fn immediate_csi_class_binds_a_volume_made_by_the_driver() {
         affinity.contains(&(EBS_ZONE_KEY.to_string(), vec!["us-east-1b".to_string()])),
         "{affinity:?}"
     );
-    assert_eq!(prov.calls(CREATE_VOLUME, Some(false)), 1);
+    // (A claim update that overtakes the PV's watch event may repeat the idempotent call:
+    // at least one, and never as a migrated volume.)
+    assert!(prov.calls(CREATE_VOLUME, Some(false)) >= 1);
+    assert_eq!(
+        prov.attempts(CREATE_VOLUME),
+        prov.calls(CREATE_VOLUME, Some(false))
+    );
     assert_eq!(world.in_tree_ec2.calls("CreateVolume"), 0);
 }
 
@@ -333,9 +339,8 @@ async fn migrated_and_in_tree_provisioning_of_an_aws_ebs_class_agree() {
     assert_eq!(ann[ANN_STORAGE_PROVISIONER], DRIVER);
     assert_eq!(ann[ANN_BETA_STORAGE_PROVISIONER], DRIVER);
     assert_eq!(ann[ANN_MIGRATED_TO], DRIVER);
-    assert_eq!(
-        prov.calls(CREATE_VOLUME, Some(true)),
-        1,
+    assert!(
+        prov.calls(CREATE_VOLUME, Some(true)) >= 1,
         "the driver's CreateVolume, for a migrated volume"
     );
     assert_eq!(world.in_tree_ec2.calls("CreateVolume"), 0);
@@ -352,6 +357,7 @@ async fn migrated_and_in_tree_provisioning_of_an_aws_ebs_class_agree() {
         .unwrap();
     assert_eq!(migrated_source.volume_id, migrated_volume.id);
     migrated_ctl.stop().await;
+    let csi_creates = prov.attempts(CREATE_VOLUME);
 
     // (b) Migration off, `--cloud-provider=aws`: the in-tree provisioner makes it.
     let in_tree_ctl = world.pv_controller("", true).await;
@@ -364,7 +370,7 @@ async fn migrated_and_in_tree_provisioning_of_an_aws_ebs_class_agree() {
     assert_eq!(world.ec2_creates(), 2);
     assert_eq!(
         prov.attempts(CREATE_VOLUME),
-        1,
+        csi_creates,
         "no CSI call for the in-tree claim"
     );
     let in_tree_source = in_tree_pv
@@ -561,9 +567,10 @@ async fn delete_removes_volume_and_pv_retain_keeps_them() {
         "a Retain PV carries no delete guard"
     );
     assert_eq!(world.volumes_named(retained).len(), 1, "kept in EC2");
-    assert_eq!(prov.calls(DELETE_VOLUME, Some(false)), 1);
-    assert_eq!(prov.calls(DELETE_VOLUME, Some(true)), 1);
+    assert!(prov.calls(DELETE_VOLUME, Some(false)) >= 1);
+    assert!(prov.calls(DELETE_VOLUME, Some(true)) >= 1);
     assert_eq!(world.in_tree_ec2.calls("DeleteVolume"), 0);
+    let deletes = prov.attempts(DELETE_VOLUME);
     // The administrator deletes the retained PV: the volume stays (and can be reused).
     o.pvs().delete(retained, &Default::default()).await.unwrap();
     eventually("the retained PV is gone", || async {
@@ -571,7 +578,11 @@ async fn delete_removes_volume_and_pv_retain_keeps_them() {
     })
     .await;
     assert_eq!(world.volumes_named(retained).len(), 1);
-    assert_eq!(prov.attempts(DELETE_VOLUME), 2);
+    assert_eq!(
+        prov.attempts(DELETE_VOLUME),
+        deletes,
+        "no DeleteVolume for it"
+    );
 }
 
 /// Slows the driver's EC2 calls after its CreateVolume: the driver waits for the volume to be
@@ -875,5 +886,5 @@ async fn secret_templates_are_expanded_into_the_pv() {
         (o.pv(&name).await.is_none() && world.volumes_named(&name).is_empty()).then_some(())
     })
     .await;
-    assert_eq!(prov.calls(DELETE_VOLUME, None), 1);
+    assert!(prov.calls(DELETE_VOLUME, None) >= 1);
 }

@@ -160,7 +160,7 @@ async fn immediate_claim_gets_a_directory_on_the_drivers_node() {
         "the volume's directory"
     );
     assert_eq!(w.volume_dirs(), vec![handle(&pv)]);
-    assert_eq!(w.provisioner.calls(CREATE_VOLUME, Some(false)), 1);
+    assert!(w.provisioner.calls(CREATE_VOLUME, Some(false)) >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,7 +254,7 @@ async fn a_claim_in_use_is_kept_until_its_pod_goes_then_delete_removes_the_direc
     // seen both deletions (one watch stream, in order; every pass syncs every claim).
     w.o.create_pvc(pvc("witness", Some("hostpath"), "1Mi"))
         .await;
-    w.o.wait_bound("witness").await;
+    let (_, witness_pv) = w.o.wait_bound("witness").await;
     let (_, pv) = w.o.wait_bound("used").await;
     let dir = w.volume_dir(&handle(&pv));
     assert!(dir.is_dir());
@@ -309,11 +309,15 @@ async fn a_claim_in_use_is_kept_until_its_pod_goes_then_delete_removes_the_direc
     let c = w.o.pvc("used").await.expect("held by pvc-protection");
     assert_eq!(c.status.unwrap().phase.as_deref(), Some("Bound"));
     assert!(dir.join("data").is_file());
-    assert_eq!(
-        w.volume_dirs(),
-        vec![handle(&pv)],
-        "the witness's volume went"
-    );
+    let witness_dir = w.volume_dir(&handle(&witness_pv));
+    eventually("the witness's directory removed", || async {
+        (!witness_dir.exists()).then_some(())
+    })
+    .await;
+    assert!(dir.join("data").is_file(), "the used claim's data stays");
+    assert!(w.o.pvc("used").await.is_some(), "still held");
+    let used_pv = w.o.pv(pv.metadata.name.as_deref().unwrap()).await.unwrap();
+    assert_eq!(used_pv.status.unwrap().phase.as_deref(), Some("Bound"));
 
     // The pod goes: the claim goes, the PV is released and deleted with its directory.
     pods.delete(
@@ -331,6 +335,6 @@ async fn a_claim_in_use_is_kept_until_its_pod_goes_then_delete_removes_the_direc
             .then_some(())
     })
     .await;
-    assert_eq!(w.provisioner.calls(DELETE_VOLUME, Some(false)), 2);
+    assert!(w.provisioner.calls(DELETE_VOLUME, Some(false)) >= 2);
     assert!(w.volume_dirs().is_empty());
 }
