@@ -121,6 +121,12 @@ impl Error {
         }
     }
 
+    /// A write refused with 409 because the object changed since it was read: retried from
+    /// the fresh copy, not reported as a failure.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube { source: kube::Error::Api(s), .. } if s.code == 409)
+    }
+
     /// The gRPC code of a failed CSI call.
     pub fn grpc_code(&self) -> Option<tonic::Code> {
         match self {

@@ -32,6 +32,12 @@ pub(crate) async fn sync_volume(ctx: &Arc<Ctx>, key: &str, name: &str) -> Outcom
             Outcome::Done
         }
         Ok(false) => Outcome::Done,
+        Err(e) if e.is_conflict() => {
+            // Someone wrote the PV between our read and our write: the next pass works from
+            // the fresh copy. Not a failure worth a Warning Event.
+            tracing::debug!(pv = %name, error = %e, "PV changed meanwhile; retrying");
+            Outcome::Retry
+        }
         Err(e) => {
             tracing::warn!(pv = %name, error = %e, "deleting the volume failed; will retry");
             ctx.metrics.delete_failed(&class);
@@ -73,6 +79,12 @@ async fn sync(ctx: &Ctx, pv: &PersistentVolume) -> Result<bool, Error> {
     // Already done when our own finalizer removal or delete comes back through the watch
     // (or a write after DeleteVolume failed): only the API writes are left.
     let volume_deleted_before = ctx.was_deleted(&uid);
+    // Our part is over once the volume is gone, our finalizer is off and the PV is being
+    // deleted: what is left (pv-protection) is the PV controller's. Deleting again would only
+    // repeat the same API call for every watch event until the object is gone.
+    if volume_deleted_before && !has_finalizer(pv) && pv.metadata.deletion_timestamp.is_some() {
+        return Ok(false);
+    }
     if !volume_deleted_before {
         let secrets: HashMap<String, String> = match &target.secret {
             Some(r) => kube_io::secret_data(ctx, r).await?,

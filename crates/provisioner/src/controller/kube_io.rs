@@ -129,13 +129,16 @@ pub(crate) async fn remove_finalizer(
     }
 }
 
-/// Deletes the PV if it is still the one we looked at (UID and resourceVersion).
+/// Deletes the PV if it is still the one we looked at (same UID).
 pub(crate) async fn delete_pv(ctx: &Ctx, pv: &PersistentVolume) -> Result<(), Error> {
     let name = pv.metadata.name.clone().unwrap_or_default();
     let params = DeleteParams {
+        // The UID alone: the volume behind this PV is already deleted, so any later write to
+        // the object (the PV controller's status or finalizer) must not turn the delete into a
+        // 409 and a VolumeFailedDelete Event; a PV re-created under the name has another UID.
         preconditions: Some(Preconditions {
             uid: pv.metadata.uid.clone(),
-            resource_version: pv.metadata.resource_version.clone(),
+            resource_version: None,
         }),
         ..DeleteParams::default()
     };
