@@ -194,7 +194,7 @@ async fn deploy_rbac_grants_exactly_what_the_provisioner_calls() {
     mock.script(
         Method::CreateVolume,
         csi_mock::ANY_VOLUME,
-        vec![Step::Delay(Duration::from_secs(3))],
+        vec![Step::Delay(Duration::from_secs(5))],
     );
     let d = o.create_pvc(claim("d", "node-1")).await;
     let d_name = pv_name(&d);
