@@ -617,8 +617,9 @@ async fn provisioner_killed_mid_create_volume_leaves_one_volume_and_one_pv() {
         "--retry-interval-max=1s",
         "-v=4",
     ];
-    // The driver's first DescribeVolumes (is the name taken?) stays fast enough; the waits
-    // after CreateVolume are what keep it in flight.
+    // Every DescribeVolumes takes 3 s: the driver's look-up by name before its EC2
+    // CreateVolume and its waits for `available` after it. Once ec2-sim has answered the
+    // CreateVolume, the volume exists while the CSI call is still in flight.
     slow_describes(&world, 3_000);
     let first = ProvisionerProcess::spawn(
         &bin,
