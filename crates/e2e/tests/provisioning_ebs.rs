@@ -138,9 +138,8 @@ async fn immediate_csi_class_binds_a_volume_made_by_the_driver() {
         affinity.contains(&(EBS_ZONE_KEY.to_string(), vec!["us-east-1b".to_string()])),
         "{affinity:?}"
     );
-    // (A claim update that overtakes the PV's watch event may repeat the idempotent call:
-    // at least one, and never as a migrated volume.)
-    assert!(prov.calls(CREATE_VOLUME, Some(false)) >= 1);
+    // Exactly once: a claim event that overtakes our PV's watch event does not repeat it.
+    assert_eq!(prov.calls(CREATE_VOLUME, Some(false)), 1);
     assert_eq!(prov.calls(CREATE_VOLUME, Some(true)), 0);
     assert_eq!(world.in_tree_ec2.calls("CreateVolume"), 0);
 }
@@ -336,9 +335,10 @@ async fn migrated_and_in_tree_provisioning_of_an_aws_ebs_class_agree() {
     assert_eq!(ann[ANN_STORAGE_PROVISIONER], DRIVER);
     assert_eq!(ann[ANN_BETA_STORAGE_PROVISIONER], DRIVER);
     assert_eq!(ann[ANN_MIGRATED_TO], DRIVER);
-    assert!(
-        prov.calls(CREATE_VOLUME, Some(true)) >= 1,
-        "the driver's CreateVolume, for a migrated volume"
+    assert_eq!(
+        prov.calls(CREATE_VOLUME, Some(true)),
+        1,
+        "the driver's CreateVolume, once, for a migrated volume"
     );
     assert_eq!(world.in_tree_ec2.calls("CreateVolume"), 0);
     assert_eq!(world.ec2_creates(), 1);

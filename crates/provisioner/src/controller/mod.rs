@@ -55,6 +55,9 @@ pub(crate) struct Ctx {
     /// UIDs of PVs whose volume we deleted: the watch events of our own finalizer removal and
     /// delete must not call DeleteVolume again.
     deleted: Mutex<std::collections::HashSet<String>>,
+    /// Names of PVs we created that the PV watch has not shown yet: a claim event arriving
+    /// before the PV's (our own Event, a label change) must not call CreateVolume again.
+    created: Mutex<std::collections::HashSet<String>>,
     /// Claims handed back to the scheduler, with the resourceVersion they had: until the watch
     /// shows the claim without its selected node, the cached copy is stale and not acted on.
     rescheduled: Mutex<HashMap<String, String>>,
@@ -100,6 +103,32 @@ impl Ctx {
             d.clear();
         }
         d.insert(uid.to_string());
+    }
+
+    /// Whether we created the PV `name` and its watch event has not arrived yet.
+    pub(crate) fn created_not_seen(&self, name: &str) -> bool {
+        self.created
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(name)
+    }
+
+    pub(crate) fn remember_created(&self, name: &str) {
+        let mut c = self.created.lock().unwrap_or_else(|e| e.into_inner());
+        if c.len() >= MAX_REMEMBERED_DELETES {
+            // Only reached if PV watch events stopped arriving; forgetting costs at most one
+            // idempotent CreateVolume per claim.
+            c.clear();
+        }
+        c.insert(name.to_string());
+    }
+
+    /// The PV watch has shown `name` (created, changed or gone).
+    pub(crate) fn forget_created(&self, name: &str) {
+        self.created
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(name);
     }
 
     pub(crate) fn in_progress(&self) -> MutexGuard<'_, HashMap<String, InProgress>> {
@@ -194,6 +223,7 @@ impl Controller {
             nodes,
             in_progress: Mutex::new(HashMap::new()),
             deleted: Mutex::default(),
+            created: Mutex::default(),
             rescheduled: Mutex::default(),
         });
         let stop = shutdown.child_token();
@@ -213,13 +243,10 @@ impl Controller {
             ctx.pvs.clone(),
             stop.clone(),
             move |pv: &PersistentVolume| {
-                c.queue.add(
-                    &format!(
-                        "{VOLUME_PREFIX}{}",
-                        pv.metadata.name.as_deref().unwrap_or_default()
-                    ),
-                    SINGLE_LANE,
-                );
+                let name = pv.metadata.name.as_deref().unwrap_or_default();
+                // The store has the PV now: claim syncs find it there.
+                c.forget_created(name);
+                c.queue.add(&format!("{VOLUME_PREFIX}{name}"), SINGLE_LANE);
             },
         ));
         let c = ctx.clone();

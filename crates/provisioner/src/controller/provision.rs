@@ -114,6 +114,9 @@ async fn provision(
             in_tree_plugin.clone(),
         ),
     };
+    if ctx.created_not_seen(&pv_name) {
+        return Ok(None);
+    }
     if let Some(existing) = ctx.pvs.get(&ObjectRef::new(&pv_name)) {
         if pv::is_ours_for(&existing, pvc, &provisioned_by) {
             ctx.in_progress().remove(key);
@@ -223,6 +226,7 @@ async fn provision(
             )));
         }
     }
+    ctx.remember_created(&pv_name);
     ctx.in_progress().remove(key);
     tracing::info!(claim = %key, pv = %pv_name, volume = %volume.volume_id, "provisioned");
     Ok(Some(pv_name))
