@@ -80,9 +80,13 @@ async fn sync(ctx: &Ctx, pv: &PersistentVolume) -> Result<bool, Error> {
     // (or a write after DeleteVolume failed): only the API writes are left.
     let volume_deleted_before = ctx.was_deleted(&uid);
     // Our part is over once the volume is gone, our finalizer is off and the PV is being
-    // deleted: what is left (pv-protection) is the PV controller's. Deleting again would only
-    // repeat the same API call for every watch event until the object is gone.
-    if volume_deleted_before && !has_finalizer(pv) && pv.metadata.deletion_timestamp.is_some() {
+    // deleted (or the API server accepted our delete, before the watch shows it): what is left
+    // (pv-protection) is the PV controller's. Deleting again would only repeat the same API
+    // call for every watch event until the object is gone.
+    if volume_deleted_before
+        && !has_finalizer(pv)
+        && (pv.metadata.deletion_timestamp.is_some() || ctx.was_pv_delete_accepted(&uid))
+    {
         return Ok(false);
     }
     if !volume_deleted_before {
@@ -111,5 +115,6 @@ async fn sync(ctx: &Ctx, pv: &PersistentVolume) -> Result<bool, Error> {
         pv.clone()
     };
     kube_io::delete_pv(ctx, &written).await?;
+    ctx.remember_pv_delete_accepted(&uid);
     Ok(!volume_deleted_before)
 }

@@ -55,6 +55,8 @@ pub(crate) struct Ctx {
     /// UIDs of PVs whose volume we deleted: the watch events of our own finalizer removal and
     /// delete must not call DeleteVolume again.
     deleted: Mutex<std::collections::HashSet<String>>,
+    /// UIDs of PVs whose delete the API server accepted.
+    pv_delete_accepted: Mutex<std::collections::HashSet<String>>,
     /// Names of PVs we created that the PV watch has not shown yet: a claim event arriving
     /// before the PV's (our own Event, a label change) must not call CreateVolume again.
     created: Mutex<std::collections::HashSet<String>>,
@@ -99,6 +101,24 @@ impl Ctx {
 
     pub(crate) fn remember_deleted(&self, uid: &str) {
         let mut d = self.deleted.lock().unwrap_or_else(|e| e.into_inner());
+        if d.len() >= MAX_REMEMBERED_DELETES {
+            d.clear();
+        }
+        d.insert(uid.to_string());
+    }
+
+    pub(crate) fn was_pv_delete_accepted(&self, uid: &str) -> bool {
+        self.pv_delete_accepted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(uid)
+    }
+
+    pub(crate) fn remember_pv_delete_accepted(&self, uid: &str) {
+        let mut d = self
+            .pv_delete_accepted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if d.len() >= MAX_REMEMBERED_DELETES {
             d.clear();
         }
@@ -223,6 +243,7 @@ impl Controller {
             nodes,
             in_progress: Mutex::new(HashMap::new()),
             deleted: Mutex::default(),
+            pv_delete_accepted: Mutex::default(),
             created: Mutex::default(),
             rescheduled: Mutex::default(),
         });
