@@ -112,6 +112,31 @@ pub fn decide(pvc: &PersistentVolumeClaim, class: Option<&StorageClass>, driver:
     Decision::Provision(kind)
 }
 
+/// [`decide`] for a provisioner deployed on one node (`--node-deployment`, `node`): only the
+/// claims the scheduler placed on that node are its business. Immediate claims (no selected
+/// node) and claims of other nodes are left alone: the driver there serves them.
+pub fn decide_on_node(
+    pvc: &PersistentVolumeClaim,
+    class: Option<&StorageClass>,
+    driver: &str,
+    node: Option<&str>,
+) -> Decision {
+    let decision = decide(pvc, class, driver);
+    let (Some(node), Decision::Provision(_)) = (node, &decision) else {
+        return decision;
+    };
+    match selected_node(pvc) {
+        Some(selected) if selected == node => decision,
+        Some(selected) => Decision::Skip(format!(
+            "--node-deployment: the selected node is {selected}, this provisioner serves {node}"
+        )),
+        None => Decision::Skip(
+            "--node-deployment: no selected node (Immediate claims are not provisioned per node)"
+                .into(),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -215,5 +240,36 @@ mod tests {
             (SELECTED_NODE_ANNOTATION, "n1"),
         ]);
         assert_eq!(decide(&p, Some(&c), D), Decision::Provision(ClassKind::Csi));
+    }
+
+    #[test]
+    fn a_node_deployed_provisioner_takes_only_its_node_s_claims() {
+        let wffc = class(D, true);
+        let on = |node: &str| {
+            pvc(&[
+                (STORAGE_PROVISIONER_ANNOTATION, D),
+                (SELECTED_NODE_ANNOTATION, node),
+            ])
+        };
+        assert_eq!(
+            decide_on_node(&on("n1"), Some(&wffc), D, Some("n1")),
+            Decision::Provision(ClassKind::Csi)
+        );
+        assert!(matches!(
+            decide_on_node(&on("n2"), Some(&wffc), D, Some("n1")),
+            Decision::Skip(_)
+        ));
+        // Immediate: no selected node, so no node-deployed provisioner takes it.
+        let immediate = class(D, false);
+        let plain = pvc(&[(STORAGE_PROVISIONER_ANNOTATION, D)]);
+        assert!(matches!(
+            decide_on_node(&plain, Some(&immediate), D, Some("n1")),
+            Decision::Skip(_)
+        ));
+        // Without --node-deployment nothing changes.
+        assert_eq!(
+            decide_on_node(&plain, Some(&immediate), D, None),
+            Decision::Provision(ClassKind::Csi)
+        );
     }
 }

@@ -85,6 +85,25 @@ pub struct Config {
         value_name = "BOOL"
     )]
     pub immediate_topology: bool,
+
+    /// Run next to a node-local driver on one node (`--node-name`): only claims whose
+    /// `volume.kubernetes.io/selected-node` is that node are provisioned (Immediate claims are
+    /// not), and only PVs whose node affinity matches that node are deleted.
+    #[arg(
+        long,
+        default_value_t = false,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = parse_go_bool,
+        value_name = "BOOL"
+    )]
+    pub node_deployment: bool,
+
+    /// The node this provisioner runs on, for `--node-deployment` (the Go sidecar reads it
+    /// from NODE_NAME).
+    #[arg(long, env = "NODE_NAME", default_value = "", value_name = "NAME")]
+    pub node_name: String,
 }
 
 /// The feature gates the Go external-provisioner knows. Only `Topology` changes what we do;
@@ -146,6 +165,9 @@ pub struct Options {
     pub topology: bool,
     pub strict_topology: bool,
     pub immediate_topology: bool,
+    /// `--node-deployment`: the node whose claims (selected node) and volumes (node affinity)
+    /// are ours; `None`: every claim and volume of the driver.
+    pub node_deployment: Option<String>,
 }
 
 impl Default for Options {
@@ -163,6 +185,7 @@ impl Default for Options {
             topology: false,
             strict_topology: false,
             immediate_topology: true,
+            node_deployment: None,
         }
     }
 }
@@ -193,6 +216,13 @@ impl Config {
             return bad("--volume-name-prefix must not end with '-' (the name is <prefix>-<uid>)");
         }
         let gates = FeatureGates::parse(&self.feature_gates)?;
+        let node_deployment = match (self.node_deployment, self.node_name.trim()) {
+            (false, _) => None,
+            (true, "") => {
+                return bad("--node-deployment needs this node's name: --node-name or NODE_NAME");
+            }
+            (true, node) => Some(node.to_string()),
+        };
         Ok(Options {
             timeout: self.timeout,
             workers: self.worker_threads,
@@ -205,6 +235,7 @@ impl Config {
             topology: gates.topology,
             strict_topology: self.strict_topology,
             immediate_topology: self.immediate_topology,
+            node_deployment,
         })
     }
 }
@@ -236,6 +267,7 @@ mod tests {
         assert!(!o.topology);
         assert!(!o.strict_topology);
         assert!(o.immediate_topology);
+        assert_eq!(o.node_deployment, None);
         assert_eq!(c.common.kube_api_qps, 5.0);
         assert_eq!(c.common.kube_api_burst, 10);
     }
@@ -263,6 +295,18 @@ mod tests {
         assert!(o.extra_create_metadata && o.topology && o.strict_topology);
         assert!(!o.immediate_topology);
         assert_eq!(o.default_fstype, "ext4");
+    }
+
+    #[test]
+    fn node_deployment_needs_the_node_name() {
+        let o = parse(&["--node-deployment", "--node-name=node-1"])
+            .options()
+            .unwrap();
+        assert_eq!(o.node_deployment.as_deref(), Some("node-1"));
+        let e = parse(&["-node-deployment=true", "--node-name="])
+            .options()
+            .unwrap_err();
+        assert!(e.to_string().contains("--node-name"), "{e}");
     }
 
     #[test]

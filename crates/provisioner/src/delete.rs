@@ -1,7 +1,9 @@
 //! Which PVs we delete, and with what: a Released PV with reclaim policy Delete that we
 //! provisioned (or an in-tree PV migrated to our driver).
 
-use k8s_openapi::api::core::v1::{PersistentVolume, SecretReference};
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{NodeSelectorRequirement, PersistentVolume, SecretReference};
 
 use crate::{
     DELETION_SECRET_NAME_ANNOTATION, DELETION_SECRET_NAMESPACE_ANNOTATION, Error,
@@ -75,4 +77,81 @@ pub fn target(pv: &PersistentVolume, driver: &str) -> Result<Option<Target>, Err
         secret,
         migrated,
     }))
+}
+
+/// Whether `pv`'s required node affinity admits node `node` with `labels`: what a provisioner
+/// deployed on that node (`--node-deployment`) checks before it deletes a volume, since only
+/// the driver on the volume's node can delete it. A PV without node affinity is on no node in
+/// particular, so no node-deployed provisioner claims it.
+pub fn on_node(pv: &PersistentVolume, node: &str, labels: &BTreeMap<String, String>) -> bool {
+    let Some(terms) = pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+        .map(|r| &r.node_selector_terms)
+    else {
+        return false;
+    };
+    // Terms are ORed; within a term every requirement must hold.
+    terms.iter().any(|term| {
+        let by_label = term
+            .match_expressions
+            .iter()
+            .flatten()
+            .all(|r| requirement_holds(r, labels.get(&r.key).map(String::as_str)));
+        let by_field = term
+            .match_fields
+            .iter()
+            .flatten()
+            .all(|r| r.key == "metadata.name" && requirement_holds(r, Some(node)));
+        by_label && by_field
+    })
+}
+
+fn requirement_holds(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    let number = |s: &str| s.parse::<i64>().ok();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(v), Some(bound)) = (value.and_then(number), values.first().and_then(|b| number(b)))
+            else {
+                return false;
+            };
+            if r.operator == "Gt" { v > bound } else { v < bound }
+        }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn pv_on(key: &str, value: &str) -> PersistentVolume {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv"},
+            "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": key, "operator": "In", "values": [value]}]}
+            ]}}}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_volume_is_on_the_node_its_affinity_names() {
+        let labels: BTreeMap<String, String> =
+            [("topology.hostpath.csi/node".to_string(), "n1".to_string())].into();
+        assert!(on_node(&pv_on("topology.hostpath.csi/node", "n1"), "n1", &labels));
+        assert!(!on_node(&pv_on("topology.hostpath.csi/node", "n2"), "n1", &labels));
+        assert!(!on_node(&pv_on("other", "n1"), "n1", &labels));
+        let mut no_affinity = pv_on("k", "v");
+        no_affinity.spec.as_mut().unwrap().node_affinity = None;
+        assert!(!on_node(&no_affinity, "n1", &labels));
+    }
 }

@@ -75,6 +75,17 @@ async fn sync(ctx: &Ctx, pv: &PersistentVolume) -> Result<bool, Error> {
         }
         return Ok(false);
     };
+    if let Some(node) = &ctx.options.node_deployment {
+        let labels = ctx
+            .nodes
+            .get(&ObjectRef::new(node))
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default();
+        if !delete::on_node(pv, node, &labels) {
+            // Another node's volume: only the driver on that node can delete it.
+            return Ok(false);
+        }
+    }
     let uid = pv.metadata.uid.clone().unwrap_or_default();
     // Already done when our own finalizer removal or delete comes back through the watch
     // (or a write after DeleteVolume failed): only the API writes are left.

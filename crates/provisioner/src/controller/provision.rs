@@ -38,7 +38,12 @@ pub(crate) async fn sync_claim(ctx: &Arc<Ctx>, key: &str, ns: &str, name: &str) 
         return outcome;
     }
     let class = claim::class_name(&pvc).and_then(|c| ctx.classes.get(&ObjectRef::new(c)));
-    let kind = match claim::decide(&pvc, class.as_deref(), &ctx.driver.name) {
+    let kind = match claim::decide_on_node(
+        &pvc,
+        class.as_deref(),
+        &ctx.driver.name,
+        ctx.options.node_deployment.as_deref(),
+    ) {
         Decision::Skip(why) => {
             tracing::debug!(claim = %key, %why, "not provisioning");
             return Outcome::Done;
