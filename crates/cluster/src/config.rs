@@ -1,0 +1,272 @@
+//! Flags ([`Flags`]: `up`, `down`, `status`) and what `up` runs with ([`UpConfig`]).
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::{Parser, Subcommand};
+
+use crate::Error;
+
+/// Where the cluster keeps its state unless `--data-dir` says otherwise. `up` needs root
+/// anyway (loop devices, mounts), so the default is root's place for service state.
+pub const DEFAULT_DATA_DIR: &str = "/var/lib/csi-cluster";
+
+/// The API server's port when it is free (kube-apiserver's); else any free port.
+pub const DEFAULT_PORT: u16 = 6443;
+
+/// csi-cluster: the Kubernetes CSI storage stack in one process, driven with kubectl.
+#[derive(Parser, Debug, Clone)]
+#[command(name = "csi-cluster", version, about, long_about = None)]
+pub struct Flags {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug, Clone)]
+pub enum Command {
+    /// Run the cluster in the foreground until Ctrl-C or SIGTERM (`csi-cluster down`).
+    Up(UpFlags),
+    /// Stop the cluster running on the data dir (SIGTERM to its pid file) and wait for it.
+    Down(DownFlags),
+    /// Print nodes, drivers, attached and mounted volumes, claims and stuck operations.
+    Status(StatusFlags),
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct UpFlags {
+    /// How many nodes (each: an EC2 instance, a node agent, the EBS and hostpath drivers).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub nodes: usize,
+
+    /// State (API objects, EC2 volumes, kubelet dirs), logs, sockets and the kubeconfig.
+    #[arg(long, default_value = DEFAULT_DATA_DIR, value_name = "DIR")]
+    pub data_dir: PathBuf,
+
+    /// Remove the data dir when the cluster stops (a throw-away cluster).
+    #[arg(long)]
+    pub ephemeral: bool,
+
+    /// How long EC2 state changes take: fast (tens of ms) or realistic (AWS's medians:
+    /// attach 1-4 s, create ~1.5 s).
+    #[arg(long, default_value = "fast", value_name = "fast|realistic")]
+    pub timing: ec2_sim::Timing,
+
+    /// In-tree aws-ebs → ebs.csi.aws.com migration (CSIMigrationAWS): on the controller side
+    /// (PV controller, attach/detach controller), on the nodes, both or none.
+    #[arg(
+        long,
+        default_value = "aws-ebs=controller,node",
+        value_name = "aws-ebs=controller,node|controller|node|none"
+    )]
+    pub migration: Migration,
+
+    /// Also write the kubeconfig here (it is always at DATA_DIR/kubeconfig).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig_out: Option<PathBuf>,
+
+    /// The API server's port on 127.0.0.1; 0 picks a free one. Default: 6443 if free, else
+    /// any free port.
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+
+    /// Log verbosity of the components (klog levels: 4 debug, 5 trace).
+    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
+    pub v: u8,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct DownFlags {
+    #[arg(long, default_value = DEFAULT_DATA_DIR, value_name = "DIR")]
+    pub data_dir: PathBuf,
+
+    /// How long to wait for the cluster to stop, in seconds.
+    #[arg(long, default_value_t = 120, value_name = "SECONDS")]
+    pub timeout: u64,
+}
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct StatusFlags {
+    #[arg(long, default_value = DEFAULT_DATA_DIR, value_name = "DIR")]
+    pub data_dir: PathBuf,
+
+    /// text or json.
+    #[arg(long, short = 'o', default_value = "text", value_name = "text|json")]
+    pub output: String,
+}
+
+/// Which side of the cluster migrated in-tree aws-ebs to `ebs.csi.aws.com` (seed 003).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Migration {
+    /// PV controller and attach/detach controller (kube-controller-manager's gate).
+    pub controller: bool,
+    /// Every node agent (the kubelet's gate).
+    pub node: bool,
+}
+
+impl Default for Migration {
+    /// Today's Kubernetes: CSIMigrationAWS is GA and locked on everywhere.
+    fn default() -> Self {
+        Self {
+            controller: true,
+            node: true,
+        }
+    }
+}
+
+impl Migration {
+    /// `--feature-gates` for one side.
+    pub fn gates(on: bool) -> &'static str {
+        if on { "CSIMigrationAWS=true" } else { "" }
+    }
+}
+
+impl FromStr for Migration {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (plugin, sides) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?} is not PLUGIN=SIDES (e.g. aws-ebs=controller,node)"))?;
+        if plugin.trim() != "aws-ebs" {
+            return Err(format!(
+                "{plugin:?}: only aws-ebs can be migrated (the only in-tree plugin left)"
+            ));
+        }
+        let mut m = Migration {
+            controller: false,
+            node: false,
+        };
+        for side in sides.split(',').map(str::trim) {
+            match side {
+                "controller" => m.controller = true,
+                "node" => m.node = true,
+                "none" | "" => {}
+                other => {
+                    return Err(format!("{other:?} is not one of controller, node, none"));
+                }
+            }
+        }
+        Ok(m)
+    }
+}
+
+impl std::fmt::Display for Migration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let sides = match (self.controller, self.node) {
+            (true, true) => "controller,node",
+            (true, false) => "controller",
+            (false, true) => "node",
+            (false, false) => "none",
+        };
+        write!(f, "aws-ebs={sides}")
+    }
+}
+
+/// What [`crate::up`] runs with.
+#[derive(Debug, Clone)]
+pub struct UpConfig {
+    pub nodes: usize,
+    pub data_dir: PathBuf,
+    pub ephemeral: bool,
+    pub timing: ec2_sim::Timing,
+    pub migration: Migration,
+    pub kubeconfig_out: Option<PathBuf>,
+    /// `None`: [`DEFAULT_PORT`] if free, else any; `Some(0)`: any.
+    pub port: Option<u16>,
+    pub verbosity: u8,
+}
+
+impl UpFlags {
+    /// The checked [`UpConfig`].
+    pub fn config(&self) -> Result<UpConfig, Error> {
+        if self.nodes == 0 || self.nodes > 100 {
+            return Err(Error::Config(format!(
+                "--nodes must be between 1 and 100, got {}",
+                self.nodes
+            )));
+        }
+        if self.timing == ec2_sim::Timing::Instant {
+            return Err(Error::Config(
+                "--timing must be fast or realistic (instant hides the states the controllers wait for)".into(),
+            ));
+        }
+        Ok(UpConfig {
+            nodes: self.nodes,
+            data_dir: self.data_dir.clone(),
+            ephemeral: self.ephemeral,
+            timing: self.timing,
+            migration: self.migration,
+            kubeconfig_out: self.kubeconfig_out.clone(),
+            port: self.port,
+            verbosity: self.v,
+        })
+    }
+}
+
+impl UpConfig {
+    /// `--nodes N` with everything else at its default, under `data_dir`.
+    pub fn new(nodes: usize, data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            nodes,
+            data_dir: data_dir.into(),
+            ephemeral: false,
+            timing: ec2_sim::Timing::Fast,
+            migration: Migration::default(),
+            kubeconfig_out: None,
+            port: None,
+            verbosity: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn parse(args: &[&str]) -> Flags {
+        Flags::try_parse_from(std::iter::once("csi-cluster").chain(args.iter().copied()))
+            .expect("parses")
+    }
+
+    #[test]
+    fn migration_sides_parse_and_print() {
+        for (text, controller, node) in [
+            ("aws-ebs=controller,node", true, true),
+            ("aws-ebs=controller", true, false),
+            ("aws-ebs=node", false, true),
+            ("aws-ebs=none", false, false),
+        ] {
+            let m: Migration = text.parse().unwrap();
+            assert_eq!((m.controller, m.node), (controller, node), "{text}");
+            assert_eq!(m.to_string(), text);
+        }
+        assert!("gce-pd=node".parse::<Migration>().is_err());
+        assert!("aws-ebs=kubelet".parse::<Migration>().is_err());
+        assert!("aws-ebs".parse::<Migration>().is_err());
+    }
+
+    #[test]
+    fn up_defaults_and_checks() {
+        let Command::Up(up) = parse(&["up"]).command else {
+            panic!("not up");
+        };
+        let c = up.config().unwrap();
+        assert_eq!(c.nodes, 3);
+        assert_eq!(c.data_dir, PathBuf::from(DEFAULT_DATA_DIR));
+        assert_eq!(c.migration, Migration::default());
+        assert_eq!(c.timing, ec2_sim::Timing::Fast);
+        let Command::Up(up) = parse(&["up", "--nodes", "0"]).command else {
+            panic!("not up");
+        };
+        assert!(up.config().unwrap_err().to_string().contains("--nodes"));
+        let Command::Up(up) =
+            parse(&["up", "--timing", "realistic", "--migration", "aws-ebs=none"]).command
+        else {
+            panic!("not up");
+        };
+        let c = up.config().unwrap();
+        assert_eq!(c.timing, ec2_sim::Timing::Realistic);
+        assert!(!c.migration.controller && !c.migration.node);
+    }
+}

@@ -1,0 +1,283 @@
+//! The API server, the cloud (ec2-sim on loop devices and one EC2 instance per node) and the
+//! control plane: the EBS driver's controller service, the PV controller, the attach/detach
+//! controller, csi-attacher and csi-provisioner for `ebs.csi.aws.com`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser as _;
+use ebs_cloud::{Cloud as _, CloudMetrics};
+use ebs_cloud_aws::{AwsCloud, AwsConfig};
+use ec2_sim::{Backing, DeviceLayout, SimConfig, Simulator, Timing};
+
+use crate::config::{DEFAULT_PORT, Migration, UpConfig};
+use crate::supervisor::{Stage, Supervisor};
+use crate::{CLUSTER_NAME, EBS_DRIVER, Error, REGION};
+
+/// apiserver-lite on 127.0.0.1, persistent under `<data-dir>/apiserver`, its kubeconfig
+/// written to `<data-dir>/kubeconfig` (and `--kubeconfig-out`).
+pub(crate) async fn start_api_server(
+    config: &UpConfig,
+    data_dir: &Path,
+) -> Result<apiserver::RunningApiServer, Error> {
+    let server_config = |port: u16| apiserver::Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], port)),
+        data_dir: Some(data_dir.join("apiserver")),
+        kubeconfig_out: Some(kubeconfig_path(data_dir)),
+        // Nobody reads the audit trail of a long-running cluster; it would only grow.
+        audit: false,
+        ..apiserver::Config::default()
+    };
+    let server = match config.port {
+        Some(port) => apiserver::ApiServer::start(server_config(port)).await,
+        None => match apiserver::ApiServer::start(server_config(DEFAULT_PORT)).await {
+            Err(apiserver::Error::Bind { .. }) => {
+                apiserver::ApiServer::start(server_config(0)).await
+            }
+            other => other,
+        },
+    }
+    .map_err(|e| Error::start("apiserver-lite", e))?;
+    if let Some(out) = &config.kubeconfig_out {
+        std::fs::write(out, server.kubeconfig_yaml())
+            .map_err(|e| Error::io("writing the kubeconfig to", out, e))?;
+    }
+    Ok(server)
+}
+
+pub(crate) fn kubeconfig_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("kubeconfig")
+}
+
+/// The cloud: ec2-sim, an EC2 client, and the instances of the nodes.
+pub(crate) struct Cloud {
+    pub(crate) sim: Simulator,
+    pub(crate) aws: AwsConfig,
+    /// The in-tree aws-ebs plugin's EC2 client (PV controller and attach/detach controller),
+    /// as kube-controller-manager's `--cloud-provider=aws` has one.
+    pub(crate) in_tree: Arc<AwsCloud>,
+    /// Node i's instance: (instance ID, zone).
+    pub(crate) instances: Vec<(String, String)>,
+}
+
+/// ec2-sim with loop devices and one device dir per instance, state under `<data-dir>/ec2`;
+/// one instance per node, zones spread over a, b, c. RunInstances carries a client token per
+/// node, so a restart on the same data dir finds the same instances.
+pub(crate) async fn start_cloud(config: &UpConfig, data_dir: &Path) -> Result<Cloud, Error> {
+    let sim = Simulator::start(
+        SimConfig {
+            state_dir: data_dir.join("ec2"),
+            timing: config.timing,
+            backing: Backing::Loop,
+            device_layout: DeviceLayout::PerInstance,
+            ..SimConfig::default()
+        },
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+    )
+    .await
+    .map_err(|e| Error::start("ec2-sim", e))?;
+    let aws = aws_config(&sim.endpoint(), config.timing);
+    let in_tree = Arc::new(
+        AwsCloud::new(aws.clone(), CloudMetrics::new())
+            .await
+            .map_err(|e| Error::start("the in-tree aws-ebs plugin's EC2 client", e))?,
+    );
+    let zones = SimConfig::default().zones;
+    let mut instances = Vec::new();
+    for i in 0..config.nodes {
+        let zone = zones[i % zones.len()].clone();
+        let token = format!("csi-cluster-node-{i}");
+        let instance = in_tree
+            .run_instance(&token, Some(zone.as_str()))
+            .await
+            .map_err(|e| Error::start(format!("EC2 instance of node-{i}"), e))?;
+        instances.push((instance.instance_id, instance.zone));
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for (id, _) in &instances {
+        loop {
+            let state = in_tree
+                .get_instance(id)
+                .await
+                .map_err(|e| Error::start(format!("EC2 instance {id}"), e))?
+                .state;
+            if state == "running" {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: format!("EC2 instance {id} running"),
+                    waited: Duration::from_secs(120),
+                    progress: format!("it is {state}"),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(Cloud {
+        sim,
+        aws,
+        in_tree,
+        instances,
+    })
+}
+
+/// An EC2 client of ec2-sim: static credentials, and polling suited to its timing.
+fn aws_config(endpoint: &str, timing: Timing) -> AwsConfig {
+    let (poll_initial, poll_max) = match timing {
+        Timing::Realistic => (Duration::from_millis(200), Duration::from_secs(2)),
+        _ => (Duration::from_millis(20), Duration::from_millis(250)),
+    };
+    AwsConfig {
+        region: Some(REGION.into()),
+        endpoint: Some(endpoint.to_string()),
+        static_credentials: Some(("csi-cluster".into(), "csi-cluster".into())),
+        poll_initial,
+        poll_max,
+        ..AwsConfig::default()
+    }
+}
+
+/// The EBS driver's controller service on `<data-dir>/sockets/ebs-controller.sock`.
+pub(crate) fn start_ebs_controller(
+    sup: &mut Supervisor,
+    cloud: &Cloud,
+    data_dir: &Path,
+) -> Result<String, Error> {
+    let dir = data_dir.join("sockets");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+    let endpoint = format!("unix://{}", dir.join("ebs-controller.sock").display());
+    let config = ebs_driver::DriverConfig {
+        endpoint: endpoint.clone(),
+        mode: ebs_driver::Mode::Controller,
+        aws: cloud.aws.clone(),
+        controller: ebs_driver::ControllerConfig {
+            cluster_id: Some(CLUSTER_NAME.into()),
+            publish: ebs_driver::PublishConfig {
+                poll_initial: cloud.aws.poll_initial,
+                poll_max: cloud.aws.poll_max,
+                ..ebs_driver::PublishConfig::default()
+            },
+            ..ebs_driver::ControllerConfig::default()
+        },
+        ..ebs_driver::DriverConfig::default()
+    };
+    // Bound here, so the sidecars find the socket as soon as they start.
+    let socket = csi_spec::UnixSocket::bind(&endpoint)
+        .map_err(|e| Error::start("the EBS driver's controller service", e))?;
+    let stop = sup.token(Stage::Drivers);
+    sup.spawn(
+        "ebs-csi-driver (controller)",
+        Stage::Drivers,
+        ebs_driver::serve(socket, config, stop.cancelled_owned()),
+    );
+    Ok(endpoint)
+}
+
+/// The PV controller, the attach/detach controller (both with the in-tree plugin's EC2 client
+/// and the controller side's migration gate), csi-attacher and csi-provisioner for the EBS
+/// driver at `ebs_endpoint`.
+pub(crate) async fn start_controllers(
+    sup: &mut Supervisor,
+    cloud: &Cloud,
+    kubeconfig: &Path,
+    migration: Migration,
+    ebs_endpoint: &str,
+) -> Result<(), Error> {
+    let gates = Migration::gates(migration.controller);
+    let migrated = volume_plugins::MigratedPlugins::from_feature_gates(gates)
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let in_tree: Arc<dyn ebs_cloud::Cloud> = cloud.in_tree.clone();
+
+    let pv_client = client(kubeconfig, &pv_controller::user_agent()).await?;
+    let mut pv_config = pv_controller::Config::new(pv_controller::Options {
+        migrated: migrated.clone(),
+        ..pv_controller::Options::default()
+    });
+    pv_config.cloud = Some(in_tree.clone());
+    let stop = sup.token(Stage::Controllers);
+    sup.spawn(
+        "PV controller",
+        Stage::Controllers,
+        pv_controller::run(pv_client, pv_config, stop),
+    );
+
+    let mut adc_config = attach_detach::Config::new(
+        Some(kubeconfig.to_path_buf()),
+        attach_detach::Options {
+            migrated,
+            ..attach_detach::Options::default()
+        },
+    );
+    adc_config.cloud = Some(in_tree);
+    let stop = sup.token(Stage::Controllers);
+    sup.spawn(
+        "attach/detach controller",
+        Stage::Controllers,
+        attach_detach::run(adc_config, stop),
+    );
+
+    let kubeconfig_flag = format!("--kubeconfig={}", kubeconfig.display());
+    let attacher_config = attacher::Config::try_parse_from(sidecar::normalize_go_args(
+        [
+            "csi-attacher".to_string(),
+            format!("--csi-address={ebs_endpoint}"),
+            kubeconfig_flag,
+            "--kube-api-qps=-1".into(),
+            "--timeout=60s".into(),
+            "--retry-interval-start=500ms".into(),
+            "--retry-interval-max=30s".into(),
+        ]
+        .into_iter()
+        .map(std::ffi::OsString::from),
+    ))
+    .map_err(|e| Error::start("csi-attacher", e))?;
+    let stop = sup.token(Stage::Controllers);
+    sup.spawn(
+        "csi-attacher",
+        Stage::Controllers,
+        attacher::run(attacher_config, stop),
+    );
+
+    let provisioner_client = client(kubeconfig, "csi-provisioner/csi-cluster").await?;
+    let provisioner_config = provisioner_config(ebs_endpoint, &["--default-fstype=ext4".into()])?;
+    let stop = sup.token(Stage::Controllers);
+    sup.spawn(
+        format!("csi-provisioner ({EBS_DRIVER})"),
+        Stage::Controllers,
+        provisioner::run_with_client(provisioner_config, provisioner_client, stop),
+    );
+    Ok(())
+}
+
+/// csi-provisioner's flags for the driver at `endpoint`, as deploy/ runs it (topology on,
+/// PVC metadata passed), plus `extra`.
+pub(crate) fn provisioner_config(
+    endpoint: &str,
+    extra: &[String],
+) -> Result<provisioner::Config, Error> {
+    let args = [
+        "csi-provisioner".to_string(),
+        format!("--csi-address={endpoint}"),
+        "--feature-gates=Topology=true".into(),
+        "--extra-create-metadata".into(),
+        "--timeout=60s".into(),
+        "--worker-threads=10".into(),
+        "--retry-interval-start=500ms".into(),
+        "--retry-interval-max=30s".into(),
+    ]
+    .into_iter()
+    .chain(extra.iter().cloned())
+    .map(std::ffi::OsString::from);
+    provisioner::Config::try_parse_from(sidecar::normalize_go_args(args))
+        .map_err(|e| Error::start("csi-provisioner", e))
+}
+
+/// A client with `user_agent` and no rate limit (everything runs on one machine).
+pub(crate) async fn client(kubeconfig: &Path, user_agent: &str) -> Result<kube::Client, Error> {
+    sidecar::build_client(Some(kubeconfig), user_agent, -1.0, 0)
+        .await
+        .map_err(|e| Error::start(format!("a client for {user_agent}"), e))
+}

@@ -1,0 +1,128 @@
+//! csi-cluster: the whole CSI storage stack in one process, a local Kubernetes for storage
+//! driven with plain kubectl.
+//!
+//! [`up`] runs, on one tokio runtime, every component from its library: apiserver-lite
+//! (persistent under the data dir), ec2-sim with loop devices (one EC2 instance and one device
+//! directory per node), the PV controller, the attach/detach controller, csi-attacher and
+//! csi-provisioner for `ebs.csi.aws.com`, the EBS driver's controller service and, per node, a
+//! node agent, the EBS driver in node mode, the hostpath driver (each on its own unix socket,
+//! registered through the plugin registration API by the registrar library) and a hostpath
+//! provisioner in `--node-deployment` mode. It shuts everything down in order and leaves no
+//! mount, loop device, socket or task behind. [`down`] stops a running `up` through its pid
+//! file; [`status`] prints what the cluster is doing.
+//!
+//! Modules: [`config`] (flags and what `up` runs with), `logs` (one log file per component),
+//! `control_plane`, `nodes`, `objects` (CSIDrivers, StorageClasses), `workloads` (scheduler,
+//! StatefulSet controller), `teardown` (mounts, loop devices, sockets), `pidfile`, [`status`].
+//! `docs/cluster.md` is the user's guide.
+
+pub mod config;
+mod control_plane;
+mod logs;
+mod nodes;
+mod objects;
+mod pidfile;
+pub mod status;
+mod supervisor;
+mod teardown;
+mod up;
+mod workloads;
+
+use std::path::PathBuf;
+
+pub use config::{Command, DownFlags, Flags, Migration, StatusFlags, UpConfig, UpFlags};
+pub use pidfile::down;
+pub use status::status;
+pub use up::{READY_LINE, up};
+
+/// The EBS CSI driver's name.
+pub const EBS_DRIVER: &str = "ebs.csi.aws.com";
+/// The hostpath CSI driver's name.
+pub const HOSTPATH_DRIVER: &str = hostpath_driver::DEFAULT_DRIVER_NAME;
+/// The region ec2-sim simulates; nodes are spread over its zones a, b and c.
+pub const REGION: &str = "us-east-1";
+/// kube-controller-manager's default `--cluster-name`, which the in-tree plugin tags volumes
+/// with; the EBS driver gets the same `--k8s-tag-cluster-id`, so both paths tag alike.
+pub const CLUSTER_NAME: &str = "kubernetes";
+
+/// What can go wrong. Messages name the path, object or component and say what was expected.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Flags that cannot work together or values out of range.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+
+    /// Loop devices and mounts need root.
+    #[error(
+        "csi-cluster up needs root (loop devices and mounts): run it with sudo; effective uid is {uid}"
+    )]
+    NotRoot { uid: u32 },
+
+    /// Another `csi-cluster up` runs on the same data dir.
+    #[error(
+        "another csi-cluster (pid {pid}) runs on {}: stop it first (csi-cluster down --data-dir {})",
+        data_dir.display(), data_dir.display()
+    )]
+    AlreadyRunning { pid: i32, data_dir: PathBuf },
+
+    /// No cluster runs on the data dir (`down`, `status`).
+    #[error("no csi-cluster runs on {}: {reason}", data_dir.display())]
+    NotRunning { data_dir: PathBuf, reason: String },
+
+    /// A file or directory operation failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A Kubernetes API call failed.
+    #[error("{action}: {source}")]
+    Kube {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+
+    /// A component could not start.
+    #[error("starting {component}: {reason}")]
+    Start { component: String, reason: String },
+
+    /// The stop left mounts, loop devices or sockets below the data dir.
+    #[error("stopping left behind below {}: {left}", data_dir.display())]
+    Leftovers { data_dir: PathBuf, left: String },
+
+    /// Something did not happen within its time.
+    #[error("{what} did not happen within {waited:?}: {progress}")]
+    Timeout {
+        what: String,
+        waited: std::time::Duration,
+        progress: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn kube(action: impl Into<String>, source: kube::Error) -> Self {
+        Error::Kube {
+            action: action.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn start(component: impl Into<String>, reason: impl std::fmt::Display) -> Self {
+        Error::Start {
+            component: component.into(),
+            reason: reason.to_string(),
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! `csi-cluster`: flags in, then `cluster::up` until Ctrl-C/SIGTERM, `cluster::down` or
+//! `cluster::status`.
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser;
+use cluster::{Command, Flags};
+
+fn main() -> anyhow::Result<()> {
+    let flags = Flags::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(async {
+        match flags.command {
+            Command::Up(up) => {
+                let config = up.config()?;
+                let shutdown = sidecar::shutdown_on_signals();
+                cluster::up(config, shutdown).await?;
+            }
+            Command::Down(down) => {
+                let pid = cluster::down(&down.data_dir, Duration::from_secs(down.timeout)).await?;
+                println!(
+                    "csi-cluster (pid {pid}) on {} stopped",
+                    down.data_dir.display()
+                );
+            }
+            Command::Status(status) => {
+                let json = match status.output.as_str() {
+                    "json" => true,
+                    "text" => false,
+                    other => anyhow::bail!("--output {other:?}: want text or json"),
+                };
+                print!("{}", cluster::status(&status.data_dir, json).await?);
+            }
+        }
+        Ok(())
+    })
+}

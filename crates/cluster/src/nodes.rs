@@ -1,0 +1,171 @@
+//! One node `node-<i>`: the EBS driver in node mode for the node's EC2 instance (its device
+//! dir in ec2-sim is the node's `/dev`), the hostpath driver, a registrar per driver (the
+//! kubelet plugin registration path, as on a real node), the node agent and a hostpath
+//! provisioner in `--node-deployment` mode (hostpath volumes live on one node, so only that
+//! node's driver can create them).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::config::Migration;
+use crate::control_plane::{self, provisioner_config};
+use crate::supervisor::{Stage, Supervisor};
+use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER, REGION};
+
+/// Volumes one node may have attached: the EBS driver's default (Nitro's 28 slots less the
+/// root volume and a network interface, as ec2-sim's default limit of 26 leaves room for).
+const EBS_ATTACH_LIMIT: i64 = 25;
+
+/// What a node is.
+#[derive(Debug, Clone)]
+pub(crate) struct NodeSpec {
+    pub(crate) name: String,
+    pub(crate) instance_id: String,
+    pub(crate) zone: String,
+    /// The instance's device dir in ec2-sim: the EBS driver's and the agent's `--dev-root`.
+    pub(crate) dev_root: PathBuf,
+}
+
+impl NodeSpec {
+    /// `<data-dir>/nodes/<name>`.
+    pub(crate) fn dir(&self, data_dir: &Path) -> PathBuf {
+        data_dir.join("nodes").join(&self.name)
+    }
+
+    /// The kubelet's `--root-dir`.
+    pub(crate) fn root_dir(&self, data_dir: &Path) -> PathBuf {
+        self.dir(data_dir).join("kubelet")
+    }
+}
+
+/// A driver's socket under the kubelet root: `<root-dir>/plugins/<driver>/csi.sock`.
+fn driver_socket(root_dir: &Path, driver: &str) -> Result<PathBuf, Error> {
+    let dir = root_dir.join("plugins").join(driver);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+    Ok(dir.join("csi.sock"))
+}
+
+/// Starts everything of `node`.
+pub(crate) async fn start_node(
+    sup: &mut Supervisor,
+    node: &NodeSpec,
+    data_dir: &Path,
+    kubeconfig: &Path,
+    migration: Migration,
+) -> Result<(), Error> {
+    let root = node.root_dir(data_dir);
+    let registry = root.join("plugins_registry");
+    for d in [&registry, &node.dev_root] {
+        std::fs::create_dir_all(d).map_err(|e| Error::io("creating", d, e))?;
+    }
+
+    // The EBS driver's node service: no EC2 calls, the instance's identity given.
+    let ebs_socket = driver_socket(&root, EBS_DRIVER)?;
+    let ebs_endpoint = format!("unix://{}", ebs_socket.display());
+    let ebs_config = ebs_driver::DriverConfig {
+        endpoint: ebs_endpoint.clone(),
+        mode: ebs_driver::Mode::Node,
+        node: ebs_driver::NodeConfig {
+            dev_root: node.dev_root.clone(),
+            device_wait: Duration::from_secs(60),
+            device_poll: Duration::from_millis(50),
+            ..ebs_driver::NodeConfig::default()
+        },
+        node_info: ebs_driver::NodeInfo {
+            node_id: node.instance_id.clone(),
+            zone: Some(node.zone.clone()),
+            max_volumes_per_node: EBS_ATTACH_LIMIT,
+        },
+        ..ebs_driver::DriverConfig::default()
+    };
+    let socket = csi_spec::UnixSocket::bind(&ebs_endpoint)
+        .map_err(|e| Error::start(format!("{}: the EBS driver", node.name), e))?;
+    let stop = sup.token(Stage::Drivers);
+    sup.spawn(
+        format!("{}: ebs-csi-driver (node)", node.name),
+        Stage::Drivers,
+        ebs_driver::serve(socket, ebs_config, stop.cancelled_owned()),
+    );
+
+    // The hostpath driver: node ID = node name (its topology value).
+    let hostpath_socket = driver_socket(&root, HOSTPATH_DRIVER)?;
+    let hostpath_endpoint = format!("unix://{}", hostpath_socket.display());
+    let hostpath_config = hostpath_driver::Config {
+        endpoint: hostpath_endpoint.clone(),
+        node_id: node.name.clone(),
+        state_dir: node.dir(data_dir).join("hostpath"),
+        ..hostpath_driver::Config::default()
+    };
+    let socket = csi_spec::UnixSocket::bind(&hostpath_endpoint)
+        .map_err(|e| Error::start(format!("{}: the hostpath driver", node.name), e))?;
+    let stop = sup.token(Stage::Drivers);
+    sup.spawn(
+        format!("{}: hostpath-csi-driver", node.name),
+        Stage::Drivers,
+        hostpath_driver::serve(socket, hostpath_config, stop.cancelled_owned()),
+    );
+
+    for (driver, socket) in [
+        (EBS_DRIVER, &ebs_socket),
+        (HOSTPATH_DRIVER, &hostpath_socket),
+    ] {
+        let config = registrar::Config {
+            csi_address: socket.display().to_string(),
+            kubelet_registration_path: socket.display().to_string(),
+            plugin_registration_path: registry.clone(),
+            timeout: Duration::from_secs(10),
+            http_endpoint: None,
+            mode: registrar::Mode::Registration,
+            v: 0,
+        };
+        let stop = sup.token(Stage::Drivers);
+        sup.spawn(
+            format!("{}: csi-node-driver-registrar ({driver})", node.name),
+            Stage::Drivers,
+            registrar::run(config, stop),
+        );
+    }
+
+    let mut options = node_agent::Options::new(&node.name, &root);
+    options.provider_id = Some(format!("aws:///{}/{}", node.zone, node.instance_id));
+    options.migrated =
+        volume_plugins::MigratedPlugins::from_feature_gates(Migration::gates(migration.node))
+            .map_err(|e| Error::Config(e.to_string()))?;
+    options.dev_root = node.dev_root.clone();
+    // The well-known labels a cloud node has; the in-tree provisioner picks the zone from them.
+    options.node_labels = [
+        ("topology.kubernetes.io/zone", node.zone.as_str()),
+        ("topology.kubernetes.io/region", REGION),
+        ("node.kubernetes.io/instance-type", "m5.large"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let agent = node_agent::Config::new(Some(kubeconfig.to_path_buf()), options);
+    let stop = sup.token(Stage::Controllers);
+    sup.spawn(
+        format!("{}: node agent", node.name),
+        Stage::Controllers,
+        node_agent::run(agent, stop),
+    );
+
+    let client = control_plane::client(
+        kubeconfig,
+        &format!("csi-provisioner/csi-cluster {}", node.name),
+    )
+    .await?;
+    let config = provisioner_config(
+        &hostpath_endpoint,
+        &[
+            "--node-deployment".into(),
+            format!("--node-name={}", node.name),
+        ],
+    )?;
+    let stop = sup.token(Stage::Controllers);
+    sup.spawn(
+        format!("{}: csi-provisioner ({HOSTPATH_DRIVER})", node.name),
+        Stage::Controllers,
+        provisioner::run_with_client(config, client, stop),
+    );
+    Ok(())
+}

@@ -1,0 +1,318 @@
+//! The real `csi-cluster` binary as a child process on a temp data dir, and kubectl (the one
+//! on PATH) against it.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+/// How long anything may take (a loaded 2-core machine, two clusters at once).
+pub const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Whether this machine can run a cluster (root, loop devices, kubectl); says why not.
+pub fn can_run() -> bool {
+    if !rustix_is_root() || !Path::new("/dev/loop-control").exists() {
+        test_support::skip_or_fail(
+            "csi-cluster up needs root and loop devices (/dev/loop-control)",
+        );
+        return false;
+    }
+    let kubectl = Command::new("kubectl")
+        .args(["version", "--client"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !kubectl.is_ok_and(|s| s.success()) {
+        test_support::skip_or_fail("needs kubectl on PATH");
+        return false;
+    }
+    true
+}
+
+fn rustix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A `csi-cluster up` process. Dropped: SIGKILL, then whatever it left (mounts, loop
+/// devices) is cleaned below the data dir, also when an assertion failed.
+pub struct Cluster {
+    child: Option<Child>,
+    pub data_dir: PathBuf,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+}
+
+impl Cluster {
+    /// `csi-cluster up --nodes N --timing fast --data-dir DATA --port 0`; `run` numbers the
+    /// output files of successive starts on one data dir.
+    pub fn start(work: &Path, nodes: usize, run: usize) -> Cluster {
+        let data_dir = work.join("data");
+        let stdout = work.join(format!("up-{run}.out"));
+        let stderr = work.join(format!("up-{run}.err"));
+        let child = Command::new(env!("CARGO_BIN_EXE_csi-cluster"))
+            .args(["up", "--timing", "fast", "--port", "0", "--nodes"])
+            .arg(nodes.to_string())
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        Cluster {
+            child: Some(child),
+            data_dir,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn output(&self) -> String {
+        format!(
+            "--- stdout:\n{}\n--- stderr:\n{}",
+            std::fs::read_to_string(&self.stdout).unwrap_or_default(),
+            std::fs::read_to_string(&self.stderr).unwrap_or_default()
+        )
+    }
+
+    /// Waits for the ready line; fails with the output if the process ends first.
+    pub async fn wait_ready(&mut self) {
+        let stdout = self.stdout.clone();
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            let text = std::fs::read_to_string(&stdout).unwrap_or_default();
+            if text.contains(cluster::READY_LINE) {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "csi-cluster up ended ({status}) before it was ready:\n{}",
+                    self.output()
+                );
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "csi-cluster not ready after {PATIENCE:?}:\n{}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.data_dir.join("kubeconfig")
+    }
+
+    /// `kubectl --kubeconfig ... ARGS` with `stdin`; panics with kubectl's output on failure.
+    pub fn kubectl(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl_output(args, stdin);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.output()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> std::process::Output {
+        let mut child = Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig())
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+        drop(input);
+        child.wait_with_output().unwrap()
+    }
+
+    /// `kubectl get ... -o json`, parsed.
+    pub fn get_json(&self, args: &[&str]) -> serde_json::Value {
+        let mut all = args.to_vec();
+        all.extend(["-o", "json"]);
+        serde_json::from_str(&self.kubectl(&all, None)).unwrap()
+    }
+
+    /// `csi-cluster status --data-dir ...` (text).
+    pub fn status(&self) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_csi-cluster"))
+            .arg("status")
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "csi-cluster status failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// SIGTERM, and the exit status once it ended (within PATIENCE).
+    pub async fn terminate(&mut self) -> ExitStatus {
+        let child = self.child.as_mut().unwrap();
+        let pid = child.id().to_string();
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "csi-cluster still running {PATIENCE:?} after SIGTERM:\n{}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn print_output(&self) {
+        eprintln!("{}", self.output());
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        test_support::unmount_all_below(&self.data_dir);
+        for (dev, _) in loop_devices_below(&self.data_dir) {
+            let _ = Command::new("losetup").arg("-d").arg(dev).status();
+        }
+    }
+}
+
+/// Loop devices whose backing file is below `dir`: (device, backing file).
+pub fn loop_devices_below(dir: &Path) -> Vec<(PathBuf, String)> {
+    let root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("loop") {
+            continue;
+        }
+        if let Ok(backing) = std::fs::read_to_string(entry.path().join("loop/backing_file")) {
+            let backing = backing.trim().to_string();
+            if Path::new(backing.trim_end_matches(" (deleted)")).starts_with(&root) {
+                found.push((PathBuf::from("/dev").join(name), backing));
+            }
+        }
+    }
+    found
+}
+
+/// Mount points below `dir`.
+pub fn mounts_below(dir: &Path) -> Vec<String> {
+    let root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let root = root.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
+        .filter(|p| p.starts_with(&root))
+        .collect()
+}
+
+/// Unix sockets below `dir` (symlinks not followed).
+pub fn sockets_below(dir: &Path) -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_socket() {
+                found.push(entry.path());
+            }
+        }
+    }
+    found
+}
+
+/// A claim of `class` for 1Gi, placed on `node` by hand (no scheduler yet: the annotation the
+/// scheduler would write for a WaitForFirstConsumer class), and a pod on `node` using it.
+pub fn claim_and_pod(claim: &str, class: &str, pod: &str, node: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: {claim}
+  annotations:
+    volume.kubernetes.io/selected-node: {node}
+spec:
+  storageClassName: {class}
+  accessModes: [ReadWriteOnce]
+  resources:
+    requests:
+      storage: 1Gi
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {pod}
+spec:
+  nodeName: {node}
+  containers:
+  - name: app
+    image: busybox
+    volumeMounts:
+    - name: data
+      mountPath: /data
+  volumes:
+  - name: data
+    persistentVolumeClaim:
+      claimName: {claim}
+"#
+    )
+}
+
+/// The host path of the pod's volume `data` (the node agent's `csi.rs/volume-paths`).
+pub fn volume_path(cluster: &Cluster, pod: &str) -> PathBuf {
+    let p = cluster.get_json(&["get", "pod", pod]);
+    let paths = p["metadata"]["annotations"]["csi.rs/volume-paths"]
+        .as_str()
+        .unwrap_or_else(|| panic!("pod {pod} has no csi.rs/volume-paths: {p}"));
+    let paths: serde_json::Value = serde_json::from_str(paths).unwrap();
+    PathBuf::from(paths["data"].as_str().unwrap())
+}
+
+/// VolumeAttachments: (node, attached).
+pub fn volume_attachments(cluster: &Cluster) -> Vec<(String, bool)> {
+    cluster.get_json(&["get", "volumeattachments"])["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|va| {
+            (
+                va["spec"]["nodeName"].as_str().unwrap().to_string(),
+                va["status"]["attached"].as_bool().unwrap_or(false),
+            )
+        })
+        .collect()
+}
