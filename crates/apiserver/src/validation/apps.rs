@@ -133,9 +133,24 @@ fn workload(obj: &Value, what: &str, errs: &mut Vec<FieldError>) {
     if let Some(l) = template_labels {
         labels("spec.template.metadata.labels", l, errs);
     }
-    let spec = at(obj, &["spec", "template", "spec"])
+    let mut spec = at(obj, &["spec", "template", "spec"])
         .cloned()
         .unwrap_or(json!({}));
+    // A StatefulSet's containers mount its volumeClaimTemplates by name (the controller adds
+    // those volumes to each pod), as kube-apiserver accepts.
+    if let Some(templates) = at(obj, &["spec", "volumeClaimTemplates"]).and_then(Value::as_array)
+        && let Some(spec) = spec.as_object_mut()
+    {
+        let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
+        if let Some(volumes) = volumes.as_array_mut() {
+            for name in templates
+                .iter()
+                .filter_map(|t| at(t, &["metadata", "name"]))
+            {
+                volumes.push(json!({"name": name, "persistentVolumeClaim": {"claimName": name}}));
+            }
+        }
+    }
     pod_spec::validate("spec.template.spec", &spec, errs);
     let restart = spec.get("restartPolicy").and_then(Value::as_str);
     if restart.is_some_and(|r| r != "Always") {

@@ -1,0 +1,538 @@
+//! The scheduling loop: watch caches of pods, nodes, claims, volumes, classes and CSINodes; a
+//! pass over the pending pods whenever one of them changes, when a backoff ends, and every
+//! resync period. Each pod is tried against a snapshot taken at the start of the pass; the
+//! fitting node with the fewest pods wins (ties: the first name), and the pod is bound through
+//! `pods/binding`.
+//!
+//! A pod with WaitForFirstConsumer claims is not bound at once: the chosen node is written to
+//! each claim's `volume.kubernetes.io/selected-node` (the provisioner creates the volume
+//! there) and the pod waits, counted on that node, until every claim is Bound; then it is
+//! bound. If the provisioner gives the node back (it removes the annotation) or the claims
+//! are not bound within the bind timeout, the pod is tried again from the start.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{
+    Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
+};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use serde_json::json;
+use sidecar::{EventRecorder, EventType};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use volume_plugins::ObjectCache;
+
+use crate::config::Config;
+use crate::filters::{self, Snapshot, claim_names, limits, node, pod_key, volumes};
+use crate::message;
+use crate::metrics::{Metrics, Outcome, Pending};
+use crate::{ANN_SELECTED_NODE, Error};
+
+struct Caches {
+    pods: ObjectCache<Pod>,
+    nodes: ObjectCache<Node>,
+    claims: ObjectCache<PersistentVolumeClaim>,
+    volumes: ObjectCache<PersistentVolume>,
+    classes: ObjectCache<StorageClass>,
+    csinodes: ObjectCache<CSINode>,
+}
+
+impl Caches {
+    fn spawn(client: &Client, stop: &CancellationToken) -> Self {
+        let cfg = watcher::Config::default;
+        Self {
+            pods: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            nodes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            claims: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            volumes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            classes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            csinodes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+        }
+    }
+
+    async fn wait_until_ready(&self, timeout: Duration) -> Result<(), Error> {
+        let not_ready = |kind| Error::CacheNotReady {
+            kind,
+            waited: timeout,
+        };
+        if !self.pods.wait_until_ready(timeout).await {
+            return Err(not_ready("Pod"));
+        }
+        if !self.nodes.wait_until_ready(timeout).await {
+            return Err(not_ready("Node"));
+        }
+        if !self.claims.wait_until_ready(timeout).await {
+            return Err(not_ready("PersistentVolumeClaim"));
+        }
+        if !self.volumes.wait_until_ready(timeout).await {
+            return Err(not_ready("PersistentVolume"));
+        }
+        if !self.classes.wait_until_ready(timeout).await {
+            return Err(not_ready("StorageClass"));
+        }
+        if !self.csinodes.wait_until_ready(timeout).await {
+            return Err(not_ready("CSINode"));
+        }
+        Ok(())
+    }
+}
+
+/// A pod that failed, and when it may be tried again.
+struct Backoff {
+    uid: String,
+    attempts: u32,
+    retry_at: Instant,
+}
+
+/// A pod whose node is chosen and whose WaitForFirstConsumer claims are being provisioned.
+struct Waiting {
+    uid: String,
+    node: String,
+    since: Instant,
+}
+
+pub(crate) struct Scheduler {
+    client: Client,
+    config: Config,
+    caches: Caches,
+    events: EventRecorder,
+    metrics: Arc<Metrics>,
+    backoff: HashMap<String, Backoff>,
+    waiting: HashMap<String, Waiting>,
+    /// Pods bound by us that the pod cache does not show bound yet, with their node.
+    assumed: HashMap<String, (String, Arc<Pod>)>,
+    /// Active pods on nodes at the last pass: fewer now means room was freed.
+    last_bound_count: usize,
+}
+
+fn uid(pod: &Pod) -> String {
+    pod.metadata.uid.clone().unwrap_or_default()
+}
+
+fn node_name_of(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+fn selected_node(claim: &PersistentVolumeClaim) -> Option<&str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANN_SELECTED_NODE))
+        .map(String::as_str)
+}
+
+impl Scheduler {
+    pub(crate) async fn start(
+        client: Client,
+        config: Config,
+        metrics: Arc<Metrics>,
+        shutdown: &CancellationToken,
+    ) -> Result<Option<Self>, Error> {
+        let caches = Caches::spawn(&client, shutdown);
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(None),
+            r = caches.wait_until_ready(config.cache_sync_timeout) => r?,
+        }
+        Ok(Some(Self {
+            events: EventRecorder::new(client.clone(), config.scheduler_name.clone()),
+            client,
+            config,
+            caches,
+            metrics,
+            backoff: HashMap::new(),
+            waiting: HashMap::new(),
+            assumed: HashMap::new(),
+            last_bound_count: 0,
+        }))
+    }
+
+    /// Runs passes until `shutdown`.
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) -> Result<(), Error> {
+        tracing::info!(scheduler = %self.config.scheduler_name, "scheduler started");
+        let mut pods = self.caches.pods.changed();
+        let mut others = [
+            self.caches.nodes.changed(),
+            self.caches.claims.changed(),
+            self.caches.volumes.changed(),
+            self.caches.classes.changed(),
+            self.caches.csinodes.changed(),
+        ];
+        loop {
+            pods.borrow_and_update();
+            for rx in &mut others {
+                rx.borrow_and_update();
+            }
+            self.pass().await;
+            let now = Instant::now();
+            let next = self
+                .backoff
+                .values()
+                .filter(|b| b.retry_at > now)
+                .map(|b| b.retry_at.saturating_duration_since(now))
+                .min()
+                .unwrap_or(self.config.resync_period)
+                .min(self.config.resync_period)
+                .max(Duration::from_millis(10));
+            let [a, b, c, d, e] = &mut others;
+            let world_changed = tokio::select! {
+                () = shutdown.cancelled() => break,
+                () = tokio::time::sleep(next) => false,
+                _ = pods.changed() => false,
+                _ = a.changed() => true,
+                _ = b.changed() => true,
+                _ = c.changed() => true,
+                _ = d.changed() => true,
+                _ = e.changed() => true,
+            };
+            if world_changed {
+                // kube-scheduler moves unschedulable pods back to the active queue on a cluster
+                // event that may make them fit; the attempts (and so the next backoff) stay.
+                self.flush_backoff();
+            }
+            // Let a burst of watch events land before the next pass.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
+    fn flush_backoff(&mut self) {
+        let now = Instant::now();
+        for b in self.backoff.values_mut() {
+            b.retry_at = b.retry_at.min(now);
+        }
+    }
+
+    fn is_pending_for_us(&self, pod: &Pod) -> bool {
+        let Some(spec) = pod.spec.as_ref() else {
+            return false;
+        };
+        let ours = spec
+            .scheduler_name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(crate::DEFAULT_SCHEDULER_NAME)
+            == self.config.scheduler_name;
+        ours && node_name_of(pod).is_none()
+            && pod.metadata.deletion_timestamp.is_none()
+            && filters::is_active(pod)
+    }
+
+    async fn pass(&mut self) {
+        let pods = self.caches.pods.list();
+        // Assumed pods leave once the cache shows them bound (or gone).
+        let by_key: HashMap<String, &Arc<Pod>> = pods.iter().map(|p| (pod_key(p), p)).collect();
+        self.assumed.retain(|key, (_, pod)| {
+            by_key
+                .get(key)
+                .is_some_and(|p| uid(p) == uid(pod) && node_name_of(p).is_none())
+        });
+        let bound_count = pods
+            .iter()
+            .filter(|p| node_name_of(p).is_some() && filters::is_active(p))
+            .count();
+        if bound_count < self.last_bound_count {
+            self.flush_backoff();
+        }
+        self.last_bound_count = bound_count;
+
+        let mut pending: Vec<Arc<Pod>> = pods
+            .iter()
+            .filter(|p| self.is_pending_for_us(p))
+            .cloned()
+            .collect();
+        pending.sort_by(|a, b| {
+            let t = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+            t(a.as_ref())
+                .cmp(&t(b.as_ref()))
+                .then_with(|| pod_key(a).cmp(&pod_key(b)))
+        });
+        let pending_keys: HashMap<String, String> =
+            pending.iter().map(|p| (pod_key(p), uid(p))).collect();
+        let still_pending = |key: &String, u: &String| pending_keys.get(key) == Some(u);
+        self.backoff.retain(|k, b| still_pending(k, &b.uid));
+        self.waiting.retain(|k, w| still_pending(k, &w.uid));
+
+        let mut snapshot = Snapshot::new(
+            self.caches.nodes.list(),
+            self.caches.claims.list(),
+            self.caches.volumes.list(),
+            self.caches.classes.list(),
+            self.caches.csinodes.list(),
+            &pods,
+        );
+        for (node, pod) in self.assumed.values() {
+            snapshot.assume(pod.clone(), node);
+        }
+        for pod in &pending {
+            if let Some(w) = self.waiting.get(&pod_key(pod)) {
+                snapshot.assume(pod.clone(), &w.node);
+            }
+        }
+
+        let now = Instant::now();
+        let mut counts = Pending::default();
+        for pod in &pending {
+            let key = pod_key(pod);
+            let gated = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| !g.is_empty());
+            if gated {
+                counts.gated += 1;
+                continue;
+            }
+            if self.assumed.contains_key(&key) {
+                continue;
+            }
+            if self.waiting.contains_key(&key) {
+                self.continue_waiting(pod, &snapshot).await;
+                continue;
+            }
+            if self.backoff.get(&key).is_some_and(|b| b.retry_at > now) {
+                counts.backoff += 1;
+                continue;
+            }
+            counts.active += 1;
+            let span = tracing::debug_span!("schedule", pod = %key);
+            self.schedule_one(pod, &mut snapshot).instrument(span).await;
+        }
+        self.metrics.set_pending(counts);
+        let live: HashSet<String> = pods.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        self.events.retain(|u| live.contains(u));
+    }
+
+    async fn schedule_one(&mut self, pod: &Arc<Pod>, snapshot: &mut Snapshot) {
+        let total = snapshot.nodes.len();
+        let claims = match volumes::pre_filter(pod, snapshot) {
+            Ok(c) => c,
+            Err(msg) => {
+                self.unschedulable(pod, &message::pre_filter_error(total, &msg))
+                    .await;
+                return;
+            }
+        };
+        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        let mut feasible: Vec<String> = Vec::new();
+        for n in &snapshot.nodes {
+            let reason = node::filter(pod, n)
+                .or_else(|| volumes::filter(&claims, n, snapshot))
+                .or_else(|| limits::filter(pod, n, snapshot));
+            match reason {
+                Some(r) => *reasons.entry(r).or_default() += 1,
+                None => feasible.push(node::name(n).to_string()),
+            }
+        }
+        // A node already handed to the provisioner for one of the claims stays the choice
+        // while it fits: moving would leave a volume provisioned for the wrong node.
+        let preferred = claims
+            .delayed
+            .iter()
+            .filter_map(|(c, _)| selected_node(c))
+            .find(|n| feasible.iter().any(|f| f.as_str() == *n))
+            .map(str::to_string);
+        let Some(chosen) = preferred.or_else(|| {
+            feasible
+                .iter()
+                .min_by_key(|n| (snapshot.pod_count(n), (*n).clone()))
+                .cloned()
+        }) else {
+            self.unschedulable(pod, &message::fit_error(total, &reasons))
+                .await;
+            return;
+        };
+        snapshot.assume(pod.clone(), &chosen);
+        if claims.delayed.is_empty() {
+            self.bind(pod, &chosen).await;
+            return;
+        }
+        for (claim, _) in &claims.delayed {
+            if selected_node(claim) == Some(chosen.as_str()) {
+                continue;
+            }
+            if let Err(e) = self.select_node(claim, &chosen).await {
+                tracing::warn!(pod = %pod_key(pod), error = %e, "writing the selected node failed; retried with backoff");
+                self.metrics.attempt(Outcome::Error);
+                self.record_failure(pod);
+                return;
+            }
+        }
+        tracing::info!(pod = %pod_key(pod), node = %chosen, "node selected; waiting for the pod's WaitForFirstConsumer claims to be bound");
+        self.waiting.insert(
+            pod_key(pod),
+            Waiting {
+                uid: uid(pod),
+                node: chosen,
+                since: Instant::now(),
+            },
+        );
+    }
+
+    /// Writes `volume.kubernetes.io/selected-node` (the volume binder's hand-off to the
+    /// provisioner), with a resourceVersion test: a claim bound meanwhile is not touched.
+    async fn select_node(&self, claim: &PersistentVolumeClaim, node: &str) -> Result<(), Error> {
+        let namespace = claim.metadata.namespace.as_deref().unwrap_or_default();
+        let name = claim.metadata.name.as_deref().unwrap_or_default();
+        let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let patch = json!({"metadata": {
+            "resourceVersion": claim.metadata.resource_version,
+            "annotations": {ANN_SELECTED_NODE: node},
+        }});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| {
+                Error::kube(
+                    format!("annotating PersistentVolumeClaim {namespace}/{name} with {ANN_SELECTED_NODE}={node}"),
+                    e,
+                )
+            })?;
+        Ok(())
+    }
+
+    /// A pod waiting for its claims: bind once all are Bound, or start over.
+    async fn continue_waiting(&mut self, pod: &Arc<Pod>, snapshot: &Snapshot) {
+        let key = pod_key(pod);
+        let Some(w) = self.waiting.get(&key) else {
+            return;
+        };
+        let (node_name, since) = (w.node.clone(), w.since);
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let mut problem = None;
+        let mut all_bound = true;
+        for name in claim_names(pod) {
+            let Some(claim) = snapshot.claim(namespace, &name) else {
+                problem = Some(format!("persistentvolumeclaim \"{name}\" not found"));
+                break;
+            };
+            if volumes::is_bound(claim) {
+                continue;
+            }
+            all_bound = false;
+            let volume_name = claim.spec.as_ref().and_then(|s| s.volume_name.as_deref());
+            let delayed = volume_name.is_none_or(str::is_empty);
+            if delayed && selected_node(claim) != Some(node_name.as_str()) {
+                problem = Some(format!(
+                    "claim {namespace}/{name} was given back by its provisioner ({ANN_SELECTED_NODE} no longer {node_name}): volume provisioning on that node failed"
+                ));
+                break;
+            }
+        }
+        if problem.is_none() && !all_bound && since.elapsed() > self.config.bind_timeout {
+            problem = Some(format!(
+                "claims of the pod not bound within {:?} after node {node_name} was selected (is the provisioner of their class running?)",
+                self.config.bind_timeout
+            ));
+        }
+        if problem.is_none() && all_bound {
+            let node = snapshot.nodes.iter().find(|n| node::name(n) == node_name);
+            problem = match (node, volumes::pre_filter(pod, snapshot)) {
+                (None, _) => Some(format!("node \"{node_name}\" not found")),
+                (_, Err(msg)) => Some(msg),
+                (Some(n), Ok(claims)) => volumes::filter(&claims, n, snapshot),
+            };
+            if problem.is_none() {
+                self.waiting.remove(&key);
+                self.bind(pod, &node_name).await;
+                return;
+            }
+        }
+        if let Some(problem) = problem {
+            self.waiting.remove(&key);
+            let msg =
+                format!("running PreBind plugin \"VolumeBinding\": binding volumes: {problem}");
+            self.event(pod, EventType::Warning, "FailedScheduling", &msg)
+                .await;
+            self.metrics.attempt(Outcome::Error);
+            self.record_failure(pod);
+        }
+    }
+
+    async fn bind(&mut self, pod: &Arc<Pod>, node: &str) {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let key = pod_key(pod);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let binding = json!({
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": pod.metadata.uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        });
+        let result: Result<serde_json::Value, kube::Error> = api
+            .create_subresource("binding", name, &PostParams::default(), &binding)
+            .await;
+        match result {
+            Ok(_) => {
+                tracing::info!(pod = %key, node, "bound");
+                self.backoff.remove(&key);
+                self.assumed.insert(key, (node.to_string(), pod.clone()));
+                self.metrics.attempt(Outcome::Scheduled);
+                let msg = format!("Successfully assigned {namespace}/{name} to {node}");
+                self.event(pod, EventType::Normal, "Scheduled", &msg).await;
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+                // Bound by someone else, or deleted: the watch brings the news.
+                tracing::debug!(pod = %key, code = s.code, message = %s.message, "binding refused");
+                self.backoff.remove(&key);
+            }
+            Err(e) => {
+                let e = Error::kube(format!("binding pod {key} to node {node}"), e);
+                tracing::warn!(error = %e, "binding failed; retried with backoff");
+                self.metrics.attempt(Outcome::Error);
+                let msg = format!("Binding rejected: {e}");
+                self.event(pod, EventType::Warning, "FailedScheduling", &msg)
+                    .await;
+                self.record_failure(pod);
+            }
+        }
+    }
+
+    async fn unschedulable(&mut self, pod: &Arc<Pod>, message: &str) {
+        tracing::info!(pod = %pod_key(pod), %message, "unschedulable");
+        self.metrics.attempt(Outcome::Unschedulable);
+        self.event(pod, EventType::Warning, "FailedScheduling", message)
+            .await;
+        self.record_failure(pod);
+    }
+
+    /// Backoff of a failed pod: initial, doubled per attempt, capped.
+    fn record_failure(&mut self, pod: &Pod) {
+        let entry = self.backoff.entry(pod_key(pod)).or_insert(Backoff {
+            uid: uid(pod),
+            attempts: 0,
+            retry_at: Instant::now(),
+        });
+        let delay = self
+            .config
+            .initial_backoff
+            .saturating_mul(2u32.saturating_pow(entry.attempts.min(16)))
+            .min(self.config.max_backoff);
+        entry.attempts = entry.attempts.saturating_add(1);
+        entry.retry_at = Instant::now() + delay;
+    }
+
+    async fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: &str) {
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let involved = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(namespace.clone()),
+            name: pod.metadata.name.clone(),
+            uid: pod.metadata.uid.clone(),
+            resource_version: pod.metadata.resource_version.clone(),
+            ..Default::default()
+        };
+        self.events
+            .record(&namespace, involved, type_, reason, message)
+            .await;
+    }
+}
