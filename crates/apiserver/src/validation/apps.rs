@@ -363,5 +363,19 @@ mod tests {
             "{:?}",
             messages(&none, statefulset)
         );
+        // Containers mount the claim templates by name; other names are still refused.
+        let mut claims = deploy(json!({"matchLabels": {"app": "a"}}), json!({"app": "a"}));
+        claims["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] =
+            json!([{"name": "data", "mountPath": "/data"}]);
+        claims["spec"]["volumeClaimTemplates"] = json!([{"metadata": {"name": "data"}}]);
+        assert_eq!(messages(&claims, statefulset), Vec::<String>::new());
+        claims["spec"]["volumeClaimTemplates"] = json!([{"metadata": {"name": "other"}}]);
+        assert!(
+            messages(&claims, statefulset)
+                .iter()
+                .any(|m| m.contains("volumeMounts[0].name: Not found: \"data\"")),
+            "{:?}",
+            messages(&claims, statefulset)
+        );
     }
 }
