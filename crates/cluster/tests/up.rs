@@ -2,7 +2,8 @@
 //! with the kubectl on PATH: an EBS volume (provisioned, attached through a VolumeAttachment,
 //! staged on a loop device, published) and a hostpath volume (no VolumeAttachment ever) used by
 //! pods; `csi-cluster status`; SIGTERM leaves no mount, loop device or socket. Then a second
-//! `up` on the same data dir adopts the first one's objects and EC2 volumes.
+//! `up` on the same data dir adopts the first one's objects and EC2 volumes, a third `up` on it
+//! is refused while it runs, and `csi-cluster down` stops it.
 //!
 //! No scheduler runs yet, so the pods carry `spec.nodeName` and the claims the
 //! `volume.kubernetes.io/selected-node` annotation the scheduler would write.
@@ -204,8 +205,12 @@ async fn a_second_up_on_the_same_data_dir_adopts_the_objects_and_ec2_volumes() {
         volume_attachments(&second),
         vec![("node-0".to_string(), true)]
     );
+    // One `up` per data dir: a third one is refused and leaves the running one alone.
+    let (ok, text) = second.run_cli(&["up", "--nodes", "1", "--timing", "fast", "--port", "0"]);
+    assert!(!ok && text.contains("another csi-cluster"), "{text}");
+    assert!(second.data_dir.join("csi-cluster.pid").exists());
     second.kubectl(&["delete", "pod", "app", "--timeout=120s"], None);
-    let exit = second.terminate().await;
+    let exit = second.down();
     assert!(exit.success(), "second up ended with {exit}");
     assert_nothing_left(&second);
 }

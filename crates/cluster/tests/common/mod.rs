@@ -188,6 +188,33 @@ impl Cluster {
         }
     }
 
+    /// `csi-cluster ARGS --data-dir DATA` run to its end: (success, stdout + stderr).
+    pub fn run_cli(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_csi-cluster"))
+            .args(args)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    /// `csi-cluster down --data-dir DATA` (which waits until `up` exited), then `up`'s exit
+    /// status.
+    pub fn down(&mut self) -> ExitStatus {
+        let (ok, text) = self.run_cli(&["down", "--timeout", "120"]);
+        assert!(ok, "csi-cluster down failed: {text}\n{}", self.output());
+        let status = self.child.as_mut().unwrap().wait().unwrap();
+        self.child = None;
+        status
+    }
+
     pub fn print_output(&self) {
         eprintln!("{}", self.output());
     }
