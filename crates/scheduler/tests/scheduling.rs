@@ -252,3 +252,48 @@ async fn csinode_attach_limit() {
     assert_eq!(env.wait_bound("p3").await, "node-2");
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_given_back_by_the_provisioner_is_chosen_again() {
+    let env = Env::new().await;
+    env.node("node-1", json!({})).await;
+    env.class("wffc", "WaitForFirstConsumer", &[]).await;
+    env.claim("data", "wffc", "ReadWriteOnce").await;
+    env.pod("app", &["data"], json!({})).await;
+    let claims = env.claims();
+    let selected = || {
+        let claims = claims.clone();
+        async move {
+            let c = claims.get("data").await.ok()?;
+            c.metadata
+                .annotations?
+                .get(scheduler::ANN_SELECTED_NODE)
+                .cloned()
+        }
+    };
+    test_support::eventually("selected-node on the claim", PATIENCE, selected).await;
+    // The provisioner's reschedule: it removes the annotation.
+    env.claims()
+        .patch(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"metadata": {"annotations": {scheduler::ANN_SELECTED_NODE: null}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    env.wait_failed(
+        "app",
+        "running PreBind plugin \"VolumeBinding\": binding volumes: claim default/data was given back by its provisioner (volume.kubernetes.io/selected-node no longer node-1): volume provisioning on that node failed",
+    )
+    .await;
+    // Tried again: the node is selected anew, and the pod binds once the claim is bound.
+    assert_eq!(
+        test_support::eventually("selected-node written again", PATIENCE, selected).await,
+        "node-1"
+    );
+    env.bind_claim("data", "wffc", Some("node-1")).await;
+    assert_eq!(env.wait_bound("app").await, "node-1");
+    env.shutdown().await;
+}

@@ -383,3 +383,47 @@ async fn parallel_creates_all_and_set_deletion_removes_pods() {
     );
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_retention_policy_removes_claims_on_scale_down_and_deletion() {
+    let env = Env::new().await;
+    // Created with 0 replicas, then given the policy and 2 replicas.
+    env.create_set("del", 0, "Parallel").await;
+    env.sets()
+        .patch(
+            "del",
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"spec": {"replicas": 2, "persistentVolumeClaimRetentionPolicy": {
+                "whenScaled": "Delete", "whenDeleted": "Delete"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    env.wait_pod("del-0").await;
+    env.wait_pod("del-1").await;
+    assert_eq!(env.claim_names().await, ["data-del-0", "data-del-1"]);
+    env.sets()
+        .patch(
+            "del",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    env.wait_gone("del-1").await;
+    test_support::eventually("data-del-1 deleted on scale down", PATIENCE, || async {
+        (env.claim_names().await == ["data-del-0"]).then_some(())
+    })
+    .await;
+    env.sets()
+        .delete("del", &DeleteParams::default())
+        .await
+        .unwrap();
+    env.wait_gone("del-0").await;
+    test_support::eventually("data-del-0 deleted with the set", PATIENCE, || async {
+        env.claim_names().await.is_empty().then_some(())
+    })
+    .await;
+    env.shutdown().await;
+}
