@@ -191,13 +191,7 @@ fn print_summary(
     println!(
         "  drivers     {EBS_DRIVER} (attachRequired), {HOSTPATH_DRIVER} (no attach); classes ebs-sc (default), hostpath, gp2 (in-tree)"
     );
-    if workload_controllers.is_empty() {
-        println!(
-            "  scheduler   none yet: give pods spec.nodeName and WaitForFirstConsumer claims the volume.kubernetes.io/selected-node annotation"
-        );
-    } else {
-        println!("  workloads   {}", workload_controllers.join(", "));
-    }
+    println!("  workloads   {}", workload_controllers.join(", "));
     println!("  logs        {}/", data_dir.join("logs").display());
     for c in logs::COMPONENTS {
         println!("    {:<20} {}", c.file, c.what);

@@ -5,8 +5,8 @@
 //! `up` on the same data dir adopts the first one's objects and EC2 volumes, a third `up` on it
 //! is refused while it runs, and `csi-cluster down` stops it.
 //!
-//! No scheduler runs yet, so the pods carry `spec.nodeName` and the claims the
-//! `volume.kubernetes.io/selected-node` annotation the scheduler would write.
+//! The scheduler in csi-cluster places the pods (a `nodeSelector` on `kubernetes.io/hostname`
+//! picks the node) and writes the claims' selected node; the tests check where they landed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -34,6 +34,18 @@ fn assert_nothing_left(cluster: &Cluster) {
         sockets_below(dir)
     );
     assert!(!dir.join("csi-cluster.pid").exists(), "pid file left");
+}
+
+/// The scheduler bound `pod` to `node` and wrote `node` as the claim's selected node.
+fn assert_scheduled(cluster: &Cluster, pod: &str, claim: &str, node: &str) {
+    let p = cluster.get_json(&["get", "pod", pod]);
+    assert_eq!(p["spec"]["nodeName"].as_str(), Some(node), "{p}");
+    let c = cluster.get_json(&["get", "pvc", claim]);
+    assert_eq!(
+        c["metadata"]["annotations"]["volume.kubernetes.io/selected-node"].as_str(),
+        Some(node),
+        "{c}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -64,6 +76,7 @@ async fn kubectl_drives_ebs_and_hostpath_volumes_and_sigterm_leaves_nothing() {
         ],
         None,
     );
+    assert_scheduled(&cluster, "ebs-pod", "ebs-claim", "node-0");
     let path = volume_path(&cluster, "ebs-pod");
     assert!(
         path.starts_with(cluster.data_dir.join("nodes/node-0/kubelet")),
@@ -117,6 +130,7 @@ async fn kubectl_drives_ebs_and_hostpath_volumes_and_sigterm_leaves_nothing() {
         ],
         None,
     );
+    assert_scheduled(&cluster, "hp-pod", "hp-claim", "node-1");
     let path = volume_path(&cluster, "hp-pod");
     assert!(
         path.starts_with(cluster.data_dir.join("nodes/node-1/kubelet")),

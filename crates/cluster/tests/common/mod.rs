@@ -282,16 +282,15 @@ pub fn sockets_below(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// A claim of `class` for 1Gi, placed on `node` by hand (no scheduler yet: the annotation the
-/// scheduler would write for a WaitForFirstConsumer class), and a pod on `node` using it.
+/// A claim of `class` for 1Gi and a pod using it, held to `node` by a `nodeSelector` on
+/// `kubernetes.io/hostname`: the scheduler picks the node, writes the claim's
+/// `volume.kubernetes.io/selected-node` (WaitForFirstConsumer) and binds the pod.
 pub fn claim_and_pod(claim: &str, class: &str, pod: &str, node: &str) -> String {
     format!(
         r#"apiVersion: v1
 kind: PersistentVolumeClaim
 metadata:
   name: {claim}
-  annotations:
-    volume.kubernetes.io/selected-node: {node}
 spec:
   storageClassName: {class}
   accessModes: [ReadWriteOnce]
@@ -304,7 +303,8 @@ kind: Pod
 metadata:
   name: {pod}
 spec:
-  nodeName: {node}
+  nodeSelector:
+    kubernetes.io/hostname: {node}
   containers:
   - name: app
     image: busybox
