@@ -36,6 +36,19 @@ fn assert_nothing_left(cluster: &Cluster) {
     assert!(!dir.join("csi-cluster.pid").exists(), "pid file left");
 }
 
+/// A pod held to a node that does not exist.
+const UNSCHEDULABLE_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: nowhere
+spec:
+  nodeSelector:
+    kubernetes.io/hostname: node-99
+  containers:
+  - name: app
+    image: busybox
+"#;
+
 /// The scheduler bound `pod` to `node` and wrote `node` as the claim's selected node.
 fn assert_scheduled(cluster: &Cluster, pod: &str, claim: &str, node: &str) {
     let p = cluster.get_json(&["get", "pod", pod]);
@@ -56,6 +69,8 @@ async fn kubectl_drives_ebs_and_hostpath_volumes_and_sigterm_leaves_nothing() {
     let work = tempfile::tempdir().unwrap();
     let mut cluster = Cluster::start(work.path(), 2, 1);
     cluster.wait_ready().await;
+    // A pod no node fits: the scheduler says why, and `status` lists it as stuck after 30 s.
+    cluster.kubectl(&["apply", "-f", "-"], Some(UNSCHEDULABLE_POD));
     let nodes = cluster.kubectl(&["get", "nodes", "-o", "name"], None);
     assert!(
         nodes.contains("node/node-0") && nodes.contains("node/node-1"),
@@ -109,6 +124,12 @@ async fn kubectl_drives_ebs_and_hostpath_volumes_and_sigterm_leaves_nothing() {
             "status lacks {expected:?}:\n{status}"
         );
     }
+    let report = cluster.status_json();
+    assert_eq!(report["nodes"].as_array().unwrap().len(), 2, "{report}");
+    let attachments = report["volumeAttachments"].as_array().unwrap();
+    assert_eq!(attachments.len(), 1, "{report}");
+    assert_eq!(attachments[0]["pv"].as_str(), Some(pv.as_str()), "{report}");
+    assert_eq!(attachments[0]["attached"].as_bool(), Some(true), "{report}");
 
     cluster.kubectl(&["delete", "pod", "ebs-pod", "--timeout=120s"], None);
     test_support::eventually("the VolumeAttachment gone", PATIENCE, || async {
@@ -146,6 +167,21 @@ async fn kubectl_drives_ebs_and_hostpath_volumes_and_sigterm_leaves_nothing() {
     assert!(affinity.contains("node-1"), "{affinity}");
     cluster.kubectl(&["delete", "pod", "hp-pod", "--timeout=120s"], None);
     assert!(volume_attachments(&cluster).is_empty());
+
+    test_support::eventually(
+        "status listing the unschedulable pod as stuck",
+        PATIENCE,
+        || async {
+            let report = cluster.status_json();
+            report["stuck"].as_array()?.iter().find(|s| {
+                s["pod"] == "default/nowhere"
+                    && s["reason"] == "FailedScheduling"
+                    && s["message"].as_str().is_some_and(|m| !m.is_empty())
+            })?;
+            cluster.status().contains("default/nowhere").then_some(())
+        },
+    )
+    .await;
 
     let exit = cluster.terminate().await;
     if !exit.success() {

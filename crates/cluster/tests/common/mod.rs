@@ -162,6 +162,13 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `csi-cluster status --output json`, parsed.
+    pub fn status_json(&self) -> serde_json::Value {
+        let (ok, text) = self.run_cli(&["status", "--output", "json"]);
+        assert!(ok, "csi-cluster status --output json failed: {text}");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    }
+
     /// SIGTERM, and the exit status once it ended (within PATIENCE).
     pub async fn terminate(&mut self) -> ExitStatus {
         let child = self.child.as_mut().unwrap();
