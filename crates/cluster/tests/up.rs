@@ -3,7 +3,8 @@
 //! staged on a loop device, published) and a hostpath volume (no VolumeAttachment ever) used by
 //! pods; `csi-cluster status`; SIGTERM leaves no mount, loop device or socket. Then a second
 //! `up` on the same data dir adopts the first one's objects and EC2 volumes, a third `up` on it
-//! is refused while it runs, and `csi-cluster down` stops it.
+//! is refused while it runs, and `csi-cluster down` stops it. Without migration, the in-tree
+//! `gp2` class provisions and attaches in-tree.
 //!
 //! The scheduler in csi-cluster places the pods (a `nodeSelector` on `kubernetes.io/hostname`
 //! picks the node) and writes the claims' selected node; the tests check where they landed.
@@ -263,4 +264,50 @@ async fn a_second_up_on_the_same_data_dir_adopts_the_objects_and_ec2_volumes() {
     let exit = second.down();
     assert!(exit.success(), "second up ended with {exit}");
     assert_nothing_left(&second);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_migration_the_in_tree_gp2_class_provisions_and_attaches_in_tree() {
+    if !can_run() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start_with(work.path(), 1, 1, &["--migration", "aws-ebs=none"]);
+    cluster.wait_ready().await;
+    cluster.kubectl(
+        &["apply", "-f", "-"],
+        Some(&claim_and_pod("old", "gp2", "old-pod", "node-0")),
+    );
+    cluster.kubectl(
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "pod/old-pod",
+            "--timeout=120s",
+        ],
+        None,
+    );
+    let path = volume_path(&cluster, "old-pod");
+    std::fs::write(path.join("hello.txt"), b"in-tree").unwrap();
+    // The PV controller's in-tree plugin created it, the attach/detach controller attached it
+    // through EC2 itself: an awsElasticBlockStore PV and no VolumeAttachment.
+    let pv = cluster.get_json(&["get", "pvc", "old"])["spec"]["volumeName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pv = cluster.get_json(&["get", "pv", &pv]);
+    let volume_id = pv["spec"]["awsElasticBlockStore"]["volumeID"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an in-tree PV: {pv}"));
+    assert!(pv["spec"]["csi"].is_null(), "{pv}");
+    assert!(volume_attachments(&cluster).is_empty());
+    let attached =
+        cluster.get_json(&["get", "node", "node-0"])["status"]["volumesAttached"].to_string();
+    assert!(
+        attached.contains(&format!("kubernetes.io/aws-ebs/{volume_id}")),
+        "{attached}"
+    );
+    let exit = cluster.terminate().await;
+    assert!(exit.success(), "csi-cluster up ended with {exit}");
+    assert_nothing_left(&cluster);
 }

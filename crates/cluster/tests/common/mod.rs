@@ -54,6 +54,11 @@ impl Cluster {
     /// `csi-cluster up --nodes N --timing fast --data-dir DATA --port 0`; `run` numbers the
     /// output files of successive starts on one data dir.
     pub fn start(work: &Path, nodes: usize, run: usize) -> Cluster {
+        Self::start_with(work, nodes, run, &[])
+    }
+
+    /// [`Cluster::start`] with more flags for `up`.
+    pub fn start_with(work: &Path, nodes: usize, run: usize, extra: &[&str]) -> Cluster {
         let data_dir = work.join("data");
         let stdout = work.join(format!("up-{run}.out"));
         let stderr = work.join(format!("up-{run}.err"));
@@ -62,6 +67,7 @@ impl Cluster {
             .arg(nodes.to_string())
             .arg("--data-dir")
             .arg(&data_dir)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout).unwrap())
             .stderr(std::fs::File::create(&stderr).unwrap())
