@@ -118,11 +118,17 @@ fn requirement_holds(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (value.and_then(number), values.first().and_then(|b| number(b)))
-            else {
+            let (Some(v), Some(bound)) = (
+                value.and_then(number),
+                values.first().and_then(|b| number(b)),
+            ) else {
                 return false;
             };
-            if r.operator == "Gt" { v > bound } else { v < bound }
+            if r.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
         }
         _ => false,
     }
@@ -147,8 +153,16 @@ mod tests {
     fn a_volume_is_on_the_node_its_affinity_names() {
         let labels: BTreeMap<String, String> =
             [("topology.hostpath.csi/node".to_string(), "n1".to_string())].into();
-        assert!(on_node(&pv_on("topology.hostpath.csi/node", "n1"), "n1", &labels));
-        assert!(!on_node(&pv_on("topology.hostpath.csi/node", "n2"), "n1", &labels));
+        assert!(on_node(
+            &pv_on("topology.hostpath.csi/node", "n1"),
+            "n1",
+            &labels
+        ));
+        assert!(!on_node(
+            &pv_on("topology.hostpath.csi/node", "n2"),
+            "n1",
+            &labels
+        ));
         assert!(!on_node(&pv_on("other", "n1"), "n1", &labels));
         let mut no_affinity = pv_on("k", "v");
         no_affinity.spec.as_mut().unwrap().node_affinity = None;
