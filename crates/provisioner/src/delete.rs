@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{NodeSelectorRequirement, PersistentVolume, SecretReference};
+use k8s_openapi::api::core::v1::{PersistentVolume, SecretReference};
 
 use crate::{
     DELETION_SECRET_NAME_ANNOTATION, DELETION_SECRET_NAMESPACE_ANNOTATION, Error,
@@ -93,45 +93,7 @@ pub fn on_node(pv: &PersistentVolume, node: &str, labels: &BTreeMap<String, Stri
     else {
         return false;
     };
-    // Terms are ORed; within a term every requirement must hold.
-    terms.iter().any(|term| {
-        let by_label = term
-            .match_expressions
-            .iter()
-            .flatten()
-            .all(|r| requirement_holds(r, labels.get(&r.key).map(String::as_str)));
-        let by_field = term
-            .match_fields
-            .iter()
-            .flatten()
-            .all(|r| r.key == "metadata.name" && requirement_holds(r, Some(node)));
-        by_label && by_field
-    })
-}
-
-fn requirement_holds(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    let number = |s: &str| s.parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
-        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (
-                value.and_then(number),
-                values.first().and_then(|b| number(b)),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
+    sidecar::node_selector::terms_match(terms, node, labels)
 }
 
 #[cfg(test)]

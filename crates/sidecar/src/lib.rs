@@ -12,6 +12,8 @@
 //! - [`http`]: metrics and health endpoints on `--http-endpoint`.
 //! - [`events`]: core/v1 Events recorded as client-go's recorder does (a repeat bumps the
 //!   first Event's count).
+//! - [`node_selector`]: Kubernetes' NodeSelector rules, shared by the scheduler, the PV
+//!   controller and the provisioner's node deployment.
 //! - [`metrics`]: `csi_sidecar_operations_seconds`, labelled as csi-lib-utils labels it.
 //! - [`workqueue`]: client-go's rate-limited work queue (dedup, one worker per key, per-key
 //!   exponential backoff) with lanes and the `workqueue_*` metrics; the attacher's and the
@@ -28,6 +30,7 @@ pub mod flags;
 pub mod kube_client;
 pub mod leader;
 pub mod metrics;
+pub mod node_selector;
 pub mod workqueue;
 
 pub use telemetry::http;

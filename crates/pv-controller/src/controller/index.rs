@@ -7,9 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{
-    NodeSelectorRequirement, NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim,
-};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use volume_plugins::aws_ebs::provisioner::quantity_to_bytes;
 
@@ -177,39 +175,6 @@ pub(crate) fn selector_matches(
     Ok(true)
 }
 
-fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&String>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    let number = |s: &str| s.parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.contains(v)),
-        "NotIn" => value.is_none_or(|v| !values.contains(v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" => {
-            matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a > b)
-        }
-        "Lt" => {
-            matches!((value.and_then(|v| number(v)), values.first().and_then(|v| number(v))), (Some(a), Some(b)) if a < b)
-        }
-        _ => false,
-    }
-}
-
-fn term_matches(term: &NodeSelectorTerm, node: &NodeInfo) -> bool {
-    let exprs = term.match_expressions.as_deref().unwrap_or_default();
-    let fields = term.match_fields.as_deref().unwrap_or_default();
-    if exprs.is_empty() && fields.is_empty() {
-        // An empty term matches no node (Kubernetes' rule).
-        return false;
-    }
-    exprs
-        .iter()
-        .all(|r| requirement_matches(r, node.labels.get(&r.key)))
-        && fields
-            .iter()
-            .all(|r| r.key == "metadata.name" && requirement_matches(r, Some(&node.name)))
-}
-
 /// Whether the volume's `spec.nodeAffinity.required` admits the node (no affinity: any node).
 pub(crate) fn node_affinity_matches(volume: &PersistentVolume, node: &NodeInfo) -> bool {
     let Some(required) = volume
@@ -220,10 +185,7 @@ pub(crate) fn node_affinity_matches(volume: &PersistentVolume, node: &NodeInfo) 
     else {
         return true;
     };
-    required
-        .node_selector_terms
-        .iter()
-        .any(|t| term_matches(t, node))
+    sidecar::node_selector::terms_match(&required.node_selector_terms, &node.name, &node.labels)
 }
 
 /// One volume with what matching reads, computed once per pass.

@@ -5,9 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration,
-};
+use k8s_openapi::api::core::v1::{Node, NodeSelectorTerm, Pod, Taint, Toleration};
 use k8s_openapi::api::storage::v1::StorageClass;
 
 /// kube-scheduler's reasons (counted per node in the FailedScheduling message).
@@ -132,50 +130,9 @@ fn matches_pod_affinity(pod: &Pod, node: &Node) -> bool {
     }
 }
 
-/// NodeSelectorTerms are ORed; an empty list matches nothing.
+/// Whether `terms` admit the node (Kubernetes' NodeSelector rules, shared with the PV controller).
 pub(crate) fn matches_terms(terms: &[NodeSelectorTerm], node: &Node) -> bool {
-    terms.iter().any(|t| matches_term(t, node))
-}
-
-/// A term's requirements are ANDed; a term with none matches nothing (Kubernetes' rule).
-fn matches_term(term: &NodeSelectorTerm, node: &Node) -> bool {
-    let expressions = term.match_expressions.as_deref().unwrap_or_default();
-    let fields = term.match_fields.as_deref().unwrap_or_default();
-    if expressions.is_empty() && fields.is_empty() {
-        return false;
-    }
-    let node_labels = labels(node);
-    let node_fields = BTreeMap::from([("metadata.name".to_string(), name(node).to_string())]);
-    expressions
-        .iter()
-        .all(|r| matches_requirement(r, node_labels))
-        && fields.iter().all(|r| matches_requirement(r, &node_fields))
-}
-
-fn matches_requirement(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    let have = labels.get(&r.key);
-    let number = |s: &str| s.parse::<i64>().ok();
-    match r.operator.as_str() {
-        "In" => have.is_some_and(|v| values.contains(v)),
-        "NotIn" => have.is_none_or(|v| !values.contains(v)),
-        "Exists" => have.is_some(),
-        "DoesNotExist" => have.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(have), Some(want)) = (
-                have.and_then(|v| number(v.as_str())),
-                values.first().and_then(|v| number(v.as_str())),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                have > want
-            } else {
-                have < want
-            }
-        }
-        _ => false,
-    }
+    sidecar::node_selector::terms_match(terms, name(node), labels(node))
 }
 
 /// A class's `allowedTopologies` admits the node (no list: every node).
