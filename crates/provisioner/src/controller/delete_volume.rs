@@ -89,14 +89,14 @@ async fn sync(ctx: &Ctx, pv: &PersistentVolume) -> Result<bool, Error> {
     let uid = pv.metadata.uid.clone().unwrap_or_default();
     // Already done when our own finalizer removal or delete comes back through the watch
     // (or a write after DeleteVolume failed): only the API writes are left.
-    let volume_deleted_before = ctx.was_deleted(&uid);
+    let volume_deleted_before = ctx.deleted.contains(&uid);
     // Our part is over once the volume is gone, our finalizer is off and the PV is being
     // deleted (or the API server accepted our delete, before the watch shows it): what is left
     // (pv-protection) is the PV controller's. Deleting again would only repeat the same API
     // call for every watch event until the object is gone.
     if volume_deleted_before
         && !has_finalizer(pv)
-        && (pv.metadata.deletion_timestamp.is_some() || ctx.was_pv_delete_accepted(&uid))
+        && (pv.metadata.deletion_timestamp.is_some() || ctx.pv_delete_accepted.contains(&uid))
     {
         return Ok(false);
     }
@@ -115,7 +115,7 @@ async fn sync(ctx: &Ctx, pv: &PersistentVolume) -> Result<bool, Error> {
             )
             .await?;
         tracing::info!(pv = ?pv.metadata.name, volume = %target.volume_handle, "volume deleted");
-        ctx.remember_deleted(&uid);
+        ctx.deleted.insert(&uid);
     }
     let written = if has_finalizer(pv) {
         match kube_io::remove_finalizer(ctx, pv).await? {
@@ -126,6 +126,6 @@ async fn sync(ctx: &Ctx, pv: &PersistentVolume) -> Result<bool, Error> {
         pv.clone()
     };
     kube_io::delete_pv(ctx, &written).await?;
-    ctx.remember_pv_delete_accepted(&uid);
+    ctx.pv_delete_accepted.insert(&uid);
     Ok(!volume_deleted_before)
 }

@@ -5,6 +5,7 @@ mod data_source;
 mod delete_volume;
 mod kube_io;
 mod provision;
+mod remembered;
 mod watch;
 
 use std::collections::HashMap;
@@ -23,6 +24,7 @@ use crate::config::Options;
 use crate::csi::{Driver, Observer};
 use crate::metrics::ControllerMetrics;
 use crate::{Error, claim};
+use remembered::Remembered;
 use sidecar::workqueue::{Backoff, Outcome, SINGLE_LANE, WorkQueue};
 
 const CLAIM_PREFIX: &str = "claim/";
@@ -54,20 +56,16 @@ pub(crate) struct Ctx {
     in_progress: Mutex<HashMap<String, InProgress>>,
     /// UIDs of PVs whose volume we deleted: the watch events of our own finalizer removal and
     /// delete must not call DeleteVolume again.
-    deleted: Mutex<std::collections::HashSet<String>>,
+    pub deleted: Remembered,
     /// UIDs of PVs whose delete the API server accepted.
-    pv_delete_accepted: Mutex<std::collections::HashSet<String>>,
+    pub pv_delete_accepted: Remembered,
     /// Names of PVs we created that the PV watch has not shown yet: a claim event arriving
     /// before the PV's (our own Event, a label change) must not call CreateVolume again.
-    created: Mutex<std::collections::HashSet<String>>,
+    pub created_not_seen: Remembered,
     /// Claims handed back to the scheduler, with the resourceVersion they had: until the watch
     /// shows the claim without its selected node, the cached copy is stale and not acted on.
     rescheduled: Mutex<HashMap<String, String>>,
 }
-
-/// Past this many remembered deleted PVs the memory starts over (a repeat DeleteVolume is
-/// harmless, only wasteful).
-const MAX_REMEMBERED_DELETES: usize = 10_000;
 
 impl Ctx {
     /// Whether `key` at `resource_version` is the copy we already handed back to the scheduler.
@@ -90,65 +88,6 @@ impl Ctx {
                 .unwrap_or_else(|e| e.into_inner())
                 .insert(key.to_string(), v.to_string());
         }
-    }
-
-    pub(crate) fn was_deleted(&self, uid: &str) -> bool {
-        self.deleted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(uid)
-    }
-
-    pub(crate) fn remember_deleted(&self, uid: &str) {
-        let mut d = self.deleted.lock().unwrap_or_else(|e| e.into_inner());
-        if d.len() >= MAX_REMEMBERED_DELETES {
-            d.clear();
-        }
-        d.insert(uid.to_string());
-    }
-
-    pub(crate) fn was_pv_delete_accepted(&self, uid: &str) -> bool {
-        self.pv_delete_accepted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(uid)
-    }
-
-    pub(crate) fn remember_pv_delete_accepted(&self, uid: &str) {
-        let mut d = self
-            .pv_delete_accepted
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if d.len() >= MAX_REMEMBERED_DELETES {
-            d.clear();
-        }
-        d.insert(uid.to_string());
-    }
-
-    /// Whether we created the PV `name` and its watch event has not arrived yet.
-    pub(crate) fn created_not_seen(&self, name: &str) -> bool {
-        self.created
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains(name)
-    }
-
-    pub(crate) fn remember_created(&self, name: &str) {
-        let mut c = self.created.lock().unwrap_or_else(|e| e.into_inner());
-        if c.len() >= MAX_REMEMBERED_DELETES {
-            // Only reached if PV watch events stopped arriving; forgetting costs at most one
-            // idempotent CreateVolume per claim.
-            c.clear();
-        }
-        c.insert(name.to_string());
-    }
-
-    /// The PV watch has shown `name` (created, changed or gone).
-    pub(crate) fn forget_created(&self, name: &str) {
-        self.created
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(name);
     }
 
     pub(crate) fn in_progress(&self) -> MutexGuard<'_, HashMap<String, InProgress>> {
@@ -242,9 +181,9 @@ impl Controller {
             csinodes,
             nodes,
             in_progress: Mutex::new(HashMap::new()),
-            deleted: Mutex::default(),
-            pv_delete_accepted: Mutex::default(),
-            created: Mutex::default(),
+            deleted: Remembered::default(),
+            pv_delete_accepted: Remembered::default(),
+            created_not_seen: Remembered::default(),
             rescheduled: Mutex::default(),
         });
         let stop = shutdown.child_token();
@@ -266,7 +205,7 @@ impl Controller {
             move |pv: &PersistentVolume| {
                 let name = pv.metadata.name.as_deref().unwrap_or_default();
                 // The store has the PV now: claim syncs find it there.
-                c.forget_created(name);
+                c.created_not_seen.remove(name);
                 c.queue.add(&format!("{VOLUME_PREFIX}{name}"), SINGLE_LANE);
             },
         ));

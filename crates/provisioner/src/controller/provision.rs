@@ -119,7 +119,7 @@ async fn provision(
             in_tree_plugin.clone(),
         ),
     };
-    if ctx.created_not_seen(&pv_name) {
+    if ctx.created_not_seen.contains(&pv_name) {
         return Ok(None);
     }
     if let Some(existing) = ctx.pvs.get(&ObjectRef::new(&pv_name)) {
@@ -231,7 +231,7 @@ async fn provision(
             )));
         }
     }
-    ctx.remember_created(&pv_name);
+    ctx.created_not_seen.insert(&pv_name);
     ctx.in_progress().remove(key);
     tracing::info!(claim = %key, pv = %pv_name, volume = %volume.volume_id, "provisioned");
     Ok(Some(pv_name))
