@@ -64,49 +64,19 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     let controller = Controller::new(client, driver, options, &mut registry, operations);
     tracing::info!(driver = %driver_name, handler = controller.handler_kind(), "handler chosen");
 
-    let health = sidecar::Health::default();
     let lease = common.election.config(sidecar::lease_name(
         "external-attacher-leader",
         &driver_name,
     ));
-    if let Some(lease) = &lease {
-        health.register_leader_metric(&mut registry, &lease.lease_name);
-    }
-    let registry = Arc::new(registry);
-    let http = match common.http_endpoint_addr() {
-        Some(addr) => {
-            let server =
-                sidecar::serve_http(addr, &common.metrics_path, registry.clone(), health.clone())
-                    .await?;
-            tracing::info!(address = %server.local_addr(), "serving metrics and health");
-            Some(server)
-        }
-        None => None,
-    };
-    health.set_ready(true);
-
-    let result = match lease {
-        Some(lease) => {
-            tracing::info!(lease = %lease.lease_name, namespace = %lease.namespace, identity = %lease.identity, "leader election on");
-            sidecar::run_as_leader_with_health(
-                election_client,
-                lease,
-                health.clone(),
-                shutdown.clone(),
-                |token| controller.run(token),
-            )
-            .await
-            .map_err(Error::from)
-        }
-        None => {
-            drop(election_client);
-            controller.run(shutdown.clone()).await
-        }
-    };
-    if let Some(server) = http {
-        server.shutdown().await;
-    }
-    result
+    sidecar::serve_and_run(
+        common,
+        registry,
+        lease,
+        election_client,
+        shutdown,
+        |token| controller.run(token),
+    )
+    .await
 }
 
 /// Dials the driver (retrying until `--connection-timeout`), waits for Probe, and reads its

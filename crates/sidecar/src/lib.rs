@@ -31,6 +31,7 @@ pub mod kube_client;
 pub mod leader;
 pub mod metrics;
 pub mod node_selector;
+mod serve;
 pub mod workqueue;
 
 pub use telemetry::http;
@@ -49,6 +50,7 @@ pub use leader::{
     run_as_leader_with_health, sanitize_driver_name,
 };
 pub use metrics::OperationMetrics;
+pub use serve::serve_and_run;
 pub use telemetry::{Health, HttpServer, init_logging, shutdown_on_signals};
 
 /// Binds `addr` (`host:port`, or Go's `:port`) and serves `registry` at `metrics_path` plus
