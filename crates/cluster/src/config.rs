@@ -60,6 +60,12 @@ pub struct UpFlags {
     )]
     pub migration: Migration,
 
+    /// How many of the region's zones (a, b, c) the nodes are spread over, round robin. An EBS
+    /// volume lives in one zone, so it can move only between nodes of that zone: `--zones 1`
+    /// puts every node in us-east-1a.
+    #[arg(long, default_value_t = 3, value_name = "1-3")]
+    pub zones: usize,
+
     /// Also write the kubeconfig here (it is always at DATA_DIR/kubeconfig).
     #[arg(long, value_name = "PATH")]
     pub kubeconfig_out: Option<PathBuf>,
@@ -162,6 +168,33 @@ impl std::fmt::Display for Migration {
     }
 }
 
+/// The migration gates as they are now: the controller side's and each node's. Components
+/// read it when they start, so a change takes effect with their restart (seed 003's upgrade:
+/// controller first, then node by node, each drained before).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MigrationState {
+    pub controller: bool,
+    pub nodes: Vec<bool>,
+}
+
+impl MigrationState {
+    /// Every node as `m.node`.
+    pub fn new(m: Migration, nodes: usize) -> Self {
+        Self {
+            controller: m.controller,
+            nodes: vec![m.node; nodes],
+        }
+    }
+
+    /// Node `i`'s gate (off for a node it does not know).
+    pub fn node(&self, i: usize) -> bool {
+        self.nodes.get(i).copied().unwrap_or(false)
+    }
+}
+
+/// Shared between the running cluster and the components' factories.
+pub(crate) type SharedMigration = std::sync::Arc<std::sync::RwLock<MigrationState>>;
+
 /// What [`crate::up`] runs with.
 #[derive(Debug, Clone)]
 pub struct UpConfig {
@@ -170,6 +203,8 @@ pub struct UpConfig {
     pub ephemeral: bool,
     pub timing: ec2_sim::Timing,
     pub migration: Migration,
+    /// How many zones the nodes are spread over (1 to 3).
+    pub zones: usize,
     pub kubeconfig_out: Option<PathBuf>,
     /// `None`: [`DEFAULT_PORT`] if free, else any; `Some(0)`: any.
     pub port: Option<u16>,
@@ -185,6 +220,12 @@ impl UpFlags {
                 self.nodes
             )));
         }
+        if !(1..=3).contains(&self.zones) {
+            return Err(Error::Config(format!(
+                "--zones must be 1, 2 or 3 (us-east-1a..c), got {}",
+                self.zones
+            )));
+        }
         if self.timing == ec2_sim::Timing::Instant {
             return Err(Error::Config(
                 "--timing must be fast or realistic (instant hides the states the controllers wait for)".into(),
@@ -196,6 +237,7 @@ impl UpFlags {
             ephemeral: self.ephemeral,
             timing: self.timing,
             migration: self.migration,
+            zones: self.zones,
             kubeconfig_out: self.kubeconfig_out.clone(),
             port: self.port,
             verbosity: self.v,
@@ -212,6 +254,7 @@ impl UpConfig {
             ephemeral: false,
             timing: ec2_sim::Timing::Fast,
             migration: Migration::default(),
+            zones: 3,
             kubeconfig_out: None,
             port: None,
             verbosity: 0,

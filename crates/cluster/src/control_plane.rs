@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::Parser as _;
@@ -12,9 +12,18 @@ use ebs_cloud::{Cloud as _, CloudMetrics};
 use ebs_cloud_aws::{AwsCloud, AwsConfig};
 use ec2_sim::{Backing, DeviceLayout, SimConfig, Simulator, Timing};
 
-use crate::config::{DEFAULT_PORT, Migration, UpConfig};
-use crate::supervisor::{Stage, Supervisor};
-use crate::{CLUSTER_NAME, EBS_DRIVER, Error, REGION};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{DEFAULT_PORT, Migration, SharedMigration, UpConfig};
+use crate::supervisor::{self, Factory, Run, Stage, Supervisor};
+use crate::{CLUSTER_NAME, Error, REGION};
+
+/// The control plane's component names (`csi-cluster status`, logs, the fault tests).
+pub const EBS_CONTROLLER: &str = "ebs-csi-driver (controller)";
+pub const PV_CONTROLLER: &str = "PV controller";
+pub const ADC: &str = "attach/detach controller";
+pub const ATTACHER: &str = "csi-attacher (ebs.csi.aws.com)";
+pub const PROVISIONER: &str = "csi-provisioner (ebs.csi.aws.com)";
 
 /// apiserver-lite on 127.0.0.1, persistent under `<data-dir>/apiserver`, its kubeconfig
 /// written to `<data-dir>/kubeconfig` (and `--kubeconfig-out`).
@@ -63,7 +72,7 @@ pub(crate) struct Cloud {
 }
 
 /// ec2-sim with loop devices and one device dir per instance, state under `<data-dir>/ec2`;
-/// one instance per node, zones spread over a, b, c. RunInstances carries a client token per
+/// one instance per node, zones spread over the first `--zones` of a, b, c. RunInstances carries a client token per
 /// node, so a restart on the same data dir finds the same instances.
 pub(crate) async fn start_cloud(config: &UpConfig, data_dir: &Path) -> Result<Cloud, Error> {
     let sim = Simulator::start(
@@ -85,6 +94,7 @@ pub(crate) async fn start_cloud(config: &UpConfig, data_dir: &Path) -> Result<Cl
             .map_err(|e| Error::start("the in-tree aws-ebs plugin's EC2 client", e))?,
     );
     let zones = SimConfig::default().zones;
+    let zones = &zones[..config.zones.clamp(1, zones.len())];
     let mut instances = Vec::new();
     for i in 0..config.nodes {
         let zone = zones[i % zones.len()].clone();
@@ -142,7 +152,7 @@ fn aws_config(endpoint: &str, timing: Timing) -> AwsConfig {
 
 /// The EBS driver's controller service on `<data-dir>/sockets/ebs-controller.sock`.
 pub(crate) fn start_ebs_controller(
-    sup: &mut Supervisor,
+    sup: &Supervisor,
     cloud: &Cloud,
     data_dir: &Path,
 ) -> Result<String, Error> {
@@ -164,59 +174,97 @@ pub(crate) fn start_ebs_controller(
         },
         ..ebs_driver::DriverConfig::default()
     };
-    // Bound here, so the sidecars find the socket as soon as they start.
-    let socket = csi_spec::UnixSocket::bind(&endpoint)
-        .map_err(|e| Error::start("the EBS driver's controller service", e))?;
-    let stop = sup.token(Stage::Drivers);
-    sup.spawn(
-        "ebs-csi-driver (controller)",
-        Stage::Drivers,
-        ebs_driver::serve(socket, config, stop.cancelled_owned()),
-    );
+    let factory = driver_factory(
+        &endpoint,
+        "the EBS driver's controller service",
+        move |socket, stop| {
+            supervisor::run(ebs_driver::serve(
+                socket,
+                config.clone(),
+                stop.cancelled_owned(),
+            ))
+        },
+    )?;
+    sup.spawn(EBS_CONTROLLER, Stage::Drivers, factory);
     Ok(endpoint)
 }
 
+/// A driver's factory: the socket is bound now, so the sidecars find it as soon as they start;
+/// every later run (after a kill or failure) binds it again, replacing the stale file.
+pub(crate) fn driver_factory<F>(endpoint: &str, what: &str, serve: F) -> Result<Factory, Error>
+where
+    F: Fn(csi_spec::UnixSocket, CancellationToken) -> Run + Send + Sync + 'static,
+{
+    let first = csi_spec::UnixSocket::bind(endpoint).map_err(|e| Error::start(what, e))?;
+    let first = Mutex::new(Some(first));
+    let endpoint = endpoint.to_string();
+    let what = what.to_string();
+    Ok(Arc::new(move |stop: CancellationToken| {
+        let bound = first
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .map_or_else(|| csi_spec::UnixSocket::bind(&endpoint), Ok);
+        match bound {
+            Ok(socket) => serve(socket, stop),
+            Err(e) => {
+                let why = format!("{what}: {e}");
+                Box::pin(async move { Err(why) })
+            }
+        }
+    }))
+}
+
 /// The PV controller, the attach/detach controller (both with the in-tree plugin's EC2 client
-/// and the controller side's migration gate), csi-attacher and csi-provisioner for the EBS
-/// driver at `ebs_endpoint`.
+/// and the controller side's migration gate, read at each start), csi-attacher and
+/// csi-provisioner for the EBS driver at `ebs_endpoint`.
 pub(crate) async fn start_controllers(
-    sup: &mut Supervisor,
+    sup: &Supervisor,
     cloud: &Cloud,
     kubeconfig: &Path,
-    migration: Migration,
+    migration: &SharedMigration,
     ebs_endpoint: &str,
 ) -> Result<(), Error> {
-    let gates = Migration::gates(migration.controller);
-    let migrated = volume_plugins::MigratedPlugins::from_feature_gates(gates)
-        .map_err(|e| Error::Config(e.to_string()))?;
     let in_tree: Arc<dyn ebs_cloud::Cloud> = cloud.in_tree.clone();
 
     let pv_client = client(kubeconfig, &pv_controller::user_agent()).await?;
-    let mut pv_config = pv_controller::Config::new(pv_controller::Options {
-        migrated: migrated.clone(),
-        ..pv_controller::Options::default()
-    });
-    pv_config.cloud = Some(in_tree.clone());
-    let stop = sup.token(Stage::Controllers);
+    let (cloud_for_pv, gates) = (in_tree.clone(), migration.clone());
     sup.spawn(
-        "PV controller",
+        PV_CONTROLLER,
         Stage::Controllers,
-        pv_controller::run(pv_client, pv_config, stop),
+        Arc::new(move |stop| {
+            let migrated = match controller_plugins(&gates) {
+                Ok(m) => m,
+                Err(e) => return Box::pin(async move { Err(e) }),
+            };
+            let mut config = pv_controller::Config::new(pv_controller::Options {
+                migrated,
+                ..pv_controller::Options::default()
+            });
+            config.cloud = Some(cloud_for_pv.clone());
+            supervisor::run(pv_controller::run(pv_client.clone(), config, stop))
+        }),
     );
 
-    let mut adc_config = attach_detach::Config::new(
-        Some(kubeconfig.to_path_buf()),
-        attach_detach::Options {
-            migrated,
-            ..attach_detach::Options::default()
-        },
-    );
-    adc_config.cloud = Some(in_tree);
-    let stop = sup.token(Stage::Controllers);
+    let (kubeconfig_for_adc, gates) = (kubeconfig.to_path_buf(), migration.clone());
     sup.spawn(
-        "attach/detach controller",
+        ADC,
         Stage::Controllers,
-        attach_detach::run(adc_config, stop),
+        Arc::new(move |stop| {
+            let migrated = match controller_plugins(&gates) {
+                Ok(m) => m,
+                Err(e) => return Box::pin(async move { Err(e) }),
+            };
+            let mut config = attach_detach::Config::new(
+                Some(kubeconfig_for_adc.clone()),
+                attach_detach::Options {
+                    migrated,
+                    ..attach_detach::Options::default()
+                },
+            );
+            config.cloud = Some(in_tree.clone());
+            supervisor::run(attach_detach::run(config, stop))
+        }),
     );
 
     let kubeconfig_flag = format!("--kubeconfig={}", kubeconfig.display());
@@ -234,22 +282,36 @@ pub(crate) async fn start_controllers(
         .map(std::ffi::OsString::from),
     ))
     .map_err(|e| Error::start("csi-attacher", e))?;
-    let stop = sup.token(Stage::Controllers);
     sup.spawn(
-        "csi-attacher",
+        ATTACHER,
         Stage::Controllers,
-        attacher::run(attacher_config, stop),
+        Arc::new(move |stop| supervisor::run(attacher::run(attacher_config.clone(), stop))),
     );
 
     let provisioner_client = client(kubeconfig, "csi-provisioner/csi-cluster").await?;
     let provisioner_config = provisioner_config(ebs_endpoint, &["--default-fstype=ext4".into()])?;
-    let stop = sup.token(Stage::Controllers);
     sup.spawn(
-        format!("csi-provisioner ({EBS_DRIVER})"),
+        PROVISIONER,
         Stage::Controllers,
-        provisioner::run_with_client(provisioner_config, provisioner_client, stop),
+        Arc::new(move |stop| {
+            supervisor::run(provisioner::run_with_client(
+                provisioner_config.clone(),
+                provisioner_client.clone(),
+                stop,
+            ))
+        }),
     );
     Ok(())
+}
+
+/// The plugins the controller side migrates now.
+fn controller_plugins(gates: &SharedMigration) -> Result<volume_plugins::MigratedPlugins, String> {
+    let on = gates
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .controller;
+    volume_plugins::MigratedPlugins::from_feature_gates(Migration::gates(on))
+        .map_err(|e| e.to_string())
 }
 
 /// csi-provisioner's flags for the driver at `endpoint`, as deploy/ runs it (topology on,

@@ -30,10 +30,14 @@ mod workloads;
 
 use std::path::PathBuf;
 
+pub use config::MigrationState;
 pub use config::{Command, DownFlags, Flags, Migration, StatusFlags, UpConfig, UpFlags};
+pub use control_plane::{ADC, ATTACHER, EBS_CONTROLLER, PROVISIONER, PV_CONTROLLER};
+pub use nodes::{ebs_node_driver, hostpath_driver, hostpath_provisioner, node_agent, registrar};
 pub use pidfile::down;
 pub use status::status;
-pub use up::{READY_LINE, up};
+pub use up::{READY_LINE, RunningCluster, up};
+pub use workloads::{SCHEDULER, STATEFULSET};
 
 /// The EBS CSI driver's name.
 pub const EBS_DRIVER: &str = "ebs.csi.aws.com";

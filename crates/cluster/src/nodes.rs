@@ -5,11 +5,12 @@
 //! node's driver can create them).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::Migration;
-use crate::control_plane::{self, provisioner_config};
-use crate::supervisor::{Stage, Supervisor};
+use crate::config::{Migration, SharedMigration};
+use crate::control_plane::{self, driver_factory, provisioner_config};
+use crate::supervisor::{self, Stage, Supervisor};
 use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER, REGION};
 
 /// Volumes one node may have attached: the EBS driver's default (Nitro's 28 slots less the
@@ -45,13 +46,31 @@ fn driver_socket(root_dir: &Path, driver: &str) -> Result<PathBuf, Error> {
     Ok(dir.join("csi.sock"))
 }
 
-/// Starts everything of `node`.
+/// The names of node `node`'s components (`csi-cluster status`, logs, the fault tests).
+pub fn ebs_node_driver(node: &str) -> String {
+    format!("{node}: ebs-csi-driver (node)")
+}
+pub fn hostpath_driver(node: &str) -> String {
+    format!("{node}: hostpath-csi-driver")
+}
+pub fn registrar(node: &str, driver: &str) -> String {
+    format!("{node}: csi-node-driver-registrar ({driver})")
+}
+pub fn node_agent(node: &str) -> String {
+    format!("{node}: node agent")
+}
+pub fn hostpath_provisioner(node: &str) -> String {
+    format!("{node}: csi-provisioner ({HOSTPATH_DRIVER})")
+}
+
+/// Starts everything of `node`, the `index`-th node (its migration gate in `migration`).
 pub(crate) async fn start_node(
-    sup: &mut Supervisor,
+    sup: &Supervisor,
     node: &NodeSpec,
+    index: usize,
     data_dir: &Path,
     kubeconfig: &Path,
-    migration: Migration,
+    migration: &SharedMigration,
 ) -> Result<(), Error> {
     let root = node.root_dir(data_dir);
     let registry = root.join("plugins_registry");
@@ -78,14 +97,18 @@ pub(crate) async fn start_node(
         },
         ..ebs_driver::DriverConfig::default()
     };
-    let socket = csi_spec::UnixSocket::bind(&ebs_endpoint)
-        .map_err(|e| Error::start(format!("{}: the EBS driver", node.name), e))?;
-    let stop = sup.token(Stage::Drivers);
-    sup.spawn(
-        format!("{}: ebs-csi-driver (node)", node.name),
-        Stage::Drivers,
-        ebs_driver::serve(socket, ebs_config, stop.cancelled_owned()),
-    );
+    let factory = driver_factory(
+        &ebs_endpoint,
+        &format!("{}: the EBS driver", node.name),
+        move |socket, stop| {
+            supervisor::run(ebs_driver::serve(
+                socket,
+                ebs_config.clone(),
+                stop.cancelled_owned(),
+            ))
+        },
+    )?;
+    sup.spawn(ebs_node_driver(&node.name), Stage::Drivers, factory);
 
     // The hostpath driver: node ID = node name (its topology value).
     let hostpath_socket = driver_socket(&root, HOSTPATH_DRIVER)?;
@@ -96,14 +119,18 @@ pub(crate) async fn start_node(
         state_dir: node.dir(data_dir).join("hostpath"),
         ..hostpath_driver::Config::default()
     };
-    let socket = csi_spec::UnixSocket::bind(&hostpath_endpoint)
-        .map_err(|e| Error::start(format!("{}: the hostpath driver", node.name), e))?;
-    let stop = sup.token(Stage::Drivers);
-    sup.spawn(
-        format!("{}: hostpath-csi-driver", node.name),
-        Stage::Drivers,
-        hostpath_driver::serve(socket, hostpath_config, stop.cancelled_owned()),
-    );
+    let factory = driver_factory(
+        &hostpath_endpoint,
+        &format!("{}: the hostpath driver", node.name),
+        move |socket, stop| {
+            supervisor::run(hostpath_driver::serve(
+                socket,
+                hostpath_config.clone(),
+                stop.cancelled_owned(),
+            ))
+        },
+    )?;
+    sup.spawn(hostpath_driver(&node.name), Stage::Drivers, factory);
 
     for (driver, socket) in [
         (EBS_DRIVER, &ebs_socket),
@@ -118,19 +145,15 @@ pub(crate) async fn start_node(
             mode: registrar::Mode::Registration,
             v: 0,
         };
-        let stop = sup.token(Stage::Drivers);
         sup.spawn(
-            format!("{}: csi-node-driver-registrar ({driver})", node.name),
+            registrar(&node.name, driver),
             Stage::Drivers,
-            registrar::run(config, stop),
+            Arc::new(move |stop| supervisor::run(registrar::run(config.clone(), stop))),
         );
     }
 
     let mut options = node_agent::Options::new(&node.name, &root);
     options.provider_id = Some(format!("aws:///{}/{}", node.zone, node.instance_id));
-    options.migrated =
-        volume_plugins::MigratedPlugins::from_feature_gates(Migration::gates(migration.node))
-            .map_err(|e| Error::Config(e.to_string()))?;
     options.dev_root = node.dev_root.clone();
     // The well-known labels a cloud node has; the in-tree provisioner picks the zone from them.
     options.node_labels = [
@@ -141,12 +164,26 @@ pub(crate) async fn start_node(
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let agent = node_agent::Config::new(Some(kubeconfig.to_path_buf()), options);
-    let stop = sup.token(Stage::Controllers);
+    let (kubeconfig_for_agent, gates) = (kubeconfig.to_path_buf(), migration.clone());
     sup.spawn(
-        format!("{}: node agent", node.name),
+        node_agent(&node.name),
         Stage::Controllers,
-        node_agent::run(agent, stop),
+        Arc::new(move |stop| {
+            let on = gates
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .node(index);
+            let mut options = options.clone();
+            match volume_plugins::MigratedPlugins::from_feature_gates(Migration::gates(on)) {
+                Ok(m) => options.migrated = m,
+                Err(e) => {
+                    let why = e.to_string();
+                    return Box::pin(async move { Err(why) });
+                }
+            }
+            let agent = node_agent::Config::new(Some(kubeconfig_for_agent.clone()), options);
+            supervisor::run(node_agent::run(agent, stop))
+        }),
     );
 
     let client = control_plane::client(
@@ -161,11 +198,16 @@ pub(crate) async fn start_node(
             format!("--node-name={}", node.name),
         ],
     )?;
-    let stop = sup.token(Stage::Controllers);
     sup.spawn(
-        format!("{}: csi-provisioner ({HOSTPATH_DRIVER})", node.name),
+        hostpath_provisioner(&node.name),
         Stage::Controllers,
-        provisioner::run_with_client(config, client, stop),
+        Arc::new(move |stop| {
+            supervisor::run(provisioner::run_with_client(
+                config.clone(),
+                client.clone(),
+                stop,
+            ))
+        }),
     );
     Ok(())
 }

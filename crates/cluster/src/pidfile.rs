@@ -38,28 +38,47 @@ fn is_cluster(pid: i32) -> bool {
         .is_ok_and(|c| String::from_utf8_lossy(&c).contains("csi-cluster"))
 }
 
+/// `<data-dir>/csi-cluster.lock`: held (flock) for as long as a cluster runs on the data dir.
+/// The lock, not the pid file, decides who runs: two `up`s started in the same instant both
+/// see no live pid, but only one gets the lock. The kernel drops it when the process dies, so
+/// a SIGKILLed cluster leaves no lock behind.
+fn lock_path(data_dir: &Path) -> PathBuf {
+    data_dir.join("csi-cluster.lock")
+}
+
 /// Claims the data dir for this process: fails if a live csi-cluster holds it, replaces a
-/// stale file.
+/// stale pid file.
 pub(crate) fn claim(data_dir: &Path) -> Result<PidFile, Error> {
-    if let Some(pid) = read(data_dir)
-        && pid != std::process::id() as i32
-        && is_cluster(pid)
-    {
-        return Err(Error::AlreadyRunning {
-            pid,
-            data_dir: data_dir.to_path_buf(),
-        });
+    let lock_file = lock_path(data_dir);
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_file)
+        .map_err(|e| Error::io("opening the lock file", &lock_file, e))?;
+    if let Err(e) = rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        if e == rustix::io::Errno::WOULDBLOCK {
+            return Err(Error::AlreadyRunning {
+                pid: read(data_dir).unwrap_or(0),
+                data_dir: data_dir.to_path_buf(),
+            });
+        }
+        return Err(Error::io("locking", &lock_file, e.into()));
     }
     let file = path(data_dir);
     std::fs::write(&file, format!("{}\n", std::process::id()))
         .map_err(|e| Error::io("writing the pid file", &file, e))?;
-    Ok(PidFile { path: file })
+    Ok(PidFile {
+        path: file,
+        _lock: lock,
+    })
 }
 
-/// Removes the pid file when dropped.
+/// Removes the pid file when dropped, then releases the lock.
 #[derive(Debug)]
 pub(crate) struct PidFile {
     path: PathBuf,
+    _lock: std::fs::File,
 }
 
 impl Drop for PidFile {
@@ -122,8 +141,14 @@ mod tests {
         std::fs::write(path(dir.path()), format!("{}\n", i32::MAX)).unwrap();
         let claimed = claim(dir.path()).unwrap();
         assert_eq!(read(dir.path()), Some(std::process::id() as i32));
+        let second = claim(dir.path()).unwrap_err();
+        assert!(
+            matches!(second, Error::AlreadyRunning { pid, .. } if pid == std::process::id() as i32),
+            "{second}"
+        );
         drop(claimed);
         assert!(!path(dir.path()).exists());
+        drop(claim(dir.path()).unwrap());
     }
 
     #[tokio::test]

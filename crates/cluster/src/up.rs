@@ -2,6 +2,7 @@
 //! stop everything in order and leave no mount, loop device or socket behind.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
@@ -10,7 +11,7 @@ use kube::api::ListParams;
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::UpConfig;
+use crate::config::{MigrationState, SharedMigration, UpConfig};
 use crate::control_plane::{self, kubeconfig_path};
 use crate::nodes::{self, NodeSpec};
 use crate::supervisor::Supervisor;
@@ -38,82 +39,320 @@ impl Drop for Guard {
     }
 }
 
+/// A started cluster, for `up` and for whatever drives one in-process (`demo`, `bench`, the
+/// tests): its clients, its components by name (kill, start, restart), the migration gates
+/// and the API server's restart.
+pub struct RunningCluster {
+    config: UpConfig,
+    data_dir: PathBuf,
+    /// `None` only while [`RunningCluster::restart_api_server`] replaces it.
+    server: Option<apiserver::RunningApiServer>,
+    cloud: control_plane::Cloud,
+    sup: Supervisor,
+    specs: Vec<NodeSpec>,
+    migration: SharedMigration,
+    created: Vec<String>,
+    workload_controllers: Vec<String>,
+    pid_file: Option<pidfile::PidFile>,
+    guard: Guard,
+    started: Instant,
+}
+
+impl RunningCluster {
+    /// Starts every component (not waiting for the nodes: [`RunningCluster::wait_ready`]).
+    /// Needs root.
+    pub async fn start(config: UpConfig) -> Result<Self, Error> {
+        let uid = rustix::process::geteuid();
+        if !uid.is_root() {
+            return Err(Error::NotRoot { uid: uid.as_raw() });
+        }
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| Error::io("creating the data dir", &config.data_dir, e))?;
+        // Canonical: mount points in /proc/self/mountinfo are, and teardown compares with them.
+        let data_dir = std::fs::canonicalize(&config.data_dir)
+            .map_err(|e| Error::io("resolving the data dir", &config.data_dir, e))?;
+        if data_dir == Path::new("/") {
+            return Err(Error::Config("--data-dir must not be /".into()));
+        }
+        let pid_file = pidfile::claim(&data_dir)?;
+        logs::init(&data_dir.join("logs"), config.verbosity)?;
+        sidecar::install_crypto_provider();
+        // A previous run killed with SIGKILL may have left mounts and sockets behind.
+        teardown::unmount_below(&data_dir);
+        teardown::remove_sockets_below(&data_dir);
+        let guard = Guard {
+            data_dir: data_dir.clone(),
+            armed: true,
+        };
+        let started = Instant::now();
+        tracing::info!(data_dir = %data_dir.display(), nodes = config.nodes, migration = %config.migration, "starting");
+
+        let server = control_plane::start_api_server(&config, &data_dir).await?;
+        let kubeconfig = kubeconfig_path(&data_dir);
+        let admin = server.client();
+        let created = objects::ensure(&admin).await?;
+        let cloud = control_plane::start_cloud(&config, &data_dir).await?;
+        let migration: SharedMigration = Arc::new(RwLock::new(MigrationState::new(
+            config.migration,
+            config.nodes,
+        )));
+
+        let sup = Supervisor::new();
+        let ebs_endpoint = control_plane::start_ebs_controller(&sup, &cloud, &data_dir)?;
+        control_plane::start_controllers(&sup, &cloud, &kubeconfig, &migration, &ebs_endpoint)
+            .await?;
+        let mut specs = Vec::new();
+        for (i, (instance_id, zone)) in cloud.instances.iter().enumerate() {
+            let spec = NodeSpec {
+                name: format!("node-{i}"),
+                instance_id: instance_id.clone(),
+                zone: zone.clone(),
+                dev_root: cloud.sim.node_dev_root(instance_id),
+            };
+            nodes::start_node(&sup, &spec, i, &data_dir, &kubeconfig, &migration).await?;
+            specs.push(spec);
+        }
+        let workload_controllers = workloads::start(&sup, &kubeconfig).await?;
+        Ok(Self {
+            config,
+            data_dir,
+            server: Some(server),
+            cloud,
+            sup,
+            specs,
+            migration,
+            created,
+            workload_controllers,
+            pid_file: Some(pid_file),
+            guard,
+            started,
+        })
+    }
+
+    /// Waits until every node is Ready with both drivers in its CSINode.
+    pub async fn wait_ready(&self) -> Result<(), Error> {
+        wait_ready(&self.client()?, &self.specs).await
+    }
+
+    /// An admin client of the API server.
+    pub fn client(&self) -> Result<Client, Error> {
+        self.server
+            .as_ref()
+            .map(apiserver::RunningApiServer::client)
+            .ok_or_else(|| Error::Config("the API server is restarting".into()))
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn api_url(&self) -> Option<&str> {
+        self.server.as_ref().map(apiserver::RunningApiServer::url)
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        kubeconfig_path(&self.data_dir)
+    }
+
+    /// The nodes' names, `node-0` first.
+    pub fn node_names(&self) -> Vec<String> {
+        self.specs.iter().map(|s| s.name.clone()).collect()
+    }
+
+    /// Node `name`'s EC2 instance ID.
+    pub fn instance_id(&self, node: &str) -> Option<&str> {
+        self.specs
+            .iter()
+            .find(|s| s.name == node)
+            .map(|s| s.instance_id.as_str())
+    }
+
+    /// ec2-sim: its call counts, its loop devices.
+    pub fn ec2(&self) -> &ec2_sim::Simulator {
+        &self.cloud.sim
+    }
+
+    /// The in-tree aws-ebs plugin's EC2 call metrics (the PV controller's and the attach/detach
+    /// controller's calls, as kube-controller-manager's cloud provider makes them).
+    pub fn in_tree_ec2_metrics(&self) -> &ebs_cloud::CloudMetrics {
+        self.cloud.in_tree.metrics()
+    }
+
+    /// Every component's name.
+    pub fn components(&self) -> Vec<String> {
+        self.sup.names()
+    }
+
+    /// How many times a component has started (1: never restarted).
+    pub fn starts(&self, component: &str) -> Option<u32> {
+        self.sup.starts(component)
+    }
+
+    /// Whether a component's task runs (false once killed, until started again).
+    pub fn is_running(&self, component: &str) -> bool {
+        self.sup.is_running(component)
+    }
+
+    /// The in-process SIGKILL of one component: its task is dropped where it stands.
+    pub fn kill(&self, component: &str) -> Result<(), Error> {
+        self.sup.kill(component)
+    }
+
+    /// Starts a killed component again.
+    pub fn start_component(&self, component: &str) -> Result<(), Error> {
+        self.sup.start(component)
+    }
+
+    /// Stops one component gracefully and starts it again.
+    pub async fn restart(&self, component: &str) -> Result<(), Error> {
+        self.sup.restart(component).await
+    }
+
+    /// The migration gates now.
+    pub fn migration(&self) -> MigrationState {
+        self.migration
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Turns the controller side's migration gate on or off and restarts the PV controller
+    /// and the attach/detach controller with it (kube-controller-manager's restart with new
+    /// `--feature-gates`).
+    pub async fn set_controller_migration(&self, on: bool) -> Result<(), Error> {
+        self.migration
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .controller = on;
+        for c in [control_plane::PV_CONTROLLER, control_plane::ADC] {
+            self.sup.restart(c).await?;
+        }
+        Ok(())
+    }
+
+    /// Turns node `node`'s migration gate on or off and restarts its node agent (the
+    /// kubelet's restart with new `--feature-gates`; drain the node first, as seed 003 says).
+    pub async fn set_node_migration(&self, node: &str, on: bool) -> Result<(), Error> {
+        let i = self
+            .specs
+            .iter()
+            .position(|s| s.name == node)
+            .ok_or_else(|| Error::Config(format!("no node named {node:?}")))?;
+        self.migration
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .nodes[i] = on;
+        self.sup.restart(&nodes::node_agent(node)).await
+    }
+
+    /// Stops apiserver-lite and starts it again from its data dir on the same port; every
+    /// component's watches break and resume.
+    pub async fn restart_api_server(&mut self) -> Result<(), Error> {
+        let Some(server) = self.server.take() else {
+            return Err(Error::Config("the API server is already restarting".into()));
+        };
+        let port = server.addr().port();
+        server
+            .shutdown()
+            .await
+            .map_err(|e| Error::start("stopping apiserver-lite", e))?;
+        let mut config = self.config.clone();
+        config.port = Some(port);
+        // The port was just freed; another process could take it in between, so retry a bit.
+        let mut last = None;
+        for _ in 0..50 {
+            match control_plane::start_api_server(&config, &self.data_dir).await {
+                Ok(s) => {
+                    self.server = Some(s);
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(last.unwrap_or_else(|| Error::start("apiserver-lite", "did not start")))
+    }
+
+    /// Prints where everything is and how to use it.
+    pub fn print_summary(&self) {
+        if let Some(server) = &self.server {
+            print_summary(
+                &self.config,
+                &self.data_dir,
+                server,
+                &self.specs,
+                &self.created,
+                &self.workload_controllers,
+            );
+        }
+    }
+
+    /// Stops everything in order and checks nothing is left below the data dir.
+    pub async fn stop(self) -> Result<(), Error> {
+        let RunningCluster {
+            config,
+            data_dir,
+            server,
+            cloud,
+            sup,
+            mut pid_file,
+            mut guard,
+            ..
+        } = self;
+        let stopping = Instant::now();
+        sup.stop().await;
+        let unmounted = teardown::unmount_below(&data_dir);
+        if let Err(e) = cloud.sim.shutdown().await {
+            tracing::warn!(error = %e, "stopping ec2-sim");
+        }
+        let detached = teardown::detach_loop_devices_below(&data_dir);
+        if let Some(server) = server
+            && let Err(e) = server.shutdown().await
+        {
+            tracing::warn!(error = %e, "stopping the API server");
+        }
+        teardown::remove_sockets_below(&data_dir);
+        let left = Leftovers::of(&data_dir);
+        guard.armed = !left.is_empty();
+        println!(
+            "stopped in {:.1} s: {} volume mounts unmounted, {} loop devices released after ec2-sim; left: {left}",
+            stopping.elapsed().as_secs_f64(),
+            unmounted.len(),
+            detached.len()
+        );
+        drop(pid_file.take());
+        if config.ephemeral && left.mounts.is_empty() {
+            std::fs::remove_dir_all(&data_dir)
+                .map_err(|e| Error::io("removing the ephemeral data dir", &data_dir, e))?;
+        }
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Leftovers {
+                data_dir,
+                left: format!("{left} ({left:?})"),
+            })
+        }
+    }
+}
+
 /// Runs the cluster until `shutdown` is cancelled (Ctrl-C / SIGTERM in the binary), then
 /// stops it. Needs root.
 pub async fn up(config: UpConfig, shutdown: CancellationToken) -> Result<(), Error> {
-    let uid = rustix::process::geteuid();
-    if !uid.is_root() {
-        return Err(Error::NotRoot { uid: uid.as_raw() });
-    }
-    std::fs::create_dir_all(&config.data_dir)
-        .map_err(|e| Error::io("creating the data dir", &config.data_dir, e))?;
-    // Canonical: mount points in /proc/self/mountinfo are, and teardown compares with them.
-    let data_dir = std::fs::canonicalize(&config.data_dir)
-        .map_err(|e| Error::io("resolving the data dir", &config.data_dir, e))?;
-    if data_dir == Path::new("/") {
-        return Err(Error::Config("--data-dir must not be /".into()));
-    }
-    let pid_file = pidfile::claim(&data_dir)?;
-    let log_dir = data_dir.join("logs");
-    logs::init(&log_dir, config.verbosity)?;
-    sidecar::install_crypto_provider();
-    // A previous run killed with SIGKILL may have left mounts and sockets behind.
-    teardown::unmount_below(&data_dir);
-    teardown::remove_sockets_below(&data_dir);
-    let mut guard = Guard {
-        data_dir: data_dir.clone(),
-        armed: true,
-    };
-    let started = Instant::now();
-    tracing::info!(data_dir = %data_dir.display(), nodes = config.nodes, migration = %config.migration, "starting");
-
-    let server = control_plane::start_api_server(&config, &data_dir).await?;
-    let kubeconfig = kubeconfig_path(&data_dir);
-    let admin = server.client();
-    let created = objects::ensure(&admin).await?;
-    let cloud = control_plane::start_cloud(&config, &data_dir).await?;
-
-    let mut sup = Supervisor::new();
-    let ebs_endpoint = control_plane::start_ebs_controller(&mut sup, &cloud, &data_dir)?;
-    control_plane::start_controllers(
-        &mut sup,
-        &cloud,
-        &kubeconfig,
-        config.migration,
-        &ebs_endpoint,
-    )
-    .await?;
-    let mut specs = Vec::new();
-    for (i, (instance_id, zone)) in cloud.instances.iter().enumerate() {
-        let spec = NodeSpec {
-            name: format!("node-{i}"),
-            instance_id: instance_id.clone(),
-            zone: zone.clone(),
-            dev_root: cloud.sim.node_dev_root(instance_id),
-        };
-        nodes::start_node(&mut sup, &spec, &data_dir, &kubeconfig, config.migration).await?;
-        specs.push(spec);
-    }
-    let workload_controllers = workloads::start(&mut sup, &kubeconfig).await?;
-
-    print_summary(
-        &config,
-        &data_dir,
-        &server,
-        &specs,
-        &created,
-        &workload_controllers,
-    );
+    let cluster = RunningCluster::start(config).await?;
+    cluster.print_summary();
+    let log_dir = cluster.data_dir().join("logs");
     let ready = tokio::select! {
-        r = wait_ready(&admin, &specs) => Some(r),
+        r = cluster.wait_ready() => Some(r),
         () = shutdown.cancelled() => None,
     };
     match ready {
         Some(Ok(())) => println!(
             "{READY_LINE} ({} nodes, {:.1} s). Stop it with Ctrl-C or `csi-cluster down --data-dir {}`.",
-            specs.len(),
-            started.elapsed().as_secs_f64(),
-            data_dir.display()
+            cluster.specs.len(),
+            cluster.started.elapsed().as_secs_f64(),
+            cluster.data_dir().display()
         ),
         Some(Err(e)) => {
             eprintln!("csi-cluster: not every node became ready: {e}");
@@ -121,41 +360,9 @@ pub async fn up(config: UpConfig, shutdown: CancellationToken) -> Result<(), Err
         }
         None => {}
     }
-
     shutdown.cancelled().await;
     println!("stopping ...");
-    let stopping = Instant::now();
-    sup.stop().await;
-    let unmounted = teardown::unmount_below(&data_dir);
-    if let Err(e) = cloud.sim.shutdown().await {
-        tracing::warn!(error = %e, "stopping ec2-sim");
-    }
-    let detached = teardown::detach_loop_devices_below(&data_dir);
-    if let Err(e) = server.shutdown().await {
-        tracing::warn!(error = %e, "stopping the API server");
-    }
-    teardown::remove_sockets_below(&data_dir);
-    let left = Leftovers::of(&data_dir);
-    guard.armed = !left.is_empty();
-    println!(
-        "stopped in {:.1} s: {} volume mounts unmounted, {} loop devices released after ec2-sim; left: {left}",
-        stopping.elapsed().as_secs_f64(),
-        unmounted.len(),
-        detached.len()
-    );
-    drop(pid_file);
-    if config.ephemeral && left.mounts.is_empty() {
-        std::fs::remove_dir_all(&data_dir)
-            .map_err(|e| Error::io("removing the ephemeral data dir", &data_dir, e))?;
-    }
-    if left.is_empty() {
-        Ok(())
-    } else {
-        Err(Error::Leftovers {
-            data_dir,
-            left: format!("{left} ({left:?})"),
-        })
-    }
+    cluster.stop().await
 }
 
 /// Where everything is and how to use it.

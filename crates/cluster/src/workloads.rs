@@ -3,26 +3,41 @@
 //! while it stops.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::Error;
 use crate::control_plane::client;
-use crate::supervisor::{Stage, Supervisor};
+use crate::supervisor::{self, Stage, Supervisor};
+
+/// The workload controllers' component names.
+pub const SCHEDULER: &str = "scheduler";
+pub const STATEFULSET: &str = "StatefulSet controller";
 
 /// Starts the scheduler and the StatefulSet controller; returns their names.
-pub(crate) async fn start(sup: &mut Supervisor, kubeconfig: &Path) -> Result<Vec<String>, Error> {
+pub(crate) async fn start(sup: &Supervisor, kubeconfig: &Path) -> Result<Vec<String>, Error> {
     let scheduler_client = client(kubeconfig, &scheduler::user_agent()).await?;
-    let stop = sup.token(Stage::Workloads);
     sup.spawn(
-        "scheduler",
+        SCHEDULER,
         Stage::Workloads,
-        scheduler::run(scheduler_client, scheduler::Config::default(), stop),
+        Arc::new(move |stop| {
+            supervisor::run(scheduler::run(
+                scheduler_client.clone(),
+                scheduler::Config::default(),
+                stop,
+            ))
+        }),
     );
     let statefulset_client = client(kubeconfig, &statefulset::user_agent()).await?;
-    let stop = sup.token(Stage::Workloads);
     sup.spawn(
-        "StatefulSet controller",
+        STATEFULSET,
         Stage::Workloads,
-        statefulset::run(statefulset_client, statefulset::Config::default(), stop),
+        Arc::new(move |stop| {
+            supervisor::run(statefulset::run(
+                statefulset_client.clone(),
+                statefulset::Config::default(),
+                stop,
+            ))
+        }),
     );
-    Ok(vec!["scheduler".into(), "StatefulSet controller".into()])
+    Ok(vec![SCHEDULER.into(), STATEFULSET.into()])
 }
