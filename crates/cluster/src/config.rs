@@ -30,6 +30,12 @@ pub enum Command {
     Down(DownFlags),
     /// Print nodes, drivers, attached and mounted volumes, claims and stuck operations.
     Status(StatusFlags),
+    /// Walk volumes through the whole lifecycle on a throw-away cluster, printing each step
+    /// with its time and what it proves (`demo migration`: seed 003's upgrade and downgrade).
+    Demo(crate::demo::DemoFlags),
+    /// Measure pod-volume-ready latency, API writes per pod, provisioning throughput and each
+    /// component's memory, per scenario, on throw-away clusters.
+    Bench(crate::bench::BenchFlags),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -65,6 +71,39 @@ pub struct UpFlags {
     /// puts every node in us-east-1a.
     #[arg(long, default_value_t = 3, value_name = "1-3")]
     pub zones: usize,
+
+    /// How volumes of drivers with `attachRequired: false` are handled: bypass-adc (today's
+    /// Kubernetes: no attach/detach controller involvement) or through-adc (seed 000: a no-op
+    /// attach in the attach/detach controller, no VolumeAttachment). Both the attach/detach
+    /// controller and the node agents get it.
+    #[arg(
+        long,
+        default_value = "bypass-adc",
+        value_name = "bypass-adc|through-adc"
+    )]
+    pub skip_attach: volume_plugins::SkipAttachMode,
+
+    /// The built-in hostpath driver's CSIDriver says `attachRequired: true` (the driver then
+    /// offers ControllerPublish and a csi-attacher serves its VolumeAttachments).
+    #[arg(long)]
+    pub hostpath_attach_required: bool,
+
+    /// Run another CSI driver: COMMAND once as the controller plugin and once per node, each
+    /// on its own socket. Placeholders in COMMAND: {endpoint} (unix://... socket), {node}
+    /// (node name; "controller" for the controller plugin), {mode} (controller|node),
+    /// {state-dir}. Repeatable.
+    #[arg(long = "driver", value_name = "NAME=COMMAND")]
+    pub drivers: Vec<String>,
+
+    /// The `--driver` drivers' CSIDrivers say `attachRequired: true` (a csi-attacher per
+    /// driver serves their VolumeAttachments); default false.
+    #[arg(long)]
+    pub attach_required: bool,
+
+    /// Start in the background: return once the cluster is ready, leaving it running (stop it
+    /// with `csi-cluster down`); its output goes to DATA_DIR/logs/up.out.
+    #[arg(long)]
+    pub background: bool,
 
     /// Also write the kubeconfig here (it is always at DATA_DIR/kubeconfig).
     #[arg(long, value_name = "PATH")]
@@ -205,6 +244,12 @@ pub struct UpConfig {
     pub migration: Migration,
     /// How many zones the nodes are spread over (1 to 3).
     pub zones: usize,
+    pub skip_attach: volume_plugins::SkipAttachMode,
+    pub hostpath_attach_required: bool,
+    /// `--driver NAME=COMMAND`, as given (parsed by the component that runs them).
+    pub drivers: Vec<String>,
+    pub attach_required: bool,
+    pub background: bool,
     pub kubeconfig_out: Option<PathBuf>,
     /// `None`: [`DEFAULT_PORT`] if free, else any; `Some(0)`: any.
     pub port: Option<u16>,
@@ -238,6 +283,11 @@ impl UpFlags {
             timing: self.timing,
             migration: self.migration,
             zones: self.zones,
+            skip_attach: self.skip_attach,
+            hostpath_attach_required: self.hostpath_attach_required,
+            drivers: self.drivers.clone(),
+            attach_required: self.attach_required,
+            background: self.background,
             kubeconfig_out: self.kubeconfig_out.clone(),
             port: self.port,
             verbosity: self.v,
@@ -255,6 +305,11 @@ impl UpConfig {
             timing: ec2_sim::Timing::Fast,
             migration: Migration::default(),
             zones: 3,
+            skip_attach: volume_plugins::SkipAttachMode::default(),
+            hostpath_attach_required: false,
+            drivers: Vec::new(),
+            attach_required: false,
+            background: false,
             kubeconfig_out: None,
             port: None,
             verbosity: 0,

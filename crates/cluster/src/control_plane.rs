@@ -223,6 +223,7 @@ pub(crate) async fn start_controllers(
     cloud: &Cloud,
     kubeconfig: &Path,
     migration: &SharedMigration,
+    skip_attach: volume_plugins::SkipAttachMode,
     ebs_endpoint: &str,
 ) -> Result<(), Error> {
     let in_tree: Arc<dyn ebs_cloud::Cloud> = cloud.in_tree.clone();
@@ -259,6 +260,7 @@ pub(crate) async fn start_controllers(
                 Some(kubeconfig_for_adc.clone()),
                 attach_detach::Options {
                     migrated,
+                    skip_attach,
                     ..attach_detach::Options::default()
                 },
             );

@@ -16,8 +16,10 @@
 //! StatefulSet controller), `teardown` (mounts, loop devices, sockets), `pidfile`, [`status`].
 //! `docs/cluster.md` is the user's guide.
 
+pub mod bench;
 pub mod config;
 mod control_plane;
+pub mod demo;
 mod logs;
 mod nodes;
 mod objects;

@@ -35,6 +35,8 @@ fn main() -> anyhow::Result<()> {
                 };
                 print!("{}", cluster::status(&status.data_dir, json).await?);
             }
+            Command::Demo(demo) => cluster::demo::run(demo).await?,
+            Command::Bench(bench) => cluster::bench::run(bench).await?,
         }
         Ok(())
     })

@@ -71,6 +71,7 @@ pub(crate) async fn start_node(
     data_dir: &Path,
     kubeconfig: &Path,
     migration: &SharedMigration,
+    skip_attach: volume_plugins::SkipAttachMode,
 ) -> Result<(), Error> {
     let root = node.root_dir(data_dir);
     let registry = root.join("plugins_registry");
@@ -155,6 +156,7 @@ pub(crate) async fn start_node(
     let mut options = node_agent::Options::new(&node.name, &root);
     options.provider_id = Some(format!("aws:///{}/{}", node.zone, node.instance_id));
     options.dev_root = node.dev_root.clone();
+    options.skip_attach = skip_attach;
     // The well-known labels a cloud node has; the in-tree provisioner picks the zone from them.
     options.node_labels = [
         ("topology.kubernetes.io/zone", node.zone.as_str()),

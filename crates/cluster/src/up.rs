@@ -99,8 +99,15 @@ impl RunningCluster {
 
         let sup = Supervisor::new();
         let ebs_endpoint = control_plane::start_ebs_controller(&sup, &cloud, &data_dir)?;
-        control_plane::start_controllers(&sup, &cloud, &kubeconfig, &migration, &ebs_endpoint)
-            .await?;
+        control_plane::start_controllers(
+            &sup,
+            &cloud,
+            &kubeconfig,
+            &migration,
+            config.skip_attach,
+            &ebs_endpoint,
+        )
+        .await?;
         let mut specs = Vec::new();
         for (i, (instance_id, zone)) in cloud.instances.iter().enumerate() {
             let spec = NodeSpec {
@@ -109,7 +116,16 @@ impl RunningCluster {
                 zone: zone.clone(),
                 dev_root: cloud.sim.node_dev_root(instance_id),
             };
-            nodes::start_node(&sup, &spec, i, &data_dir, &kubeconfig, &migration).await?;
+            nodes::start_node(
+                &sup,
+                &spec,
+                i,
+                &data_dir,
+                &kubeconfig,
+                &migration,
+                config.skip_attach,
+            )
+            .await?;
             specs.push(spec);
         }
         let workload_controllers = workloads::start(&sup, &kubeconfig).await?;
