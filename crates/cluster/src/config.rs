@@ -250,6 +250,9 @@ pub struct UpConfig {
     pub drivers: Vec<String>,
     pub attach_required: bool,
     pub background: bool,
+    /// Keep apiserver-lite's audit record of every request (`bench` counts writes per pod
+    /// with it); off for `up`, where nobody reads it and it would only grow.
+    pub audit: bool,
     pub kubeconfig_out: Option<PathBuf>,
     /// `None`: [`DEFAULT_PORT`] if free, else any; `Some(0)`: any.
     pub port: Option<u16>,
@@ -288,6 +291,7 @@ impl UpFlags {
             drivers: self.drivers.clone(),
             attach_required: self.attach_required,
             background: self.background,
+            audit: false,
             kubeconfig_out: self.kubeconfig_out.clone(),
             port: self.port,
             verbosity: self.v,
@@ -310,6 +314,7 @@ impl UpConfig {
             drivers: Vec::new(),
             attach_required: false,
             background: false,
+            audit: false,
             kubeconfig_out: None,
             port: None,
             verbosity: 0,

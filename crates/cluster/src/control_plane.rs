@@ -35,8 +35,7 @@ pub(crate) async fn start_api_server(
         listen: SocketAddr::from(([127, 0, 0, 1], port)),
         data_dir: Some(data_dir.join("apiserver")),
         kubeconfig_out: Some(kubeconfig_path(data_dir)),
-        // Nobody reads the audit trail of a long-running cluster; it would only grow.
-        audit: false,
+        audit: config.audit,
         ..apiserver::Config::default()
     };
     let server = match config.port {

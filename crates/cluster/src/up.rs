@@ -163,6 +163,21 @@ impl RunningCluster {
         self.server.as_ref().map(apiserver::RunningApiServer::url)
     }
 
+    /// apiserver-lite's record of every request so far (empty unless `UpConfig::audit`).
+    pub fn audit(&self) -> Vec<apiserver::AuditRecord> {
+        self.server
+            .as_ref()
+            .map(apiserver::RunningApiServer::audit)
+            .unwrap_or_default()
+    }
+
+    /// Forgets the audit record so far.
+    pub fn audit_clear(&self) {
+        if let Some(s) = &self.server {
+            s.audit_clear();
+        }
+    }
+
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
     }
