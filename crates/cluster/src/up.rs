@@ -204,6 +204,14 @@ impl RunningCluster {
         &self.cloud.sim
     }
 
+    /// A new EC2 client of ec2-sim, apart from every component's (its calls are counted in no
+    /// component's metrics): for looking at volumes from outside, as `aws ec2` would.
+    pub async fn ec2_client(&self) -> Result<ebs_cloud_aws::AwsCloud, Error> {
+        ebs_cloud_aws::AwsCloud::new(self.cloud.aws.clone(), ebs_cloud::CloudMetrics::new())
+            .await
+            .map_err(|e| Error::start("an EC2 client of ec2-sim", e))
+    }
+
     /// The in-tree aws-ebs plugin's EC2 call metrics (the PV controller's and the attach/detach
     /// controller's calls, as kube-controller-manager's cloud provider makes them).
     pub fn in_tree_ec2_metrics(&self) -> &ebs_cloud::CloudMetrics {
