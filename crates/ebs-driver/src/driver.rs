@@ -63,6 +63,18 @@ pub struct DriverConfig {
     pub embedded_timing: ec2_sim::Timing,
     /// `--http-endpoint`: metrics and health.
     pub http_endpoint: Option<SocketAddr>,
+    /// The series the driver records into; a process that embeds the driver passes handles it
+    /// keeps, to read the counts without scraping `--http-endpoint`.
+    pub metrics: DriverMetrics,
+}
+
+/// The driver's counters, shared with whoever holds a clone (all clones share the series).
+#[derive(Debug, Clone, Default)]
+pub struct DriverMetrics {
+    /// CSI RPCs handled, per method.
+    pub rpc: RpcMetrics,
+    /// The controller service's EC2 calls, per action (none in node mode).
+    pub ec2: CloudMetrics,
 }
 
 impl Default for DriverConfig {
@@ -82,6 +94,7 @@ impl Default for DriverConfig {
             embedded_ec2: None,
             embedded_timing: ec2_sim::Timing::Fast,
             http_endpoint: None,
+            metrics: DriverMetrics::default(),
         }
     }
 }
@@ -116,7 +129,7 @@ struct Parts {
 impl Parts {
     async fn build(mut config: DriverConfig) -> Result<Parts> {
         let mut registry = Registry::with_prefix("ebs_csi");
-        let rpc = RpcMetrics::default();
+        let rpc = config.metrics.rpc.clone();
         rpc.register(&mut registry);
         let mut embedded = None;
         if let Some(dir) = config.embedded_ec2.clone() {
@@ -139,7 +152,7 @@ impl Parts {
         }
         let mut controller = None;
         if config.mode.controller() {
-            let metrics = CloudMetrics::new();
+            let metrics = config.metrics.ec2.clone();
             metrics.register(&mut registry);
             let cloud = AwsCloud::new(config.aws.clone(), metrics)
                 .await

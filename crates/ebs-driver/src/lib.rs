@@ -30,7 +30,7 @@ pub mod node;
 
 pub use controller::{ControllerConfig, ControllerService, CreateVolume, PublishConfig};
 pub use controller_svc::CsiControllerSvc;
-pub use driver::{DriverConfig, Mode, run, serve};
+pub use driver::{DriverConfig, DriverMetrics, Mode, run, serve};
 pub use ebs_cloud::BatchConfig;
 pub use ebs_cloud_aws::AwsConfig;
 pub use identity::{CsiIdentitySvc, IdentityConfig};

@@ -394,6 +394,7 @@ async fn main() -> anyhow::Result<()> {
         embedded_ec2: f.embedded_ec2,
         embedded_timing,
         http_endpoint: f.http_endpoint,
+        metrics: ebs_driver::DriverMetrics::default(),
     };
     // SIGTERM (kubelet, systemd) or SIGINT (Ctrl-C).
     let shutdown = telemetry::shutdown_on_signals();

@@ -23,6 +23,9 @@ fn rpc_histogram() -> Histogram {
 pub struct RpcMetrics {
     calls: Family<Labels, Counter>,
     latency: Family<Labels, Histogram, fn() -> Histogram>,
+    /// Per method whatever the code, for [`RpcMetrics::calls`]; not exported (Prometheus
+    /// sums `calls` over `code` itself).
+    per_method: Family<String, Counter>,
 }
 
 impl Default for RpcMetrics {
@@ -30,6 +33,7 @@ impl Default for RpcMetrics {
         Self {
             calls: Family::default(),
             latency: Family::new_with_constructor(rpc_histogram as fn() -> Histogram),
+            per_method: Family::default(),
         }
     }
 }
@@ -50,8 +54,25 @@ impl RpcMetrics {
         );
     }
 
+    /// RPCs of `method` (`CreateVolume`, `NodeStageVolume`, ...) handled so far, whatever
+    /// their outcome: an embedding process reads them to tell which path served an operation.
+    pub fn calls(&self, method: &str) -> u64 {
+        self.per_method.get_or_create(&method.to_string()).get()
+    }
+
+    /// RPCs of `method` that ended with OK.
+    pub fn succeeded(&self, method: &str) -> u64 {
+        self.calls
+            .get_or_create(&vec![
+                ("method".to_string(), method.to_string()),
+                ("code".to_string(), "OK".to_string()),
+            ])
+            .get()
+    }
+
     fn record(&self, path: &str, code: &str, seconds: f64) {
         let method = path.rsplit('/').next().unwrap_or(path).to_string();
+        self.per_method.get_or_create(&method).inc();
         self.calls
             .get_or_create(&vec![
                 ("method".to_string(), method.clone()),
@@ -143,5 +164,29 @@ mod tests {
         );
         assert!(text.contains("ebs_csi_rpc_duration_seconds_count{method=\"CreateVolume\"} 1"));
         assert!(!text.contains("csi_csi"), "{text}");
+    }
+
+    #[test]
+    fn calls_are_counted_per_method_whatever_the_code() {
+        let m = RpcMetrics::default();
+        let shared = m.clone();
+        m.record("/csi.v1.Node/NodeStageVolume", "OK", 0.01);
+        m.record("/csi.v1.Node/NodeStageVolume", "Internal", 0.01);
+        m.record("/csi.v1.Node/NodePublishVolume", "OK", 0.01);
+        assert_eq!(shared.calls("NodeStageVolume"), 2);
+        assert_eq!(shared.succeeded("NodeStageVolume"), 1);
+        assert_eq!(shared.calls("NodePublishVolume"), 1);
+        assert_eq!(shared.calls("CreateVolume"), 0);
+        // The per-method total is not a series of its own.
+        let mut registry = Registry::default();
+        m.register(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let requests = text
+            .lines()
+            .filter(|l| l.starts_with("rpc_requests_total{") && l.contains("NodeStageVolume"))
+            .count();
+        assert_eq!(requests, 2, "one series per code: {text}");
+        assert!(!text.contains("per_method"), "{text}");
     }
 }
