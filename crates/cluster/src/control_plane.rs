@@ -68,6 +68,8 @@ pub(crate) struct Cloud {
     pub(crate) in_tree: Arc<AwsCloud>,
     /// Node i's instance: (instance ID, zone).
     pub(crate) instances: Vec<(String, String)>,
+    /// The EBS driver's controller service's RPC and EC2 counters (the CSI path).
+    pub(crate) ebs_metrics: ebs_driver::DriverMetrics,
 }
 
 /// ec2-sim with loop devices and one device dir per instance, state under `<data-dir>/ec2`;
@@ -130,6 +132,7 @@ pub(crate) async fn start_cloud(config: &UpConfig, data_dir: &Path) -> Result<Cl
         aws,
         in_tree,
         instances,
+        ebs_metrics: ebs_driver::DriverMetrics::default(),
     })
 }
 
@@ -171,6 +174,7 @@ pub(crate) fn start_ebs_controller(
             },
             ..ebs_driver::ControllerConfig::default()
         },
+        metrics: cloud.ebs_metrics.clone(),
         ..ebs_driver::DriverConfig::default()
     };
     let factory = driver_factory(

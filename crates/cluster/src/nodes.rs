@@ -25,6 +25,8 @@ pub(crate) struct NodeSpec {
     pub(crate) zone: String,
     /// The instance's device dir in ec2-sim: the EBS driver's and the agent's `--dev-root`.
     pub(crate) dev_root: PathBuf,
+    /// The node's EBS driver's RPC counters (NodeStage/NodePublish: the CSI mount path).
+    pub(crate) ebs_metrics: ebs_driver::DriverMetrics,
 }
 
 impl NodeSpec {
@@ -96,6 +98,7 @@ pub(crate) async fn start_node(
             zone: Some(node.zone.clone()),
             max_volumes_per_node: EBS_ATTACH_LIMIT,
         },
+        metrics: node.ebs_metrics.clone(),
         ..ebs_driver::DriverConfig::default()
     };
     let factory = driver_factory(

@@ -115,6 +115,7 @@ impl RunningCluster {
                 instance_id: instance_id.clone(),
                 zone: zone.clone(),
                 dev_root: cloud.sim.node_dev_root(instance_id),
+                ebs_metrics: ebs_driver::DriverMetrics::default(),
             };
             nodes::start_node(
                 &sup,
@@ -216,6 +217,20 @@ impl RunningCluster {
     /// controller's calls, as kube-controller-manager's cloud provider makes them).
     pub fn in_tree_ec2_metrics(&self) -> &ebs_cloud::CloudMetrics {
         self.cloud.in_tree.metrics()
+    }
+
+    /// The EBS driver's controller service's counters: CSI RPCs (CreateVolume,
+    /// ControllerPublishVolume, ...) and its own EC2 calls (the CSI path's).
+    pub fn ebs_controller_metrics(&self) -> &ebs_driver::DriverMetrics {
+        &self.cloud.ebs_metrics
+    }
+
+    /// Node `node`'s EBS driver's counters (NodeStageVolume, NodePublishVolume, ...).
+    pub fn ebs_node_metrics(&self, node: &str) -> Option<&ebs_driver::DriverMetrics> {
+        self.specs
+            .iter()
+            .find(|s| s.name == node)
+            .map(|s| &s.ebs_metrics)
     }
 
     /// Every component's name.
