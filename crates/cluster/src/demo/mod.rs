@@ -2,7 +2,12 @@
 //! printed with its time and what it proves; `demo migration`: seed 003's upgrade and
 //! downgrade walkthrough.
 
+pub mod kube_ops;
+mod lifecycle;
 pub mod migration;
+pub mod narrator;
+
+use std::path::{Path, PathBuf};
 
 use crate::Error;
 
@@ -11,6 +16,18 @@ use crate::Error;
 pub struct DemoFlags {
     #[command(subcommand)]
     pub which: Option<Which>,
+
+    /// How many nodes (at least 3 shows the volume on three different nodes).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub nodes: usize,
+
+    /// How long EC2 state changes take: fast or realistic (AWS's medians).
+    #[arg(long, default_value = "fast", value_name = "fast|realistic")]
+    pub timing: ec2_sim::Timing,
+
+    /// The cluster's data dir. Default: a new directory under /var/tmp, removed at the end.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 /// Which demo (default: the volume lifecycle).
@@ -21,10 +38,37 @@ pub enum Which {
     Migration(migration::MigrationFlags),
 }
 
-/// Runs the demo.
+/// Runs the demo; Ctrl-C or SIGTERM stops it and its cluster cleanly.
 pub async fn run(flags: DemoFlags) -> Result<(), Error> {
+    if !(1..=100).contains(&flags.nodes) {
+        return Err(Error::Config(format!(
+            "--nodes must be between 1 and 100, got {}",
+            flags.nodes
+        )));
+    }
+    if flags.timing == ec2_sim::Timing::Instant {
+        return Err(Error::Config("--timing must be fast or realistic".into()));
+    }
+    let uid = rustix::process::geteuid();
+    if !uid.is_root() {
+        return Err(Error::NotRoot { uid: uid.as_raw() });
+    }
     match flags.which {
         Some(Which::Migration(m)) => migration::run(m).await,
-        None => Err(Error::Config("csi-cluster demo is being built".into())),
+        None => lifecycle::run(flags, sidecar::shutdown_on_signals()).await,
     }
+}
+
+/// The data dir to use: the given one (kept), or a new one under /var/tmp (removed at the
+/// end: the `bool`).
+pub(crate) fn data_dir(given: Option<&Path>) -> Result<(PathBuf, bool), Error> {
+    if let Some(dir) = given {
+        return Ok((dir.to_path_buf(), false));
+    }
+    let base = Path::new("/var/tmp");
+    let dir = tempfile::Builder::new()
+        .prefix("csi-cluster-demo-")
+        .tempdir_in(base)
+        .map_err(|e| Error::io("creating a data dir in", base, e))?;
+    Ok((dir.keep(), true))
 }
