@@ -39,6 +39,9 @@ pub struct Config {
     pub stage_unstage: bool,
     /// Where sysfs is mounted (loop devices' backing files, device sizes).
     pub sys_root: PathBuf,
+    /// Offer PUBLISH_UNPUBLISH_VOLUME (the Go driver's `--enable-attach`), for a CSIDriver
+    /// with `attachRequired: true`: ControllerPublish checks the node, nothing is attached.
+    pub enable_attach: bool,
 }
 
 impl Default for Config {
@@ -53,6 +56,7 @@ impl Default for Config {
             max_volumes_per_node: 0,
             stage_unstage: true,
             sys_root: PathBuf::from("/sys"),
+            enable_attach: false,
         }
     }
 }
@@ -117,6 +121,7 @@ mod tests {
         assert_eq!(c.capacity_bytes, 100 << 30);
         assert_eq!(c.max_volumes_per_node, 0);
         assert!(c.stage_unstage);
+        assert!(!c.enable_attach);
         assert!(c.node_id.is_empty());
     }
 }

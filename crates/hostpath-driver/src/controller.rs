@@ -1,5 +1,6 @@
 //! csi.v1.Controller: volumes and snapshots as directories and sparse images under the state
-//! directory. No ControllerPublish: a hostpath volume needs no attach (the skip-attach case).
+//! directory. ControllerPublish only with `--enable-attach` (see `publish`): by default a
+//! hostpath volume needs no attach (the skip-attach case).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,12 +12,13 @@ use csi_spec::v1::volume_content_source::{SnapshotSource, Type as SourceType, Vo
 use csi_spec::v1::{
     ControllerExpandVolumeRequest, ControllerExpandVolumeResponse,
     ControllerGetCapabilitiesRequest, ControllerGetCapabilitiesResponse,
-    ControllerServiceCapability, CreateSnapshotRequest, CreateSnapshotResponse,
-    CreateVolumeRequest, CreateVolumeResponse, DeleteSnapshotRequest, DeleteSnapshotResponse,
-    DeleteVolumeRequest, DeleteVolumeResponse, GetCapacityRequest, GetCapacityResponse,
-    ListSnapshotsRequest, ListSnapshotsResponse, ListVolumesRequest, ListVolumesResponse,
-    ValidateVolumeCapabilitiesRequest, ValidateVolumeCapabilitiesResponse, VolumeContentSource,
-    list_snapshots_response, list_volumes_response,
+    ControllerPublishVolumeRequest, ControllerPublishVolumeResponse, ControllerServiceCapability,
+    ControllerUnpublishVolumeRequest, ControllerUnpublishVolumeResponse, CreateSnapshotRequest,
+    CreateSnapshotResponse, CreateVolumeRequest, CreateVolumeResponse, DeleteSnapshotRequest,
+    DeleteSnapshotResponse, DeleteVolumeRequest, DeleteVolumeResponse, GetCapacityRequest,
+    GetCapacityResponse, ListSnapshotsRequest, ListSnapshotsResponse, ListVolumesRequest,
+    ListVolumesResponse, ValidateVolumeCapabilitiesRequest, ValidateVolumeCapabilitiesResponse,
+    VolumeContentSource, list_snapshots_response, list_volumes_response,
 };
 use tonic::{Request, Response, Status};
 
@@ -25,7 +27,7 @@ use crate::config::{DEFAULT_VOLUME_SIZE, TOPOLOGY_KEY};
 use crate::driver::Driver;
 use crate::state::{Kind, Snapshot, Source, Volume};
 use crate::validate::{self, non_empty};
-use crate::{Error, Result, expand, loopdev, snapshots};
+use crate::{Error, Result, expand, loopdev, publish, snapshots};
 
 #[derive(Debug)]
 pub(crate) struct ControllerSvc {
@@ -147,7 +149,7 @@ impl ControllerSvc {
         };
         self.check_source(source.as_ref(), kind, size).await?;
         let volume = Volume {
-            id: uuid::Uuid::new_v4().to_string(),
+            id: publish::new_volume_id(&d.config.node_id),
             name: req.name.clone(),
             kind,
             capacity_bytes: size,
@@ -440,6 +442,11 @@ impl Controller for ControllerSvc {
         &self,
         _request: Request<ControllerGetCapabilitiesRequest>,
     ) -> Result<Response<ControllerGetCapabilitiesResponse>, Status> {
+        let attach = self
+            .driver
+            .config
+            .enable_attach
+            .then_some(Rpc::PublishUnpublishVolume);
         let capabilities = [
             Rpc::CreateDeleteVolume,
             Rpc::ListVolumes,
@@ -451,11 +458,40 @@ impl Controller for ControllerSvc {
             Rpc::SingleNodeMultiWriter,
         ]
         .into_iter()
+        .chain(attach)
         .map(ControllerServiceCapability::rpc)
         .collect();
         Ok(Response::new(ControllerGetCapabilitiesResponse {
             capabilities,
         }))
+    }
+
+    async fn controller_publish_volume(
+        &self,
+        request: Request<ControllerPublishVolumeRequest>,
+    ) -> Result<Response<ControllerPublishVolumeResponse>, Status> {
+        if !self.driver.config.enable_attach {
+            return Err(Status::unimplemented(
+                "ControllerPublishVolume: this driver runs without --enable-attach (nothing to attach)",
+            ));
+        }
+        publish::publish(&self.driver, &request.into_inner()).await?;
+        Ok(Response::new(ControllerPublishVolumeResponse {
+            publish_context: HashMap::new(),
+        }))
+    }
+
+    async fn controller_unpublish_volume(
+        &self,
+        request: Request<ControllerUnpublishVolumeRequest>,
+    ) -> Result<Response<ControllerUnpublishVolumeResponse>, Status> {
+        if !self.driver.config.enable_attach {
+            return Err(Status::unimplemented(
+                "ControllerUnpublishVolume: this driver runs without --enable-attach (nothing to attach)",
+            ));
+        }
+        publish::unpublish(&request.into_inner())?;
+        Ok(Response::new(ControllerUnpublishVolumeResponse {}))
     }
 
     async fn controller_expand_volume(

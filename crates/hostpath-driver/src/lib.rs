@@ -38,6 +38,7 @@ mod locks;
 mod loopdev;
 mod mounts;
 mod node;
+mod publish;
 mod snapshots;
 mod state;
 mod validate;
@@ -58,6 +59,17 @@ pub enum Error {
     /// The volume, snapshot or path a request names does not exist.
     #[error("{kind} {id} does not exist")]
     NotFound { kind: &'static str, id: String },
+
+    /// ControllerPublishVolume to a node the volume is not on (a hostpath volume is reachable
+    /// from its own node only).
+    #[error(
+        "node {node} does not exist for volume {volume}: a hostpath volume can be published only to its own node, {home}"
+    )]
+    NodeNotFound {
+        node: String,
+        volume: String,
+        home: String,
+    },
 
     /// The name is taken with other parameters, or a path is staged/published differently.
     #[error("{0}")]
@@ -143,7 +155,7 @@ impl Error {
         use tonic::Code;
         match self {
             Error::InvalidArgument { .. } | Error::Config(_) => Code::InvalidArgument,
-            Error::NotFound { .. } => Code::NotFound,
+            Error::NotFound { .. } | Error::NodeNotFound { .. } => Code::NotFound,
             Error::AlreadyExists(_) => Code::AlreadyExists,
             Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::OutOfRange(_) => Code::OutOfRange,

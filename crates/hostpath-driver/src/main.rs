@@ -7,8 +7,8 @@ use clap::Parser;
 use hostpath_driver::{Config, DEFAULT_DRIVER_NAME, parse_quantity};
 
 /// A node-local CSI driver: mount volumes are directories under the state directory, block
-/// volumes sparse files behind loop devices. Serves csi.v1.Identity, Controller (no
-/// ControllerPublish: nothing to attach) and Node on a unix socket.
+/// volumes sparse files behind loop devices. Serves csi.v1.Identity, Controller (ControllerPublish
+/// only with --enable-attach: nothing to attach) and Node on a unix socket.
 ///
 /// Takes the Go csi-driver-host-path's flag names (`--nodeid`, `--drivername`, `--statedir`,
 /// `--maxvolumespernode`) as well as dashed ones, with one or two dashes.
@@ -53,6 +53,11 @@ struct Flags {
     #[arg(long, default_value = "/sys")]
     sys_root: PathBuf,
 
+    /// Offer ControllerPublish/Unpublish (for a CSIDriver with attachRequired: true). Nothing is
+    /// attached: publishing checks that the node is the volume's node.
+    #[arg(long)]
+    enable_attach: bool,
+
     /// klog verbosity: 0-3 info, 4 debug, 5 and more trace (RUST_LOG overrides).
     #[arg(long = "v", default_value_t = 0)]
     verbosity: u8,
@@ -76,6 +81,7 @@ async fn main() -> anyhow::Result<()> {
         max_volumes_per_node: f.max_volumes_per_node,
         stage_unstage: f.stage_unstage,
         sys_root: f.sys_root,
+        enable_attach: f.enable_attach,
         ..Config::default()
     };
     // SIGTERM (kubelet, systemd) or SIGINT: stop serving and remove the socket.
