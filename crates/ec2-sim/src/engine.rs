@@ -4,6 +4,7 @@ use crate::Error;
 use crate::actions;
 use crate::backing::Disks;
 use crate::config::{Faults, SimConfig};
+use crate::history::{AttachmentLog, HISTORY_CAPACITY};
 use crate::ids::now_ms;
 use crate::model::{AttachState, Cloud, Effect};
 use crate::query::Params;
@@ -19,6 +20,8 @@ pub(crate) struct Engine {
     pub(crate) dirty: bool,
     /// The last loop-device reconciliation failed; retry at the next tick.
     reconcile_failed: bool,
+    /// Every attachment state change seen (in memory only).
+    pub(crate) history: AttachmentLog,
 }
 
 /// Every EC2 action the simulator implements.
@@ -65,6 +68,7 @@ impl Engine {
             disks,
             dirty: true,
             reconcile_failed: false,
+            history: AttachmentLog::new(HISTORY_CAPACITY),
         };
         engine.tick();
         // Adopt or create the devices attachments need first, then drop leftovers.
@@ -97,6 +101,7 @@ impl Engine {
         if changed || self.reconcile_failed {
             self.reconcile();
         }
+        self.history.observe(&self.cloud, now);
         self.save();
     }
 
@@ -149,6 +154,7 @@ impl Engine {
         let now = now_ms();
         let mut x = Xml::response(action, request_id);
         let result = actions::dispatch(self, action, params, now, &mut x);
+        self.history.observe(&self.cloud, now);
         if self.dirty {
             // Reconcile right away: with Timing::Instant a device exists when the call returns.
             self.reconcile();

@@ -8,6 +8,7 @@ mod actions;
 mod backing;
 mod config;
 mod engine;
+mod history;
 mod ids;
 mod limits;
 mod links;
@@ -24,6 +25,9 @@ use std::path::PathBuf;
 pub use config::{
     Backing, DEFAULT_KMS_ALIAS, DEFAULT_MAX_ATTACHMENTS, DeviceLayout, Faults, SimConfig, Throttle,
     Timing, instance_device_dir,
+};
+pub use history::{
+    AttachmentEvent, AttachmentHistory, AttachmentState, HISTORY_CAPACITY, MultiHolder,
 };
 pub use server::{Simulator, run};
 

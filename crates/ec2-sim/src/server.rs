@@ -115,6 +115,14 @@ impl Simulator {
         lock(&self.shared.counts).clear();
     }
 
+    /// Every attachment state change since start (bounded: [`crate::HISTORY_CAPACITY`]), for
+    /// proving afterwards that no volume was held by two instances
+    /// ([`crate::AttachmentHistory::double_attachments`]). Attachments present at start are
+    /// recorded first, at their state then.
+    pub fn attachment_history(&self) -> crate::AttachmentHistory {
+        lock(&self.shared.engine).history.snapshot()
+    }
+
     /// Replaces the fault configuration.
     pub fn set_faults(&self, faults: Faults) {
         lock(&self.shared.engine).faults = faults;
@@ -219,6 +227,7 @@ fn router(shared: Arc<Shared>) -> Router {
         .route("/_sim/calls", get(get_calls))
         .route("/_sim/calls/reset", post(reset_calls))
         .route("/_sim/faults", get(get_faults).put(put_faults))
+        .route("/_sim/attachments", get(get_attachments))
         .route("/metrics", get(get_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(shared)
@@ -344,6 +353,16 @@ async fn put_faults(State(s): State<Arc<Shared>>, body: Bytes) -> Response {
             serde_json::json!({ "error": e.to_string() }).to_string(),
         ),
     }
+}
+
+async fn get_attachments(State(s): State<Arc<Shared>>) -> Response {
+    let history = lock(&s.engine).history.snapshot();
+    let body = serde_json::json!({
+        "events": history.events,
+        "dropped": history.dropped,
+        "doubleAttachments": history.double_attachments(),
+    });
+    json(StatusCode::OK, body.to_string())
 }
 
 async fn get_metrics(State(s): State<Arc<Shared>>) -> Response {

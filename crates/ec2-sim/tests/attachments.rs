@@ -418,3 +418,105 @@ async fn attachment_limit_per_instance() {
         }
     }
 }
+
+/// The attachment history: a volume moved between two instances (the second attach refused
+/// with VolumeInUse while the first holds it) is recorded change by change with no double
+/// attachment; a Multi-Attach volume's two holders are reported, but not as a double
+/// attachment; `GET /_sim/attachments` answers the same record.
+#[tokio::test]
+async fn attachment_history_records_moves_and_multi_attach() {
+    let s = start(Timing::Fast).await;
+    let i1 = s.ec2.run_instance("us-east-1a").await;
+    let i2 = s.ec2.run_instance("us-east-1a").await;
+    let v = s.ec2.create_volume("us-east-1a", "1", &[]).await;
+    s.ec2.wait_status(&v, "available").await;
+    s.ec2.ok("AttachVolume", &att(&v, &i1, "/dev/xvdba")).await;
+    s.ec2
+        .fails(
+            "AttachVolume",
+            &att(&v, &i2, "/dev/xvdba"),
+            400,
+            "VolumeInUse",
+        )
+        .await;
+    s.ec2.wait_attached(&v).await;
+    s.ec2
+        .ok("DetachVolume", &[("VolumeId", &v), ("InstanceId", &i1)])
+        .await;
+    // Refused while the detach is still in progress, too.
+    s.ec2
+        .fails(
+            "AttachVolume",
+            &att(&v, &i2, "/dev/xvdba"),
+            400,
+            "VolumeInUse",
+        )
+        .await;
+    s.ec2.wait_status(&v, "available").await;
+    s.ec2.ok("AttachVolume", &att(&v, &i2, "/dev/xvdba")).await;
+    s.ec2.wait_attached(&v).await;
+
+    let h = s.sim.attachment_history();
+    let seen: Vec<(String, &str)> = h
+        .of_volume(&v)
+        .map(|e| (e.instance_id.clone(), e.state.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (i1.clone(), "attaching"),
+            (i1.clone(), "attached"),
+            (i1.clone(), "detaching"),
+            (i1.clone(), "detached"),
+            (i2.clone(), "attaching"),
+            (i2.clone(), "attached"),
+        ]
+    );
+    assert!(
+        h.events
+            .windows(2)
+            .all(|w| w[0].seq < w[1].seq && w[0].at_ms <= w[1].at_ms)
+    );
+    assert!(h.multi_holders().is_empty(), "{:?}", h.multi_holders());
+    assert_eq!(h.dropped, 0);
+
+    let m = s
+        .ec2
+        .ok(
+            "CreateVolume",
+            &[
+                ("AvailabilityZone", "us-east-1a"),
+                ("Size", "4"),
+                ("VolumeType", "io2"),
+                ("Iops", "100"),
+                ("MultiAttachEnabled", "true"),
+            ],
+        )
+        .await
+        .get("volumeId");
+    s.ec2.wait_status(&m, "available").await;
+    s.ec2.ok("AttachVolume", &att(&m, &i1, "/dev/xvdbb")).await;
+    s.ec2.ok("AttachVolume", &att(&m, &i2, "/dev/xvdbb")).await;
+    let h = s.sim.attachment_history();
+    // One entry per change while both hold it (their attaching → attached steps may land in
+    // between).
+    let multi = h.multi_holders();
+    assert!(!multi.is_empty());
+    let mut both = vec![i1.clone(), i2.clone()];
+    both.sort();
+    for moment in &multi {
+        assert_eq!(moment.volume_id, m, "{multi:?}");
+        assert!(moment.multi_attach, "{multi:?}");
+        assert_eq!(moment.instances, both, "{multi:?}");
+    }
+    assert!(h.double_attachments().is_empty());
+
+    let (status, body) = s.ec2.raw("GET", "/_sim/attachments", "").await;
+    assert_eq!(status, 200, "{body}");
+    let json: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(json["events"].as_array().unwrap().len() >= 8, "{json}");
+    assert_eq!(json["events"][0]["state"], "attaching");
+    assert_eq!(json["events"][0]["volumeId"], v.as_str());
+    assert_eq!(json["doubleAttachments"].as_array().unwrap().len(), 0);
+    assert_eq!(json["dropped"], 0);
+}
