@@ -369,7 +369,9 @@ impl RunningCluster {
         teardown::remove_sockets_below(&data_dir);
         let left = Leftovers::of(&data_dir);
         guard.armed = !left.is_empty();
-        println!(
+        // stderr: stdout belongs to what drives the cluster (`bench --output json` prints its
+        // report there).
+        eprintln!(
             "stopped in {:.1} s: {} volume mounts unmounted, {} loop devices released after ec2-sim; left: {left}",
             stopping.elapsed().as_secs_f64(),
             unmounted.len(),
