@@ -82,6 +82,17 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "verbs": ["get", "patch", "update"],
             }));
         }
+        if crate::handlers::has_scale(r) {
+            out.push(json!({
+                "name": format!("{}/scale", r.plural),
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "group": "autoscaling",
+                "version": "v1",
+                "kind": "Scale",
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
         if r.group.is_empty() && r.plural == "pods" {
             out.push(json!({
                 "name": "pods/binding",
@@ -225,10 +236,12 @@ mod tests {
             vec![
                 "deployments",
                 "deployments/status",
+                "deployments/scale",
                 "daemonsets",
                 "daemonsets/status",
                 "statefulsets",
-                "statefulsets/status"
+                "statefulsets/status",
+                "statefulsets/scale"
             ]
         );
         assert_eq!(apps["resources"][0]["shortNames"], json!(["deploy"]));

@@ -3,6 +3,9 @@
 
 mod delete;
 mod managed;
+mod scale;
+
+pub(crate) use scale::has_scale;
 mod smp;
 mod write;
 
@@ -202,6 +205,9 @@ async fn route(app: &Arc<App>, path: &str, req: Req) -> ApiResult<Response> {
         (&Method::PATCH, true, None | Some("status")) => write::patch(app, &target, &req),
         (&Method::DELETE, true, None) => delete::delete(app, &target, &req),
         (&Method::POST, true, Some("binding")) => write::bind(app, &target, &req),
+        (&Method::GET, true, Some("scale")) => scale::get(app, &target),
+        (&Method::PUT, true, Some("scale")) => scale::write(app, &target, &req, false),
+        (&Method::PATCH, true, Some("scale")) => scale::write(app, &target, &req, true),
         (m, ..) => Err(ApiError::method_not_allowed(m.as_str())),
     }
 }
@@ -234,6 +240,7 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> ApiResult<Target> 
         None => {}
         Some("status") if def.status => {}
         Some("binding") if def.plural == "pods" && def.group.is_empty() => {}
+        Some("scale") if scale::has_scale(def) => {}
         Some(_) => return Err(ApiError::no_route()),
     }
     Ok(Target { res, ns, name, sub })

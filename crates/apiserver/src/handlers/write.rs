@@ -368,7 +368,7 @@ pub(super) fn update(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
     Ok(answer_write(committed))
 }
 
-enum PatchKind {
+pub(super) enum PatchKind {
     Merge(Value),
     Json(json_patch::Patch),
     Strategic(Value),
@@ -388,7 +388,7 @@ fn manager(req: &Req) -> String {
     }
 }
 
-fn parse_patch(req: &Req) -> ApiResult<PatchKind> {
+pub(super) fn parse_patch(req: &Req) -> ApiResult<PatchKind> {
     let ct = req.content_type.split(';').next().unwrap_or("").trim();
     match ct {
         "application/merge-patch+json" => {
