@@ -130,7 +130,29 @@ impl Cluster {
     }
 
     pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> std::process::Output {
-        let mut child = Command::new("kubectl")
+        self.kubectl_output_with(Path::new("kubectl"), args, stdin)
+    }
+
+    /// [`Cluster::kubectl`] with another kubectl binary (Debian's 1.20).
+    pub fn kubectl_with(&self, bin: &Path, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl_output_with(bin, args, stdin);
+        assert!(
+            out.status.success(),
+            "{} {args:?} failed: {}\n{}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr),
+            self.output()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn kubectl_output_with(
+        &self,
+        bin: &Path,
+        args: &[&str],
+        stdin: Option<&str>,
+    ) -> std::process::Output {
+        let mut child = Command::new(bin)
             .arg("--kubeconfig")
             .arg(self.kubeconfig())
             .args(args)
@@ -244,6 +266,18 @@ impl Drop for Cluster {
             let _ = Command::new("losetup").arg("-d").arg(dev).status();
         }
     }
+}
+
+/// Debian's kubectl 1.20 (`kubernetes-client`), which scripts/setup unpacks beside the kubectl
+/// on PATH; `CSI_RS_KUBECTL_1_20` overrides where.
+pub fn kubectl_1_20() -> Option<PathBuf> {
+    std::env::var_os("CSI_RS_KUBECTL_1_20")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".cache/csi-rs-kubectl-1.20/usr/bin/kubectl"))
+        })
+        .filter(|b| b.is_file())
 }
 
 /// Loop devices whose backing file is below `dir`: (device, backing file).
