@@ -1,6 +1,7 @@
 //! The API server, the cloud (ec2-sim on loop devices and one EC2 instance per node) and the
 //! control plane: the EBS driver's controller service, the PV controller, the attach/detach
-//! controller, csi-attacher and csi-provisioner for `ebs.csi.aws.com`.
+//! controller, csi-attacher and csi-provisioner for `ebs.csi.aws.com`; with
+//! `--hostpath-attach-required`, a controller-only hostpath driver and a csi-attacher for it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -14,6 +15,7 @@ use ec2_sim::{Backing, DeviceLayout, SimConfig, Simulator, Timing};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::HOSTPATH_DRIVER;
 use crate::config::{DEFAULT_PORT, Migration, SharedMigration, UpConfig};
 use crate::supervisor::{self, Factory, Run, Stage, Supervisor};
 use crate::{CLUSTER_NAME, Error, REGION};
@@ -23,6 +25,8 @@ pub const EBS_CONTROLLER: &str = "ebs-csi-driver (controller)";
 pub const PV_CONTROLLER: &str = "PV controller";
 pub const ADC: &str = "attach/detach controller";
 pub const ATTACHER: &str = "csi-attacher (ebs.csi.aws.com)";
+/// The hostpath driver's controller-only instance (`--hostpath-attach-required`).
+pub const HOSTPATH_CONTROLLER: &str = "hostpath-csi-driver (controller)";
 pub const PROVISIONER: &str = "csi-provisioner (ebs.csi.aws.com)";
 
 /// apiserver-lite on 127.0.0.1, persistent under `<data-dir>/apiserver`, its kubeconfig
@@ -272,26 +276,7 @@ pub(crate) async fn start_controllers(
         }),
     );
 
-    let kubeconfig_flag = format!("--kubeconfig={}", kubeconfig.display());
-    let attacher_config = attacher::Config::try_parse_from(sidecar::normalize_go_args(
-        [
-            "csi-attacher".to_string(),
-            format!("--csi-address={ebs_endpoint}"),
-            kubeconfig_flag,
-            "--kube-api-qps=-1".into(),
-            "--timeout=60s".into(),
-            "--retry-interval-start=500ms".into(),
-            "--retry-interval-max=30s".into(),
-        ]
-        .into_iter()
-        .map(std::ffi::OsString::from),
-    ))
-    .map_err(|e| Error::start("csi-attacher", e))?;
-    sup.spawn(
-        ATTACHER,
-        Stage::Controllers,
-        Arc::new(move |stop| supervisor::run(attacher::run(attacher_config.clone(), stop))),
-    );
+    spawn_attacher(sup, ATTACHER, ebs_endpoint, kubeconfig)?;
 
     let provisioner_client = client(kubeconfig, "csi-provisioner/csi-cluster").await?;
     let provisioner_config = provisioner_config(ebs_endpoint, &["--default-fstype=ext4".into()])?;
@@ -307,6 +292,76 @@ pub(crate) async fn start_controllers(
         }),
     );
     Ok(())
+}
+
+/// A csi-attacher (named `name`) for the driver at `endpoint`; it learns the driver's name
+/// from GetPluginInfo and serves every VolumeAttachment of that driver, whatever the node.
+pub(crate) fn spawn_attacher(
+    sup: &Supervisor,
+    name: &str,
+    endpoint: &str,
+    kubeconfig: &Path,
+) -> Result<(), Error> {
+    let attacher_config = attacher::Config::try_parse_from(sidecar::normalize_go_args(
+        [
+            "csi-attacher".to_string(),
+            format!("--csi-address={endpoint}"),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--kube-api-qps=-1".into(),
+            "--timeout=60s".into(),
+            "--retry-interval-start=500ms".into(),
+            "--retry-interval-max=30s".into(),
+        ]
+        .into_iter()
+        .map(std::ffi::OsString::from),
+    ))
+    .map_err(|e| Error::start(name, e))?;
+    sup.spawn(
+        name,
+        Stage::Controllers,
+        Arc::new(move |stop| supervisor::run(attacher::run(attacher_config.clone(), stop))),
+    );
+    Ok(())
+}
+
+/// The csi-attacher of a driver: `csi-attacher (<driver>)`.
+pub fn attacher_name(driver: &str) -> String {
+    format!("csi-attacher ({driver})")
+}
+
+/// `--hostpath-attach-required`: a controller-only hostpath driver (`--enable-attach`, node ID
+/// `controller`, its own empty state dir) on `<data-dir>/sockets/hostpath-controller.sock`, and
+/// a csi-attacher talking to it. One attacher serves the VolumeAttachments of every node while
+/// each node's volumes are known only to that node's driver: the controller-only instance
+/// checks the node from the volume ID, which names it (docs/hostpath-driver.md, *Attach*).
+pub(crate) fn start_hostpath_attach(
+    sup: &Supervisor,
+    data_dir: &Path,
+    kubeconfig: &Path,
+) -> Result<(), Error> {
+    let dir = data_dir.join("sockets");
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
+    let endpoint = format!("unix://{}", dir.join("hostpath-controller.sock").display());
+    let config = hostpath_driver::Config {
+        endpoint: endpoint.clone(),
+        node_id: "controller".into(),
+        state_dir: data_dir.join("hostpath-controller"),
+        enable_attach: true,
+        ..hostpath_driver::Config::default()
+    };
+    let factory = driver_factory(
+        &endpoint,
+        "the hostpath driver's controller service",
+        move |socket, stop| {
+            supervisor::run(hostpath_driver::serve(
+                socket,
+                config.clone(),
+                stop.cancelled_owned(),
+            ))
+        },
+    )?;
+    sup.spawn(HOSTPATH_CONTROLLER, Stage::Drivers, factory);
+    spawn_attacher(sup, &attacher_name(HOSTPATH_DRIVER), &endpoint, kubeconfig)
 }
 
 /// The plugins the controller side migrates now.

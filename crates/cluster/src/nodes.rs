@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Migration, SharedMigration};
+use crate::config::{Migration, SharedMigration, UpConfig};
 use crate::control_plane::{self, driver_factory, provisioner_config};
 use crate::supervisor::{self, Stage, Supervisor};
 use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER, REGION};
@@ -73,8 +73,9 @@ pub(crate) async fn start_node(
     data_dir: &Path,
     kubeconfig: &Path,
     migration: &SharedMigration,
-    skip_attach: volume_plugins::SkipAttachMode,
+    config: &UpConfig,
 ) -> Result<(), Error> {
+    let skip_attach = config.skip_attach;
     let root = node.root_dir(data_dir);
     let registry = root.join("plugins_registry");
     for d in [&registry, &node.dev_root] {
@@ -114,13 +115,15 @@ pub(crate) async fn start_node(
     )?;
     sup.spawn(ebs_node_driver(&node.name), Stage::Drivers, factory);
 
-    // The hostpath driver: node ID = node name (its topology value).
+    // The hostpath driver: node ID = node name (its topology value, and the prefix of its
+    // volume IDs, which the controller-only instance checks ControllerPublish against).
     let hostpath_socket = driver_socket(&root, HOSTPATH_DRIVER)?;
     let hostpath_endpoint = format!("unix://{}", hostpath_socket.display());
     let hostpath_config = hostpath_driver::Config {
         endpoint: hostpath_endpoint.clone(),
         node_id: node.name.clone(),
         state_dir: node.dir(data_dir).join("hostpath"),
+        enable_attach: config.hostpath_attach_required,
         ..hostpath_driver::Config::default()
     };
     let factory = driver_factory(

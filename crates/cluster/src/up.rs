@@ -90,7 +90,7 @@ impl RunningCluster {
         let server = control_plane::start_api_server(&config, &data_dir).await?;
         let kubeconfig = kubeconfig_path(&data_dir);
         let admin = server.client();
-        let created = objects::ensure(&admin).await?;
+        let created = objects::ensure(&admin, config.hostpath_attach_required, Vec::new()).await?;
         let cloud = control_plane::start_cloud(&config, &data_dir).await?;
         let migration: SharedMigration = Arc::new(RwLock::new(MigrationState::new(
             config.migration,
@@ -108,6 +108,9 @@ impl RunningCluster {
             &ebs_endpoint,
         )
         .await?;
+        if config.hostpath_attach_required {
+            control_plane::start_hostpath_attach(&sup, &data_dir, &kubeconfig)?;
+        }
         let mut specs = Vec::new();
         for (i, (instance_id, zone)) in cloud.instances.iter().enumerate() {
             let spec = NodeSpec {
@@ -117,16 +120,7 @@ impl RunningCluster {
                 dev_root: cloud.sim.node_dev_root(instance_id),
                 ebs_metrics: ebs_driver::DriverMetrics::default(),
             };
-            nodes::start_node(
-                &sup,
-                &spec,
-                i,
-                &data_dir,
-                &kubeconfig,
-                &migration,
-                config.skip_attach,
-            )
-            .await?;
+            nodes::start_node(&sup, &spec, i, &data_dir, &kubeconfig, &migration, &config).await?;
             specs.push(spec);
         }
         let workload_controllers = workloads::start(&sup, &kubeconfig).await?;
@@ -451,8 +445,13 @@ fn print_summary(
     if !created.is_empty() {
         println!("  created     {}", created.join(", "));
     }
+    let hostpath_attach = if config.hostpath_attach_required {
+        "attachRequired, a controller-only instance for its csi-attacher"
+    } else {
+        "no attach"
+    };
     println!(
-        "  drivers     {EBS_DRIVER} (attachRequired), {HOSTPATH_DRIVER} (no attach); classes ebs-sc (default), hostpath, gp2 (in-tree)"
+        "  drivers     {EBS_DRIVER} (attachRequired), {HOSTPATH_DRIVER} ({hostpath_attach}); classes ebs-sc (default), hostpath, gp2 (in-tree)"
     );
     println!("  workloads   {}", workload_controllers.join(", "));
     println!("  logs        {}/", data_dir.join("logs").display());
