@@ -1,17 +1,432 @@
 //! `csi-cluster bench`: pod-volume-ready latency, API writes per pod, provisioning throughput
-//! and each component's memory, per scenario, on throw-away clusters.
+//! and the process's memory, per scenario, each on its own throw-away cluster.
+//!
+//! Modules: `scenarios` (which cluster and class each runs), `workload` (the objects, created
+//! at once and timed, then deleted), `watch` (when each object reached its goal), `measure`
+//! (percentiles, the audit record's writes, `/proc/self` memory), `report` (JSON and tables).
+//! Only the report goes to stdout; progress goes to stderr.
 
-use crate::Error;
+mod measure;
+mod report;
+mod scenarios;
+mod watch;
+mod workload;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::storage::v1::CSIDriver;
+use kube::{Api, Client};
+
+use self::measure::BENCH_USER_AGENT;
+use self::report::{PerNode, Report, ScenarioReport};
+use self::scenarios::Scenario;
+use crate::{Error, HOSTPATH_DRIVER, RunningCluster, UpConfig};
+
+/// The longest data dir: a scenario's dir below it (`/N`) plus the longest socket path a node
+/// has (`nodes/node-NN/kubelet/plugins_registry/hostpath.csi.k8s.io-reg.sock`) must stay
+/// within a unix socket path's 107 bytes.
+const MAX_DATA_DIR: usize = 36;
+
+/// How long the cluster is left alone after it is ready before its idle memory is read
+/// (the components' first lists and watches settle).
+const SETTLE: Duration = Duration::from_secs(2);
 
 /// `csi-cluster bench` flags.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchFlags {
-    /// text or json.
+    /// Claim + pod pairs per scenario (claims for provisioning), all created at once.
+    #[arg(long, default_value_t = 20, value_name = "N")]
+    pub pods: usize,
+
+    /// Nodes of each scenario's cluster (all in one zone).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub nodes: usize,
+
+    /// ebs, hostpath-attach, hostpath-through-adc, hostpath-bypass-adc, in-tree-migrated,
+    /// provisioning, or all; a comma list or the flag repeated for several. `all` also
+    /// measures the idle memory per node (1 node against --nodes).
+    #[arg(long, default_value = "all", value_name = "SCENARIO[,...]")]
+    pub scenario: Vec<String>,
+
+    /// text (one table per metric) or json (one object, every number).
     #[arg(long, short = 'o', default_value = "text", value_name = "text|json")]
     pub output: String,
+
+    /// Where the clusters live (one directory per scenario, logs in DIR/logs); kept
+    /// afterwards. Default: a temp dir under /var/tmp, removed afterwards. At most 36
+    /// characters (unix socket paths below it).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// ec2-sim's timing: fast (tens of ms) or realistic (AWS's medians).
+    #[arg(long, default_value = "fast", value_name = "fast|realistic")]
+    pub timing: ec2_sim::Timing,
+
+    /// How long each phase (cluster ready, all Ready, cleanup) may take, in seconds.
+    #[arg(long, default_value_t = 300, value_name = "SECONDS")]
+    pub timeout: u64,
 }
 
-/// Runs the benchmark.
-pub async fn run(_flags: BenchFlags) -> Result<(), Error> {
-    Err(Error::Config("csi-cluster bench is being built".into()))
+/// What the flags ask for, checked.
+struct Plan {
+    scenarios: Vec<Scenario>,
+    per_node: bool,
+    json: bool,
+    pods: usize,
+    nodes: usize,
+    timing: ec2_sim::Timing,
+    patience: Duration,
+}
+
+impl BenchFlags {
+    fn plan(&self) -> Result<Plan, Error> {
+        let (scenarios, per_node) = scenarios::select(&self.scenario).map_err(Error::Config)?;
+        let json = match self.output.as_str() {
+            "json" => true,
+            "text" => false,
+            other => {
+                return Err(Error::Config(format!(
+                    "--output {other:?}: want text or json"
+                )));
+            }
+        };
+        if self.pods == 0 || self.pods > 999 {
+            return Err(Error::Config(format!(
+                "--pods must be between 1 and 999, got {}",
+                self.pods
+            )));
+        }
+        if self.nodes == 0 || self.nodes > 99 {
+            return Err(Error::Config(format!(
+                "--nodes must be between 1 and 99, got {}",
+                self.nodes
+            )));
+        }
+        if self.timing == ec2_sim::Timing::Instant {
+            return Err(Error::Config("--timing must be fast or realistic".into()));
+        }
+        Ok(Plan {
+            scenarios,
+            per_node: per_node && self.nodes > 1,
+            json,
+            pods: self.pods,
+            nodes: self.nodes,
+            timing: self.timing,
+            patience: Duration::from_secs(self.timeout.max(1)),
+        })
+    }
+}
+
+/// The data dir: the user's (kept) or a temp dir under /var/tmp (removed when dropped).
+enum DataDir {
+    Kept(PathBuf),
+    Temp(tempfile::TempDir),
+}
+
+impl DataDir {
+    fn new(given: Option<&Path>) -> Result<Self, Error> {
+        let dir = match given {
+            Some(d) => {
+                std::fs::create_dir_all(d).map_err(|e| Error::io("creating the data dir", d, e))?;
+                let d = std::fs::canonicalize(d)
+                    .map_err(|e| Error::io("resolving the data dir", d, e))?;
+                DataDir::Kept(d)
+            }
+            None => DataDir::Temp(
+                tempfile::Builder::new()
+                    .prefix("csi-bench-")
+                    .tempdir_in("/var/tmp")
+                    .map_err(|e| Error::io("creating a temp dir in", "/var/tmp", e))?,
+            ),
+        };
+        let len = dir.path().as_os_str().len();
+        if len > MAX_DATA_DIR {
+            return Err(Error::Config(format!(
+                "--data-dir {} is {len} characters: at most {MAX_DATA_DIR} (unix socket paths below it are limited to 107 bytes)",
+                dir.path().display()
+            )));
+        }
+        Ok(dir)
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            DataDir::Kept(p) => p,
+            DataDir::Temp(t) => t.path(),
+        }
+    }
+}
+
+/// Runs the benchmark: the scenarios one after the other, the report on stdout, progress on
+/// stderr. Fails if a scenario failed (after printing what was measured).
+pub async fn run(flags: BenchFlags) -> Result<(), Error> {
+    let plan = flags.plan()?;
+    let uid = rustix::process::geteuid();
+    if !uid.is_root() {
+        return Err(Error::NotRoot { uid: uid.as_raw() });
+    }
+    let data_dir = DataDir::new(flags.data_dir.as_deref())?;
+    // Every scenario's components log into one place; the clusters' own `logs::init` calls
+    // after this one find a subscriber installed and change nothing.
+    crate::logs::init(&data_dir.path().join("logs"), 0)?;
+    eprintln!(
+        "bench: {} pods, {} nodes, scenarios {}; data dir {}",
+        plan.pods,
+        plan.nodes,
+        plan.scenarios
+            .iter()
+            .map(|s| s.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        data_dir.path().display()
+    );
+    let per_node = if plan.per_node {
+        Some(per_node_memory(&plan, data_dir.path()).await?)
+    } else {
+        None
+    };
+    let mut reports = Vec::new();
+    for (i, s) in plan.scenarios.iter().enumerate() {
+        let dir = data_dir.path().join(i.to_string());
+        let r = run_scenario(*s, &plan, &dir).await;
+        match (&r.measured, &r.note) {
+            (true, _) => eprintln!("bench: {} done", s.name()),
+            (false, note) => eprintln!(
+                "bench: {} not measured: {}",
+                s.name(),
+                note.as_deref().unwrap_or("?")
+            ),
+        }
+        reports.push(r);
+    }
+    let report = Report {
+        date_utc: jiff::Timestamp::now()
+            .strftime("%Y-%m-%d %H:%M UTC")
+            .to_string(),
+        cpus: std::thread::available_parallelism().map_or(0, usize::from),
+        pods: plan.pods,
+        nodes: plan.nodes,
+        timing: format!("{:?}", plan.timing).to_lowercase(),
+        scenarios: reports,
+        per_node,
+    };
+    let text = if plan.json {
+        let mut s = serde_json::to_string_pretty(&report)
+            .map_err(|e| Error::Config(format!("encoding the report as JSON: {e}")))?;
+        s.push('\n');
+        s
+    } else {
+        report.text()
+    };
+    print!("{text}");
+    let failed: Vec<String> = report
+        .scenarios
+        .iter()
+        .filter(|s| s.note.as_deref().is_some_and(|n| n.starts_with("failed")))
+        .map(|s| s.scenario.clone())
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(Error::Config(format!(
+            "scenarios failed: {} (see above)",
+            failed.join(", ")
+        )))
+    }
+}
+
+/// A client whose writes the tally leaves out.
+async fn bench_client(cluster: &RunningCluster) -> Result<Client, Error> {
+    sidecar::build_client(
+        Some(&cluster.kubeconfig()),
+        &format!("{BENCH_USER_AGENT}/{}", env!("CARGO_PKG_VERSION")),
+        -1.0,
+        0,
+    )
+    .await
+    .map_err(|e| Error::start("the bench's API client", e))
+}
+
+/// One scenario on its own cluster, stopped afterwards whatever happened.
+async fn run_scenario(s: Scenario, plan: &Plan, dir: &Path) -> ScenarioReport {
+    let mut report = ScenarioReport {
+        scenario: s.name().into(),
+        class: s.class().into(),
+        ..ScenarioReport::default()
+    };
+    eprintln!(
+        "bench: {}: starting a {}-node cluster in {}",
+        s.name(),
+        plan.nodes,
+        dir.display()
+    );
+    measure::reset_peak();
+    let started = Instant::now();
+    let cluster = match RunningCluster::start(s.up_config(plan.nodes, dir, plan.timing)).await {
+        Ok(c) => c,
+        Err(e) => {
+            report.note = Some(format!("failed: starting the cluster: {e}"));
+            return report;
+        }
+    };
+    let outcome = measure_on(&cluster, s, plan, started, &mut report).await;
+    let stopped = cluster.stop().await;
+    report.memory.peak_mib = measure::memory().1;
+    let _ = std::fs::remove_dir_all(dir)
+        .map_err(|e| tracing::warn!(error = %e, dir = %dir.display(), "removing a scenario's dir"));
+    match (outcome, stopped) {
+        (Ok(Some(not_measured)), Ok(())) => report.note = Some(not_measured),
+        (Ok(None), Ok(())) => report.measured = true,
+        (Err(e), _) => report.note = Some(format!("failed: {e}")),
+        (Ok(_), Err(e)) => report.note = Some(format!("failed: stopping the cluster: {e}")),
+    }
+    report
+}
+
+/// The measurement proper; `Ok(Some(why))` when the scenario cannot run as designed here.
+async fn measure_on(
+    cluster: &RunningCluster,
+    s: Scenario,
+    plan: &Plan,
+    started: Instant,
+    report: &mut ScenarioReport,
+) -> Result<Option<String>, Error> {
+    cluster.wait_ready().await?;
+    report.cluster_ready_s = started.elapsed().as_secs_f64();
+    let client = bench_client(cluster).await?;
+    if s == Scenario::HostpathAttach && !hostpath_attach_required(&client).await? {
+        return Ok(Some(format!(
+            "UpConfig::hostpath_attach_required left CSIDriver {HOSTPATH_DRIVER} at attachRequired false: this build does not implement it"
+        )));
+    }
+    if s == Scenario::Provisioning {
+        workload::create_immediate_class(&client).await?;
+    }
+    tokio::time::sleep(SETTLE).await;
+    report.memory.idle_rss_mib = measure::memory().0;
+    eprintln!(
+        "bench: {}: ready in {:.1} s; creating {} {}",
+        s.name(),
+        report.cluster_ready_s,
+        plan.pods,
+        if s.has_pods() {
+            "claims and pods"
+        } else {
+            "claims"
+        }
+    );
+    if s.has_pods() {
+        report.pods = Some(
+            workload::pods_to_ready(cluster, &client, s.class(), plan.pods, plan.patience).await?,
+        );
+    } else {
+        report.provisioning = Some(
+            workload::claims_to_bound(cluster, &client, s.class(), plan.pods, plan.patience)
+                .await?,
+        );
+    }
+    report.writes = measure::writes(&cluster.audit(), plan.pods);
+    report.memory.loaded_rss_mib = measure::memory().0;
+    eprintln!("bench: {}: all there; deleting everything", s.name());
+    report.cleanup_s = workload::clean_up(&client, plan.patience)
+        .await?
+        .as_secs_f64();
+    Ok(None)
+}
+
+async fn hostpath_attach_required(client: &Client) -> Result<bool, Error> {
+    let driver = Api::<CSIDriver>::all(client.clone())
+        .get(HOSTPATH_DRIVER)
+        .await
+        .map_err(|e| Error::kube(format!("reading CSIDriver {HOSTPATH_DRIVER}"), e))?;
+    Ok(driver.spec.attach_required == Some(true))
+}
+
+/// Idle VmRSS of a ready 1-node cluster and of a ready `plan.nodes` one, smallest first (the
+/// allocator keeps what the first one freed, so the larger cluster's number is its own).
+async fn per_node_memory(plan: &Plan, data_dir: &Path) -> Result<PerNode, Error> {
+    let mut idle = Vec::new();
+    for (i, nodes) in [1, plan.nodes].into_iter().enumerate() {
+        let dir = data_dir.join(format!("idle{i}"));
+        eprintln!("bench: idle memory with {nodes} node(s)");
+        let mut config = UpConfig::new(nodes, &dir);
+        config.zones = 1;
+        config.port = Some(0);
+        config.timing = plan.timing;
+        let cluster = RunningCluster::start(config).await?;
+        let ready = cluster.wait_ready().await;
+        tokio::time::sleep(SETTLE).await;
+        idle.push(measure::memory().0);
+        cluster.stop().await?;
+        ready?;
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let (one, many) = (idle[0], idle[1]);
+    Ok(PerNode {
+        one_node_idle_rss_mib: one,
+        nodes: plan.nodes,
+        nodes_idle_rss_mib: many,
+        per_node_mib: (many - one) / (plan.nodes - 1) as f64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use clap::Parser as _;
+
+    fn flags(args: &[&str]) -> BenchFlags {
+        let all = ["csi-cluster", "bench"].iter().chain(args.iter()).copied();
+        match crate::Flags::try_parse_from(all).unwrap().command {
+            crate::Command::Bench(b) => b,
+            other => panic!("not bench: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_default_and_check() {
+        let p = flags(&[]).plan().unwrap();
+        assert_eq!((p.pods, p.nodes, p.json), (20, 3, false));
+        assert_eq!(p.scenarios.len(), 6);
+        assert!(p.per_node);
+        let p = flags(&[
+            "--scenario",
+            "ebs,hostpath-bypass-adc",
+            "-o",
+            "json",
+            "--pods",
+            "3",
+        ])
+        .plan()
+        .unwrap();
+        assert_eq!(
+            p.scenarios,
+            vec![Scenario::Ebs, Scenario::HostpathBypassAdc]
+        );
+        assert!(p.json && !p.per_node);
+        let e = flags(&["--output", "yaml"])
+            .plan()
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("--output"), "{e}");
+        let e = flags(&["--pods", "0"]).plan().err().unwrap().to_string();
+        assert!(e.contains("--pods"), "{e}");
+        assert!(
+            !flags(&["--nodes", "1"]).plan().unwrap().per_node,
+            "1 node: nothing to compare"
+        );
+    }
+
+    #[test]
+    fn a_long_data_dir_is_refused_by_name() {
+        let long = tempfile::tempdir().unwrap();
+        let dir = long
+            .path()
+            .join("a-directory-name-that-is-far-too-long-for-sockets");
+        let e = DataDir::new(Some(&dir)).err().unwrap().to_string();
+        assert!(e.contains("--data-dir") && e.contains("107"), "{e}");
+    }
 }

@@ -1,0 +1,169 @@
+//! The scenarios: which cluster each runs on (its `UpConfig`) and which class its claims use.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use volume_plugins::SkipAttachMode;
+
+use crate::{Migration, UpConfig};
+
+/// One measured situation, each on its own throw-away cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scenario {
+    /// `ebs-sc`: provisioned, attached by csi-attacher through ec2-sim, staged on a loop device.
+    Ebs,
+    /// `hostpath` with `attachRequired: true`: a VolumeAttachment per volume, fulfilled by the
+    /// hostpath driver's ControllerPublish through a csi-attacher.
+    HostpathAttach,
+    /// `hostpath`, `attachRequired: false`, seed 000's design: a no-op attach in the ADC.
+    HostpathThroughAdc,
+    /// `hostpath`, `attachRequired: false`, today's Kubernetes: the ADC is not involved.
+    HostpathBypassAdc,
+    /// The in-tree `gp2` class (`kubernetes.io/aws-ebs`) with CSIMigrationAWS on everywhere.
+    InTreeMigrated,
+    /// Claims on an Immediate `ebs.csi.aws.com` class until Bound, no pods.
+    Provisioning,
+}
+
+/// Every scenario, in the order `all` runs them.
+pub(crate) const ALL: [Scenario; 6] = [
+    Scenario::Ebs,
+    Scenario::HostpathAttach,
+    Scenario::HostpathThroughAdc,
+    Scenario::HostpathBypassAdc,
+    Scenario::InTreeMigrated,
+    Scenario::Provisioning,
+];
+
+/// The StorageClass the provisioning scenario creates.
+pub(crate) const IMMEDIATE_CLASS: &str = "bench-immediate";
+
+impl Scenario {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Scenario::Ebs => "ebs",
+            Scenario::HostpathAttach => "hostpath-attach",
+            Scenario::HostpathThroughAdc => "hostpath-through-adc",
+            Scenario::HostpathBypassAdc => "hostpath-bypass-adc",
+            Scenario::InTreeMigrated => "in-tree-migrated",
+            Scenario::Provisioning => "provisioning",
+        }
+    }
+
+    /// The claims' StorageClass.
+    pub(crate) fn class(self) -> &'static str {
+        match self {
+            Scenario::Ebs => "ebs-sc",
+            Scenario::HostpathAttach
+            | Scenario::HostpathThroughAdc
+            | Scenario::HostpathBypassAdc => "hostpath",
+            Scenario::InTreeMigrated => "gp2",
+            Scenario::Provisioning => IMMEDIATE_CLASS,
+        }
+    }
+
+    /// Whether the scenario runs pods (all but provisioning).
+    pub(crate) fn has_pods(self) -> bool {
+        self != Scenario::Provisioning
+    }
+
+    /// The cluster this scenario runs on: `nodes` nodes in one zone (an EBS volume may then
+    /// go to any node the scheduler picks), the audit record on.
+    pub(crate) fn up_config(
+        self,
+        nodes: usize,
+        data_dir: &Path,
+        timing: ec2_sim::Timing,
+    ) -> UpConfig {
+        let mut c = UpConfig::new(nodes, data_dir);
+        c.zones = 1;
+        c.timing = timing;
+        c.audit = true;
+        c.port = Some(0);
+        c.migration = Migration::default();
+        c.skip_attach = match self {
+            Scenario::HostpathThroughAdc => SkipAttachMode::ThroughAdc,
+            _ => SkipAttachMode::BypassAdc,
+        };
+        c.hostpath_attach_required = self == Scenario::HostpathAttach;
+        c
+    }
+}
+
+impl FromStr for Scenario {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        ALL.into_iter().find(|c| c.name() == s).ok_or_else(|| {
+            format!(
+                "--scenario {s:?}: want one of {}, all (or a comma list)",
+                ALL.map(Scenario::name).join(", ")
+            )
+        })
+    }
+}
+
+/// `--scenario` values (each may be `all` or a comma list) → the scenarios in `all`'s order,
+/// each once; and whether `all` was asked for (it adds the per-node memory measurement).
+pub(crate) fn select(values: &[String]) -> Result<(Vec<Scenario>, bool), String> {
+    let mut chosen = Vec::new();
+    let mut all = false;
+    for v in values.iter().flat_map(|v| v.split(',')).map(str::trim) {
+        if v.is_empty() {
+            continue;
+        }
+        if v == "all" {
+            all = true;
+            chosen.extend(ALL);
+        } else {
+            chosen.push(v.parse()?);
+        }
+    }
+    if chosen.is_empty() {
+        return Err("--scenario: no scenario given".into());
+    }
+    let ordered = ALL.into_iter().filter(|s| chosen.contains(s)).collect();
+    Ok((ordered, all))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_lists_parse() {
+        for s in ALL {
+            assert_eq!(s.name().parse::<Scenario>().unwrap(), s);
+        }
+        let (s, all) = select(&["hostpath-bypass-adc,ebs".into()]).unwrap();
+        assert_eq!(
+            s,
+            vec![Scenario::Ebs, Scenario::HostpathBypassAdc],
+            "all's order, once each"
+        );
+        assert!(!all);
+        let (s, all) = select(&["all".into(), "ebs".into()]).unwrap();
+        assert_eq!(s, ALL.to_vec());
+        assert!(all);
+        let e = select(&["ebs,nfs".into()]).unwrap_err();
+        assert!(
+            e.contains("\"nfs\"") && e.contains("hostpath-through-adc"),
+            "{e}"
+        );
+        assert!(select(&[",".into()]).is_err());
+    }
+
+    #[test]
+    fn each_scenario_gets_its_cluster() {
+        let dir = Path::new("/var/tmp/b");
+        let through = Scenario::HostpathThroughAdc.up_config(3, dir, ec2_sim::Timing::Fast);
+        assert_eq!(through.skip_attach, SkipAttachMode::ThroughAdc);
+        assert!(through.audit && !through.hostpath_attach_required);
+        let attach = Scenario::HostpathAttach.up_config(1, dir, ec2_sim::Timing::Fast);
+        assert!(attach.hostpath_attach_required);
+        assert_eq!(attach.skip_attach, SkipAttachMode::BypassAdc);
+        assert_eq!(attach.nodes, 1);
+        assert_eq!(attach.zones, 1);
+    }
+}

@@ -1,0 +1,297 @@
+//! The bench's objects on a ready cluster: N claim + pod pairs (or N claims alone) created at
+//! once and timed to Ready (Bound), then everything deleted and waited for until gone.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use futures::future::try_join_all;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use super::measure::{self, Latency};
+use super::report::{PodNumbers, ProvisionNumbers};
+use super::scenarios::IMMEDIATE_CLASS;
+use super::watch::{GoalWatch, LABEL, until_gone};
+use crate::{EBS_DRIVER, Error, RunningCluster};
+
+const NS: &str = "default";
+
+pub(crate) fn claim_name(i: usize) -> String {
+    format!("bench-{i:03}")
+}
+
+fn label() -> serde_json::Value {
+    json!({ LABEL: "true" })
+}
+
+fn claim(i: usize, class: &str) -> Result<PersistentVolumeClaim, Error> {
+    serde_json::from_value(json!({
+        "metadata": {"name": claim_name(i), "namespace": NS, "labels": label()},
+        "spec": {
+            "storageClassName": class,
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }))
+    .map_err(|e| Error::Config(format!("building claim {}: {e}", claim_name(i))))
+}
+
+/// No nodeSelector: the scheduler spreads the pods.
+fn pod(i: usize) -> Result<Pod, Error> {
+    serde_json::from_value(json!({
+        "metadata": {"name": claim_name(i), "namespace": NS, "labels": label()},
+        "spec": {
+            "containers": [{
+                "name": "app",
+                "image": "busybox",
+                "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            }],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim_name(i)}}],
+        },
+    }))
+    .map_err(|e| Error::Config(format!("building pod {}: {e}", claim_name(i))))
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn claim_bound(c: &PersistentVolumeClaim) -> bool {
+    c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
+}
+
+/// Each name's latency from its start to when the watch saw it reach the goal.
+fn latencies(
+    started: &[(String, Instant)],
+    reached: &std::collections::HashMap<String, Instant>,
+) -> (Latency, Option<Instant>) {
+    let mut samples = Vec::new();
+    let mut last = None;
+    for (name, start) in started {
+        if let Some(at) = reached.get(name) {
+            samples.push(at.saturating_duration_since(*start));
+            last = last.max(Some(*at));
+        }
+    }
+    (measure::latency(&samples), last)
+}
+
+/// N claim + pod pairs on `class`, all at once; returns when every pod is Ready. The audit
+/// record is cleared at the first create, so what it holds afterwards is the window's.
+pub(crate) async fn pods_to_ready(
+    cluster: &RunningCluster,
+    client: &Client,
+    class: &str,
+    n: usize,
+    patience: Duration,
+) -> Result<PodNumbers, Error> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let mut watch = GoalWatch::spawn(pods.clone(), pod_ready);
+    watch.synced(patience).await?;
+    let objects: Vec<(PersistentVolumeClaim, Pod)> = (0..n)
+        .map(|i| Ok((claim(i, class)?, pod(i)?)))
+        .collect::<Result<_, Error>>()?;
+    cluster.audit_clear();
+    let t0 = Instant::now();
+    let started = try_join_all(objects.into_iter().map(|(c, p)| {
+        let (pods, claims) = (pods.clone(), claims.clone());
+        async move {
+            let name = p.metadata.name.clone().unwrap_or_default();
+            claims
+                .create(&PostParams::default(), &c)
+                .await
+                .map_err(|e| Error::kube(format!("creating claim {NS}/{name}"), e))?;
+            let start = Instant::now();
+            pods.create(&PostParams::default(), &p)
+                .await
+                .map_err(|e| Error::kube(format!("creating pod {NS}/{name}"), e))?;
+            Ok::<_, Error>((name, start))
+        }
+    }))
+    .await?;
+    let names: Vec<String> = started.iter().map(|(n, _)| n.clone()).collect();
+    watch
+        .reached(&names, &format!("{n} pods on {class} Ready"), patience)
+        .await?;
+    let (ready, last) = latencies(&started, &watch.times());
+    let mut pods_per_node = BTreeMap::new();
+    for node in cluster.node_names() {
+        pods_per_node.insert(node, 0);
+    }
+    let listed = pods
+        .list(&ListParams::default().labels(super::watch::LABEL_SELECTOR))
+        .await
+        .map_err(|e| Error::kube("listing the bench's pods", e))?;
+    for p in listed.items {
+        if let Some(node) = p.spec.and_then(|s| s.node_name) {
+            *pods_per_node.entry(node).or_default() += 1;
+        }
+    }
+    Ok(PodNumbers {
+        ready,
+        all_ready_s: last.map_or(0.0, |l| l.saturating_duration_since(t0).as_secs_f64()),
+        pods_per_node,
+    })
+}
+
+/// The Immediate class for `ebs.csi.aws.com` the provisioning scenario uses.
+pub(crate) async fn create_immediate_class(client: &Client) -> Result<(), Error> {
+    let sc: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": IMMEDIATE_CLASS},
+        "provisioner": EBS_DRIVER,
+        "parameters": {"type": "gp3"},
+        "volumeBindingMode": "Immediate",
+        "reclaimPolicy": "Delete",
+    }))
+    .map_err(|e| Error::Config(format!("building StorageClass {IMMEDIATE_CLASS}: {e}")))?;
+    Api::<StorageClass>::all(client.clone())
+        .create(&PostParams::default(), &sc)
+        .await
+        .map_err(|e| Error::kube(format!("creating StorageClass {IMMEDIATE_CLASS}"), e))?;
+    Ok(())
+}
+
+/// N claims on `class`, all at once, until every one is Bound. Clears the audit record at
+/// the first create, like [`pods_to_ready`].
+pub(crate) async fn claims_to_bound(
+    cluster: &RunningCluster,
+    client: &Client,
+    class: &str,
+    n: usize,
+    patience: Duration,
+) -> Result<ProvisionNumbers, Error> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let mut watch = GoalWatch::spawn(claims.clone(), claim_bound);
+    watch.synced(patience).await?;
+    let objects: Vec<PersistentVolumeClaim> =
+        (0..n).map(|i| claim(i, class)).collect::<Result<_, _>>()?;
+    cluster.audit_clear();
+    let t0 = Instant::now();
+    let started = try_join_all(objects.into_iter().map(|c| {
+        let claims = claims.clone();
+        async move {
+            let name = c.metadata.name.clone().unwrap_or_default();
+            let start = Instant::now();
+            claims
+                .create(&PostParams::default(), &c)
+                .await
+                .map_err(|e| Error::kube(format!("creating claim {NS}/{name}"), e))?;
+            Ok::<_, Error>((name, start))
+        }
+    }))
+    .await?;
+    let names: Vec<String> = started.iter().map(|(n, _)| n.clone()).collect();
+    watch
+        .reached(&names, &format!("{n} claims on {class} Bound"), patience)
+        .await?;
+    let (bound, last) = latencies(&started, &watch.times());
+    let all_bound_s = last.map_or(0.0, |l| l.saturating_duration_since(t0).as_secs_f64());
+    Ok(ProvisionNumbers {
+        bound,
+        all_bound_s,
+        claims_per_s: if all_bound_s > 0.0 {
+            n as f64 / all_bound_s
+        } else {
+            0.0
+        },
+    })
+}
+
+fn names<K: kube::Resource>(items: Vec<K>) -> Vec<String> {
+    items
+        .into_iter()
+        .map(|o| o.meta().name.clone().unwrap_or_default())
+        .collect()
+}
+
+/// Deletes the bench's pods, then its claims, and waits until the pods, claims, every PV and
+/// every VolumeAttachment are gone (the volumes deleted by their provisioner, detached first
+/// where they were attached). Returns how long it took.
+pub(crate) async fn clean_up(client: &Client, patience: Duration) -> Result<Duration, Error> {
+    let started = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
+    let mine = ListParams::default().labels(super::watch::LABEL_SELECTOR);
+    let listed = pods
+        .list(&mine)
+        .await
+        .map_err(|e| Error::kube("listing the bench's pods", e))?;
+    try_join_all(names(listed.items).into_iter().map(|name| {
+        let pods = pods.clone();
+        async move {
+            match pods.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(Error::kube(format!("deleting pod {NS}/{name}"), e)),
+            }
+        }
+    }))
+    .await?;
+    until_gone("the bench's pods gone", patience, || async {
+        pods.list(&mine)
+            .await
+            .map(|l| names(l.items))
+            .map_err(|e| Error::kube("listing the bench's pods", e))
+    })
+    .await?;
+    let listed = claims
+        .list(&mine)
+        .await
+        .map_err(|e| Error::kube("listing the bench's claims", e))?;
+    try_join_all(names(listed.items).into_iter().map(|name| {
+        let claims = claims.clone();
+        async move {
+            match claims.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(Error::kube(format!("deleting claim {NS}/{name}"), e)),
+            }
+        }
+    }))
+    .await?;
+    let pvs: Api<PersistentVolume> = Api::all(client.clone());
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    until_gone(
+        "the bench's claims, every PV and VolumeAttachment gone",
+        patience,
+        || async {
+            let mut left = names(
+                claims
+                    .list(&mine)
+                    .await
+                    .map_err(|e| Error::kube("listing the bench's claims", e))?
+                    .items,
+            );
+            left.extend(
+                names(
+                    pvs.list(&ListParams::default())
+                        .await
+                        .map_err(|e| Error::kube("listing PVs", e))?
+                        .items,
+                )
+                .into_iter()
+                .map(|n| format!("PV {n}")),
+            );
+            left.extend(
+                names(
+                    vas.list(&ListParams::default())
+                        .await
+                        .map_err(|e| Error::kube("listing VolumeAttachments", e))?
+                        .items,
+                )
+                .into_iter()
+                .map(|n| format!("VolumeAttachment {n}")),
+            );
+            Ok(left)
+        },
+    )
+    .await?;
+    Ok(started.elapsed())
+}
