@@ -994,3 +994,50 @@ async fn concurrent_read_modify_write_loses_no_update() {
     assert_eq!(end.spec.unwrap().lease_transitions, Some(tasks * per_task));
     eprintln!("{conflicts} conflicts retried");
 }
+
+/// DefaultStorageClass admission, on by default in kube-apiserver: a claim without
+/// `storageClassName` gets the default class; `""` (no class, for static volumes) is kept.
+#[tokio::test]
+async fn a_claim_without_a_class_gets_the_default_one() {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let server = start().await;
+    let client = server.client();
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    for (name, default) in [("fast", true), ("slow", false)] {
+        let mut sc = json!({"metadata": {"name": name}, "provisioner": "ebs.csi.aws.com"});
+        if default {
+            sc["metadata"]["annotations"] =
+                json!({"storageclass.kubernetes.io/is-default-class": "true"});
+        }
+        classes
+            .create(&PostParams::default(), &serde_json::from_value(sc).unwrap())
+            .await
+            .unwrap();
+    }
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client, "default");
+    let claim = |name: &str, class: Option<&str>| {
+        let mut c = json!({"metadata": {"name": name}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}});
+        if let Some(class) = class {
+            c["spec"]["storageClassName"] = json!(class);
+        }
+        serde_json::from_value::<PersistentVolumeClaim>(c).unwrap()
+    };
+    let pp = PostParams::default();
+    let unset = claims.create(&pp, &claim("unset", None)).await.unwrap();
+    assert_eq!(
+        unset.spec.unwrap().storage_class_name.as_deref(),
+        Some("fast")
+    );
+    let empty = claims.create(&pp, &claim("empty", Some(""))).await.unwrap();
+    assert_eq!(empty.spec.unwrap().storage_class_name.as_deref(), Some(""));
+    let slow = claims
+        .create(&pp, &claim("slow", Some("slow")))
+        .await
+        .unwrap();
+    assert_eq!(
+        slow.spec.unwrap().storage_class_name.as_deref(),
+        Some("slow")
+    );
+}

@@ -1,6 +1,7 @@
 //! Request routing and the read verbs (get, list). Writes are in `write.rs`, watch in
 //! `crate::watch`, discovery in `crate::discovery`.
 
+mod admission;
 mod delete;
 mod managed;
 mod scale;

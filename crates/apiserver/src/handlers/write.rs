@@ -201,6 +201,7 @@ fn commit_create(app: &App, t: &Target, req: &Req, mut obj: Value) -> ApiResult<
         }
     }
     validation::apply_defaults(def, &mut obj);
+    super::admission::on_create(app, def, &mut obj);
     let errs = validation::validate_create(def, &obj);
     if !errs.is_empty() {
         return Err(ApiError::invalid(def, &name, &errs));
