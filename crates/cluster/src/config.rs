@@ -88,17 +88,24 @@ pub struct UpFlags {
     #[arg(long)]
     pub hostpath_attach_required: bool,
 
-    /// Run another CSI driver: COMMAND once as the controller plugin and once per node, each
-    /// on its own socket. Placeholders in COMMAND: {endpoint} (unix://... socket), {node}
-    /// (node name; "controller" for the controller plugin), {mode} (controller|node),
-    /// {state-dir}. Repeatable.
+    /// Run another CSI driver: COMMAND (run by `sh -c`) once as the controller plugin and once
+    /// per node, each on its own socket. Placeholders in COMMAND: {endpoint} (unix://...
+    /// socket), {node} (node name; "controller" for the controller plugin), {mode}
+    /// (controller|node), {state-dir} (a directory of its own under DATA_DIR/drivers).
+    /// Repeatable. It gets a CSIDriver and a StorageClass named NAME.
     #[arg(long = "driver", value_name = "NAME=COMMAND")]
     pub drivers: Vec<String>,
 
     /// The `--driver` drivers' CSIDrivers say `attachRequired: true` (a csi-attacher per
-    /// driver serves their VolumeAttachments); default false.
+    /// driver serves their VolumeAttachments through the controller plugin); default false.
     #[arg(long)]
     pub attach_required: bool,
+
+    /// The `--driver` drivers are node-local (like hostpath): each node runs a csi-provisioner
+    /// against its own node plugin for the claims whose selected node it is. Default: one
+    /// csi-provisioner against the controller plugin.
+    #[arg(long)]
+    pub driver_node_deployment: bool,
 
     /// Start in the background: return once the cluster is ready, leaving it running (stop it
     /// with `csi-cluster down`); its output goes to DATA_DIR/logs/up.out.
@@ -249,6 +256,8 @@ pub struct UpConfig {
     /// `--driver NAME=COMMAND`, as given (parsed by the component that runs them).
     pub drivers: Vec<String>,
     pub attach_required: bool,
+    /// Per-node csi-provisioners for the `--driver` drivers.
+    pub driver_node_deployment: bool,
     pub background: bool,
     /// Keep apiserver-lite's audit record of every request (`bench` counts writes per pod
     /// with it); off for `up`, where nobody reads it and it would only grow.
@@ -279,6 +288,7 @@ impl UpFlags {
                 "--timing must be fast or realistic (instant hides the states the controllers wait for)".into(),
             ));
         }
+        crate::external::parse_all(&self.drivers)?;
         Ok(UpConfig {
             nodes: self.nodes,
             data_dir: self.data_dir.clone(),
@@ -290,6 +300,7 @@ impl UpFlags {
             hostpath_attach_required: self.hostpath_attach_required,
             drivers: self.drivers.clone(),
             attach_required: self.attach_required,
+            driver_node_deployment: self.driver_node_deployment,
             background: self.background,
             audit: false,
             kubeconfig_out: self.kubeconfig_out.clone(),
@@ -313,6 +324,7 @@ impl UpConfig {
             hostpath_attach_required: false,
             drivers: Vec::new(),
             attach_required: false,
+            driver_node_deployment: false,
             background: false,
             audit: false,
             kubeconfig_out: None,

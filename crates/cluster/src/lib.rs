@@ -12,7 +12,8 @@
 //! file; [`status`] prints what the cluster is doing.
 //!
 //! Modules: [`config`] (flags and what `up` runs with), `logs` (one log file per component),
-//! `control_plane`, `nodes`, `objects` (CSIDrivers, StorageClasses), `workloads` (scheduler,
+//! `control_plane`, `nodes`, `objects` (CSIDrivers, StorageClasses), `external` and
+//! `external_process` (`--driver` plugins as child processes), `workloads` (scheduler,
 //! StatefulSet controller), `teardown` (mounts, loop devices, sockets), `pidfile`, [`status`].
 //! `docs/cluster.md` is the user's guide.
 
@@ -20,6 +21,8 @@ pub mod bench;
 pub mod config;
 mod control_plane;
 pub mod demo;
+mod external;
+mod external_process;
 mod logs;
 mod nodes;
 mod objects;
@@ -34,7 +37,10 @@ use std::path::PathBuf;
 
 pub use config::MigrationState;
 pub use config::{Command, DownFlags, Flags, Migration, StatusFlags, UpConfig, UpFlags};
-pub use control_plane::{ADC, ATTACHER, EBS_CONTROLLER, PROVISIONER, PV_CONTROLLER};
+pub use control_plane::{
+    ADC, ATTACHER, EBS_CONTROLLER, HOSTPATH_CONTROLLER, PROVISIONER, PV_CONTROLLER, attacher_name,
+};
+pub use external::{external_controller, external_node, external_provisioner};
 pub use nodes::{ebs_node_driver, hostpath_driver, hostpath_provisioner, node_agent, registrar};
 pub use pidfile::down;
 pub use status::status;

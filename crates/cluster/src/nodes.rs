@@ -42,7 +42,7 @@ impl NodeSpec {
 }
 
 /// A driver's socket under the kubelet root: `<root-dir>/plugins/<driver>/csi.sock`.
-fn driver_socket(root_dir: &Path, driver: &str) -> Result<PathBuf, Error> {
+pub(crate) fn driver_socket(root_dir: &Path, driver: &str) -> Result<PathBuf, Error> {
     let dir = root_dir.join("plugins").join(driver);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
     Ok(dir.join("csi.sock"))
@@ -63,6 +63,31 @@ pub fn node_agent(node: &str) -> String {
 }
 pub fn hostpath_provisioner(node: &str) -> String {
     format!("{node}: csi-provisioner ({HOSTPATH_DRIVER})")
+}
+
+/// A node-driver-registrar for `driver` on `node`: the kubelet plugin registration path, as
+/// on a real node (the node agent learns the driver and its socket from it).
+pub(crate) fn spawn_registrar(
+    sup: &Supervisor,
+    node: &str,
+    driver: &str,
+    socket: &Path,
+    registry: &Path,
+) {
+    let config = registrar::Config {
+        csi_address: socket.display().to_string(),
+        kubelet_registration_path: socket.display().to_string(),
+        plugin_registration_path: registry.to_path_buf(),
+        timeout: Duration::from_secs(10),
+        http_endpoint: None,
+        mode: registrar::Mode::Registration,
+        v: 0,
+    };
+    sup.spawn(
+        registrar(node, driver),
+        Stage::Drivers,
+        Arc::new(move |stop| supervisor::run(registrar::run(config.clone(), stop))),
+    );
 }
 
 /// Starts everything of `node`, the `index`-th node (its migration gate in `migration`).
@@ -143,20 +168,7 @@ pub(crate) async fn start_node(
         (EBS_DRIVER, &ebs_socket),
         (HOSTPATH_DRIVER, &hostpath_socket),
     ] {
-        let config = registrar::Config {
-            csi_address: socket.display().to_string(),
-            kubelet_registration_path: socket.display().to_string(),
-            plugin_registration_path: registry.clone(),
-            timeout: Duration::from_secs(10),
-            http_endpoint: None,
-            mode: registrar::Mode::Registration,
-            v: 0,
-        };
-        sup.spawn(
-            registrar(&node.name, driver),
-            Stage::Drivers,
-            Arc::new(move |stop| supervisor::run(registrar::run(config.clone(), stop))),
-        );
+        spawn_registrar(sup, &node.name, driver, socket, &registry);
     }
 
     let mut options = node_agent::Options::new(&node.name, &root);

@@ -81,6 +81,33 @@ fn initial_objects(hostpath_attach: bool) -> Vec<(&'static str, Value)> {
     objects
 }
 
+/// A `--driver` driver's CSIDriver and its StorageClass, named after the driver
+/// (`WaitForFirstConsumer`, so a node-local driver's volume is made where the pod goes).
+pub(crate) fn driver_objects(driver: &str, attach_required: bool) -> Vec<(&'static str, Value)> {
+    vec![
+        (
+            "CSIDriver",
+            json!({
+                "metadata": {"name": driver},
+                "spec": {
+                    "attachRequired": attach_required,
+                    "podInfoOnMount": true,
+                    "volumeLifecycleModes": ["Persistent"],
+                },
+            }),
+        ),
+        (
+            "StorageClass",
+            json!({
+                "metadata": {"name": driver},
+                "provisioner": driver,
+                "volumeBindingMode": "WaitForFirstConsumer",
+                "reclaimPolicy": "Delete",
+            }),
+        ),
+    ]
+}
+
 /// Creates what is missing (the initial objects, then `extra`); returns what it created or
 /// replaced ("CSIDriver x", "replaced CSIDriver x (attachRequired false → true)").
 pub(crate) async fn ensure(
@@ -180,7 +207,10 @@ mod tests {
 
     #[test]
     fn the_initial_objects_deserialize() {
-        for (kind, body) in initial_objects(false) {
+        for (kind, body) in initial_objects(false)
+            .into_iter()
+            .chain(driver_objects("hostpath.example.com", true))
+        {
             match kind {
                 "Namespace" => drop(serde_json::from_value::<Namespace>(body).unwrap()),
                 "CSIDriver" => drop(serde_json::from_value::<CSIDriver>(body).unwrap()),
@@ -207,5 +237,7 @@ mod tests {
                 .unwrap();
             assert_eq!(driver.spec.attach_required, Some(want));
         }
+        let (_, d) = &driver_objects("x.example.com", true)[0];
+        assert_eq!(d["spec"]["attachRequired"], true);
     }
 }

@@ -16,7 +16,7 @@ use crate::control_plane::{self, kubeconfig_path};
 use crate::nodes::{self, NodeSpec};
 use crate::supervisor::Supervisor;
 use crate::teardown::{self, Leftovers};
-use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER, logs, objects, pidfile, workloads};
+use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER, external, logs, objects, pidfile, workloads};
 
 /// How long the nodes may take to register their drivers and become Ready.
 const READY_PATIENCE: Duration = Duration::from_secs(180);
@@ -50,6 +50,8 @@ pub struct RunningCluster {
     cloud: control_plane::Cloud,
     sup: Supervisor,
     specs: Vec<NodeSpec>,
+    /// The `--driver` drivers' names (registered on every node before the cluster is ready).
+    external: Vec<String>,
     migration: SharedMigration,
     created: Vec<String>,
     workload_controllers: Vec<String>,
@@ -62,6 +64,7 @@ impl RunningCluster {
     /// Starts every component (not waiting for the nodes: [`RunningCluster::wait_ready`]).
     /// Needs root.
     pub async fn start(config: UpConfig) -> Result<Self, Error> {
+        let drivers = external::parse_all(&config.drivers)?;
         let uid = rustix::process::geteuid();
         if !uid.is_root() {
             return Err(Error::NotRoot { uid: uid.as_raw() });
@@ -90,7 +93,12 @@ impl RunningCluster {
         let server = control_plane::start_api_server(&config, &data_dir).await?;
         let kubeconfig = kubeconfig_path(&data_dir);
         let admin = server.client();
-        let created = objects::ensure(&admin, config.hostpath_attach_required, Vec::new()).await?;
+        let created = objects::ensure(
+            &admin,
+            config.hostpath_attach_required,
+            external::objects(&drivers, config.attach_required),
+        )
+        .await?;
         let cloud = control_plane::start_cloud(&config, &data_dir).await?;
         let migration: SharedMigration = Arc::new(RwLock::new(MigrationState::new(
             config.migration,
@@ -123,6 +131,7 @@ impl RunningCluster {
             nodes::start_node(&sup, &spec, i, &data_dir, &kubeconfig, &migration, &config).await?;
             specs.push(spec);
         }
+        external::start(&sup, &drivers, &config, &data_dir, &kubeconfig, &specs).await?;
         let workload_controllers = workloads::start(&sup, &kubeconfig).await?;
         Ok(Self {
             config,
@@ -131,6 +140,7 @@ impl RunningCluster {
             cloud,
             sup,
             specs,
+            external: drivers.into_iter().map(|d| d.name).collect(),
             migration,
             created,
             workload_controllers,
@@ -142,7 +152,7 @@ impl RunningCluster {
 
     /// Waits until every node is Ready with both drivers in its CSINode.
     pub async fn wait_ready(&self) -> Result<(), Error> {
-        wait_ready(&self.client()?, &self.specs).await
+        wait_ready(&self.client()?, &self.specs, &self.external).await
     }
 
     /// An admin client of the API server.
@@ -332,6 +342,7 @@ impl RunningCluster {
                 &self.specs,
                 &self.created,
                 &self.workload_controllers,
+                &self.external,
             );
         }
     }
@@ -423,6 +434,7 @@ fn print_summary(
     specs: &[NodeSpec],
     created: &[String],
     workload_controllers: &[String],
+    external: &[String],
 ) {
     let kubeconfig = kubeconfig_path(data_dir);
     println!(
@@ -453,6 +465,24 @@ fn print_summary(
     println!(
         "  drivers     {EBS_DRIVER} (attachRequired), {HOSTPATH_DRIVER} ({hostpath_attach}); classes ebs-sc (default), hostpath, gp2 (in-tree)"
     );
+    if !external.is_empty() {
+        let provisioning = if config.driver_node_deployment {
+            "a csi-provisioner per node"
+        } else {
+            "one csi-provisioner"
+        };
+        let attach = if config.attach_required {
+            "attachRequired, a csi-attacher"
+        } else {
+            "no attach"
+        };
+        for name in external {
+            println!(
+                "  --driver    {name} ({attach}, {provisioning}); class {name}; logs {}/{name}-<node|controller>.log",
+                data_dir.join("logs").display()
+            );
+        }
+    }
     println!("  workloads   {}", workload_controllers.join(", "));
     println!("  logs        {}/", data_dir.join("logs").display());
     for c in logs::COMPONENTS {
@@ -470,12 +500,12 @@ fn print_summary(
     println!("  kubectl get nodes");
 }
 
-/// Every node Ready, with both drivers in its CSINode.
-async fn wait_ready(client: &Client, specs: &[NodeSpec]) -> Result<(), Error> {
+/// Every node Ready, with both drivers and the `--driver` ones in its CSINode.
+async fn wait_ready(client: &Client, specs: &[NodeSpec], external: &[String]) -> Result<(), Error> {
     let started = Instant::now();
     let mut progress = String::new();
     while started.elapsed() < READY_PATIENCE {
-        match not_ready(client, specs).await {
+        match not_ready(client, specs, external).await {
             Ok(missing) if missing.is_empty() => return Ok(()),
             Ok(missing) => progress = missing.join("; "),
             Err(e) => progress = e.to_string(),
@@ -490,7 +520,11 @@ async fn wait_ready(client: &Client, specs: &[NodeSpec]) -> Result<(), Error> {
 }
 
 /// What is still missing, one entry per node.
-async fn not_ready(client: &Client, specs: &[NodeSpec]) -> Result<Vec<String>, Error> {
+async fn not_ready(
+    client: &Client,
+    specs: &[NodeSpec],
+    external: &[String],
+) -> Result<Vec<String>, Error> {
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -515,6 +549,7 @@ async fn not_ready(client: &Client, specs: &[NodeSpec]) -> Result<Vec<String>, E
             .collect();
         let unregistered: Vec<&str> = [EBS_DRIVER, HOSTPATH_DRIVER]
             .into_iter()
+            .chain(external.iter().map(String::as_str))
             .filter(|d| !drivers.iter().any(|r| r == d))
             .collect();
         if !ready || !unregistered.is_empty() {
