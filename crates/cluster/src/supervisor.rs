@@ -7,6 +7,12 @@
 //! (the in-process SIGKILL: the task is dropped where it stands, nothing of its graceful stop
 //! runs) and by [`Supervisor::restart`] (a graceful stop, then a start with what the factory
 //! reads now, e.g. a changed migration gate).
+//!
+//! Each run has its own thread and tokio runtime, as each component would be its own process:
+//! a kill drops that runtime with every task the component spawned (its gRPC connections,
+//! its workers, its in-flight operations), not only the task the supervisor holds. With one
+//! shared runtime those spawned tasks outlived a kill and went on attaching and mounting, so
+//! a "killed" node agent still published volumes.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -220,7 +226,7 @@ fn supervise(
             *starts
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
-            let result = factory(stop.clone()).await;
+            let result = run_isolated(&name, &factory, stop.clone()).await;
             if stop.is_cancelled() {
                 match result {
                     Ok(()) => tracing::info!(component = %name, "stopped"),
@@ -246,6 +252,48 @@ fn supervise(
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     })
+}
+
+/// One run of a component on its own thread and current-thread runtime. Dropping the returned
+/// future (the supervisor's task aborted by a kill) ends the runtime and drops every task the
+/// component spawned on it; blocking calls already under way (a mount) finish on their own,
+/// as a syscall of a killed process does.
+async fn run_isolated(name: &str, factory: &Factory, stop: CancellationToken) -> RunResult {
+    let (result_tx, result_rx) = tokio::sync::oneshot::channel();
+    // Never sent: dropping it (with this future) is the kill.
+    let (kill_tx, kill_rx) = tokio::sync::oneshot::channel::<()>();
+    let factory = factory.clone();
+    let thread_name: String = name.chars().take(15).collect();
+    let spawned = std::thread::Builder::new()
+        .name(thread_name)
+        .spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = result_tx.send(Err(format!("building its runtime: {e}")));
+                    return;
+                }
+            };
+            let result = runtime.block_on(async move {
+                tokio::select! {
+                    r = factory(stop) => Some(r),
+                    _ = kill_rx => None,
+                }
+            });
+            runtime.shutdown_background();
+            if let Some(r) = result {
+                let _ = result_tx.send(r);
+            }
+        });
+    if let Err(e) = spawned {
+        return Err(format!("starting its thread: {e}"));
+    }
+    let result = result_rx.await;
+    drop(kill_tx);
+    result.unwrap_or_else(|_| Err("its runtime ended without a result".into()))
 }
 
 impl Drop for Supervisor {
@@ -307,6 +355,51 @@ mod tests {
         assert!(sup.is_running("c"));
         sup.stop().await;
         assert!(!sup.is_running("c"));
+    }
+
+    /// What a component spawns dies with it on a kill (as a process's threads do), and a
+    /// restart's graceful stop reaches it through the stop token.
+    #[tokio::test]
+    async fn a_kill_ends_the_tasks_a_component_spawned() {
+        let sup = Supervisor::new();
+        let ticks = Arc::new(AtomicU32::new(0));
+        let counted = ticks.clone();
+        sup.spawn(
+            "spawner",
+            Stage::Controllers,
+            Arc::new(move |stop: CancellationToken| {
+                let ticks = counted.clone();
+                run(async move {
+                    tokio::spawn(async move {
+                        loop {
+                            ticks.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    });
+                    stop.cancelled().await;
+                    Ok::<(), String>(())
+                })
+            }),
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(ticks.load(Ordering::SeqCst) > 0, "the spawned task ran");
+        sup.kill("spawner").unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let after_kill = ticks.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            ticks.load(Ordering::SeqCst),
+            after_kill,
+            "a task the killed component spawned still runs"
+        );
+        sup.start("spawner").unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            ticks.load(Ordering::SeqCst) > after_kill,
+            "runs again after start"
+        );
+        sup.stop().await;
+        assert!(!sup.is_running("spawner"));
     }
 
     #[tokio::test]
