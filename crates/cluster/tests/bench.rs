@@ -164,10 +164,17 @@ fn bench_measures_ebs_and_bypass_and_leaves_nothing_behind() {
         "loop devices left: {:?}",
         common::loop_devices_below(&data_dir)
     );
-    assert!(
-        data_dir.join("logs").is_dir(),
-        "a given data dir keeps the logs"
-    );
+    for i in ["0", "1"] {
+        let scenario = data_dir.join(i);
+        assert!(
+            scenario.join("logs").is_dir(),
+            "a given data dir keeps each scenario's logs"
+        );
+        assert!(
+            !scenario.join("0").exists(),
+            "the cluster's own dir (volumes, state) is removed"
+        );
+    }
 }
 
 #[test]

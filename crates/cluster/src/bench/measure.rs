@@ -5,13 +5,13 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use apiserver::AuditRecord;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The bench's own client's User-Agent: its creates and deletes are not the stack's work.
 pub(crate) const BENCH_USER_AGENT: &str = "csi-cluster-bench";
 
 /// p50 / p99 / max of a set of latencies, in seconds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Latency {
     pub count: usize,
     pub p50_s: f64,
@@ -41,7 +41,7 @@ pub(crate) fn latency(samples: &[Duration]) -> Latency {
 }
 
 /// The stack's API writes in a window, per pod (or per claim).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Writes {
     /// Creates, updates, patches and deletes by every component, leases left out, / N.
     pub per_pod: f64,

@@ -3,9 +3,11 @@
 //!
 //! Modules: `scenarios` (which cluster and class each runs), `workload` (the objects, created
 //! at once and timed, then deleted), `watch` (when each object reached its goal), `measure`
-//! (percentiles, the audit record's writes, `/proc/self` memory), `report` (JSON and tables).
+//! (percentiles, the audit record's writes, `/proc/self` memory), `report` (JSON and tables),
+//! `isolate` (a scenario in a child process).
 //! Only the report goes to stdout; progress goes to stderr.
 
+mod isolate;
 mod measure;
 mod report;
 mod scenarios;
@@ -23,10 +25,13 @@ use self::report::{PerNode, Report, ScenarioReport};
 use self::scenarios::Scenario;
 use crate::{Error, HOSTPATH_DRIVER, RunningCluster, UpConfig};
 
-/// The longest data dir: a scenario's dir below it (`/N`) plus the longest socket path a node
-/// has (`nodes/node-NN/kubelet/plugins_registry/hostpath.csi.k8s.io-reg.sock`) must stay
-/// within a unix socket path's 107 bytes.
-const MAX_DATA_DIR: usize = 36;
+/// The longest data dir of one bench process: a cluster's dir below it (`/N`) plus the
+/// longest socket path a node has (`/nodes/node-NN/kubelet/plugins_registry/
+/// hostpath.csi.k8s.io-reg.sock`, 68) must stay within a unix socket path's 107 bytes.
+const MAX_DATA_DIR: usize = 37;
+
+/// What a parent's data dir must leave for its children's (`/N`, `/i1`).
+const CHILD_DIR: usize = 3;
 
 /// How long the cluster is left alone after it is ready before its idle memory is read
 /// (the components' first lists and watches settle).
@@ -53,8 +58,8 @@ pub struct BenchFlags {
     #[arg(long, short = 'o', default_value = "text", value_name = "text|json")]
     pub output: String,
 
-    /// Where the clusters live (one directory per scenario, logs in DIR/logs); kept
-    /// afterwards. Default: a temp dir under /var/tmp, removed afterwards. At most 36
+    /// Where the clusters live (one directory per scenario, with its logs); kept
+    /// afterwards. Default: a temp dir under /var/tmp, removed afterwards. At most 34
     /// characters (unix socket paths below it).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
@@ -66,6 +71,11 @@ pub struct BenchFlags {
     /// How long each phase (cluster ready, all Ready, cleanup) may take, in seconds.
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     pub timeout: u64,
+
+    /// Internal (what `all` runs in a child process): print the idle VmRSS of a ready
+    /// N-node cluster as JSON.
+    #[arg(long, hide = true, value_name = "N")]
+    pub idle_nodes: Option<usize>,
 }
 
 /// What the flags ask for, checked.
@@ -125,7 +135,8 @@ enum DataDir {
 }
 
 impl DataDir {
-    fn new(given: Option<&Path>) -> Result<Self, Error> {
+    /// `reserve`: characters the dirs of child processes add below it.
+    fn new(given: Option<&Path>, reserve: usize) -> Result<Self, Error> {
         let dir = match given {
             Some(d) => {
                 std::fs::create_dir_all(d).map_err(|e| Error::io("creating the data dir", d, e))?;
@@ -141,9 +152,10 @@ impl DataDir {
             ),
         };
         let len = dir.path().as_os_str().len();
-        if len > MAX_DATA_DIR {
+        let max = MAX_DATA_DIR - reserve;
+        if len > max {
             return Err(Error::Config(format!(
-                "--data-dir {} is {len} characters: at most {MAX_DATA_DIR} (unix socket paths below it are limited to 107 bytes)",
+                "--data-dir {} is {len} characters: at most {max} here (unix socket paths below it are limited to 107 bytes)",
                 dir.path().display()
             )));
         }
@@ -159,17 +171,26 @@ impl DataDir {
 }
 
 /// Runs the benchmark: the scenarios one after the other, the report on stdout, progress on
-/// stderr. Fails if a scenario failed (after printing what was measured).
+/// stderr. Fails if a scenario failed (after printing what was measured). With more than one
+/// scenario (or `all`'s per-node memory), each runs in a `csi-cluster bench` child process of
+/// its own, so its memory numbers are its own and not what earlier clusters left allocated.
 pub async fn run(flags: BenchFlags) -> Result<(), Error> {
     let plan = flags.plan()?;
     let uid = rustix::process::geteuid();
     if !uid.is_root() {
         return Err(Error::NotRoot { uid: uid.as_raw() });
     }
-    let data_dir = DataDir::new(flags.data_dir.as_deref())?;
-    // Every scenario's components log into one place; the clusters' own `logs::init` calls
-    // after this one find a subscriber installed and change nothing.
-    crate::logs::init(&data_dir.path().join("logs"), 0)?;
+    let isolated = flags.idle_nodes.is_none() && (plan.scenarios.len() > 1 || plan.per_node);
+    let data_dir = DataDir::new(
+        flags.data_dir.as_deref(),
+        if isolated { CHILD_DIR } else { 0 },
+    )?;
+    if let Some(nodes) = flags.idle_nodes {
+        crate::logs::init(&data_dir.path().join("logs"), 0)?;
+        let idle = idle_rss(nodes, &plan, &data_dir.path().join("0")).await?;
+        println!("{}", serde_json::json!({ "idle_rss_mib": idle }));
+        return Ok(());
+    }
     eprintln!(
         "bench: {} pods, {} nodes, scenarios {}; data dir {}",
         plan.pods,
@@ -181,15 +202,29 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
             .join(", "),
         data_dir.path().display()
     );
+    if !isolated {
+        crate::logs::init(&data_dir.path().join("logs"), 0)?;
+    }
     let per_node = if plan.per_node {
-        Some(per_node_memory(&plan, data_dir.path()).await?)
+        let one = isolate::idle_rss(&flags, 1, &data_dir.path().join("i1")).await?;
+        let many = isolate::idle_rss(&flags, plan.nodes, &data_dir.path().join("in")).await?;
+        Some(PerNode {
+            one_node_idle_rss_mib: one,
+            nodes: plan.nodes,
+            nodes_idle_rss_mib: many,
+            per_node_mib: (many - one) / (plan.nodes - 1) as f64,
+        })
     } else {
         None
     };
     let mut reports = Vec::new();
     for (i, s) in plan.scenarios.iter().enumerate() {
         let dir = data_dir.path().join(i.to_string());
-        let r = run_scenario(*s, &plan, &dir).await;
+        let r = if isolated {
+            isolate::scenario(&flags, *s, &dir).await
+        } else {
+            run_scenario(*s, &plan, &dir).await
+        };
         match (&r.measured, &r.note) {
             (true, _) => eprintln!("bench: {} done", s.name()),
             (false, note) => eprintln!(
@@ -207,7 +242,7 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
         cpus: std::thread::available_parallelism().map_or(0, usize::from),
         pods: plan.pods,
         nodes: plan.nodes,
-        timing: format!("{:?}", plan.timing).to_lowercase(),
+        timing: timing_name(plan.timing).into(),
         scenarios: reports,
         per_node,
     };
@@ -233,6 +268,14 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
             "scenarios failed: {} (see above)",
             failed.join(", ")
         )))
+    }
+}
+
+pub(crate) fn timing_name(t: ec2_sim::Timing) -> &'static str {
+    match t {
+        ec2_sim::Timing::Instant => "instant",
+        ec2_sim::Timing::Fast => "fast",
+        ec2_sim::Timing::Realistic => "realistic",
     }
 }
 
@@ -343,32 +386,21 @@ async fn hostpath_attach_required(client: &Client) -> Result<bool, Error> {
     Ok(driver.spec.attach_required == Some(true))
 }
 
-/// Idle VmRSS of a ready 1-node cluster and of a ready `plan.nodes` one, smallest first (the
-/// allocator keeps what the first one freed, so the larger cluster's number is its own).
-async fn per_node_memory(plan: &Plan, data_dir: &Path) -> Result<PerNode, Error> {
-    let mut idle = Vec::new();
-    for (i, nodes) in [1, plan.nodes].into_iter().enumerate() {
-        let dir = data_dir.join(format!("idle{i}"));
-        eprintln!("bench: idle memory with {nodes} node(s)");
-        let mut config = UpConfig::new(nodes, &dir);
-        config.zones = 1;
-        config.port = Some(0);
-        config.timing = plan.timing;
-        let cluster = RunningCluster::start(config).await?;
-        let ready = cluster.wait_ready().await;
-        tokio::time::sleep(SETTLE).await;
-        idle.push(measure::memory().0);
-        cluster.stop().await?;
-        ready?;
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    let (one, many) = (idle[0], idle[1]);
-    Ok(PerNode {
-        one_node_idle_rss_mib: one,
-        nodes: plan.nodes,
-        nodes_idle_rss_mib: many,
-        per_node_mib: (many - one) / (plan.nodes - 1) as f64,
-    })
+/// VmRSS of a ready `nodes`-node cluster left idle (no workload) for a moment.
+async fn idle_rss(nodes: usize, plan: &Plan, dir: &Path) -> Result<f64, Error> {
+    eprintln!("bench: idle memory with {nodes} node(s)");
+    let mut config = UpConfig::new(nodes, dir);
+    config.zones = 1;
+    config.port = Some(0);
+    config.timing = plan.timing;
+    let cluster = RunningCluster::start(config).await?;
+    let ready = cluster.wait_ready().await;
+    tokio::time::sleep(SETTLE).await;
+    let rss = measure::memory().0;
+    cluster.stop().await?;
+    ready?;
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(rss)
 }
 
 #[cfg(test)]
@@ -426,7 +458,7 @@ mod tests {
         let dir = long
             .path()
             .join("a-directory-name-that-is-far-too-long-for-sockets");
-        let e = DataDir::new(Some(&dir)).err().unwrap().to_string();
+        let e = DataDir::new(Some(&dir), 0).err().unwrap().to_string();
         assert!(e.contains("--data-dir") && e.contains("107"), "{e}");
     }
 }

@@ -3,11 +3,11 @@
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::measure::{Latency, Writes};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Report {
     pub date_utc: String,
     /// Cores this process may use.
@@ -20,7 +20,7 @@ pub(crate) struct Report {
     pub per_node: Option<PerNode>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct ScenarioReport {
     pub scenario: String,
     pub class: String,
@@ -38,7 +38,7 @@ pub(crate) struct ScenarioReport {
     pub cleanup_s: f64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct PodNumbers {
     /// Pod create call → a pods watch sees condition Ready=True, per pod.
     pub ready: Latency,
@@ -48,7 +48,7 @@ pub(crate) struct PodNumbers {
     pub pods_per_node: std::collections::BTreeMap<String, usize>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct ProvisionNumbers {
     /// Claim create call → a claims watch sees phase Bound, per claim.
     pub bound: Latency,
@@ -58,7 +58,7 @@ pub(crate) struct ProvisionNumbers {
 }
 
 /// The csi-cluster process (the whole stack in one process), in MiB.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Memory {
     /// VmRSS once the cluster was ready and had settled, before the first create.
     pub idle_rss_mib: f64,
@@ -68,7 +68,7 @@ pub(crate) struct Memory {
     pub peak_mib: f64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct PerNode {
     pub one_node_idle_rss_mib: f64,
     pub nodes: usize,

@@ -1,0 +1,83 @@
+//! One scenario (or one idle cluster) in a `csi-cluster bench` child process: the whole stack
+//! runs in one process, and an allocator keeps what a stopped cluster freed, so a second
+//! cluster in the same process would report the first one's memory as its own.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use serde::Deserialize;
+
+use super::report::{Report, ScenarioReport};
+use super::scenarios::Scenario;
+use super::{BenchFlags, timing_name};
+use crate::Error;
+
+/// Runs `csi-cluster bench ARGS --output json` with the parent's measurement flags; its
+/// progress goes to our stderr, its stdout (the JSON report) is returned with its success.
+async fn child(flags: &BenchFlags, dir: &Path, args: &[String]) -> Result<(bool, String), Error> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Error::io("finding this program", "/proc/self/exe", e))?;
+    let out = tokio::process::Command::new(&exe)
+        .arg("bench")
+        .args(["--pods", &flags.pods.to_string()])
+        .args(["--nodes", &flags.nodes.to_string()])
+        .args(["--timing", timing_name(flags.timing)])
+        .args(["--timeout", &flags.timeout.to_string()])
+        .args(["--output", "json", "--data-dir"])
+        .arg(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| Error::io("running a bench child process", &exe, e))?;
+    Ok((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
+
+/// Scenario `s` in a child process on `dir` (its logs stay in `dir/logs`).
+pub(crate) async fn scenario(flags: &BenchFlags, s: Scenario, dir: &Path) -> ScenarioReport {
+    let failed = |why: String| ScenarioReport {
+        scenario: s.name().into(),
+        class: s.class().into(),
+        note: Some(format!("failed: {why}")),
+        ..ScenarioReport::default()
+    };
+    let (ok, stdout) = match child(flags, dir, &["--scenario".into(), s.name().into()]).await {
+        Ok(r) => r,
+        Err(e) => return failed(e.to_string()),
+    };
+    // A failed scenario still prints its report (with the failure in its note).
+    match serde_json::from_str::<Report>(&stdout) {
+        Ok(mut r) if r.scenarios.len() == 1 => r.scenarios.remove(0),
+        Ok(r) => failed(format!(
+            "the child reported {} scenarios, not 1",
+            r.scenarios.len()
+        )),
+        Err(e) if ok => failed(format!("the child's report is not JSON ({e}): {stdout}")),
+        Err(_) => failed(format!(
+            "the child process failed (its stderr is above): {stdout}"
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+struct Idle {
+    idle_rss_mib: f64,
+}
+
+/// Idle VmRSS (MiB) of a ready `nodes`-node cluster, in a child process on `dir`.
+pub(crate) async fn idle_rss(flags: &BenchFlags, nodes: usize, dir: &Path) -> Result<f64, Error> {
+    let (ok, stdout) = child(flags, dir, &["--idle-nodes".into(), nodes.to_string()]).await?;
+    match serde_json::from_str::<Idle>(&stdout) {
+        Ok(i) if ok => Ok(i.idle_rss_mib),
+        _ => Err(Error::Start {
+            component: format!("the bench's idle {nodes}-node cluster"),
+            reason: format!("the child process failed (its stderr is above): {stdout}"),
+        }),
+    }
+}
