@@ -17,6 +17,7 @@
 //! StatefulSet controller), `teardown` (mounts, loop devices, sockets), `pidfile`, [`status`].
 //! `docs/cluster.md` is the user's guide.
 
+pub mod background;
 pub mod bench;
 pub mod config;
 mod control_plane;

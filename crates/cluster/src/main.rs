@@ -17,8 +17,12 @@ fn main() -> anyhow::Result<()> {
         match flags.command {
             Command::Up(up) => {
                 let config = up.config()?;
-                let shutdown = sidecar::shutdown_on_signals();
-                cluster::up(config, shutdown).await?;
+                if config.background {
+                    cluster::background::start(&config).await?;
+                } else {
+                    let shutdown = sidecar::shutdown_on_signals();
+                    cluster::up(config, shutdown).await?;
+                }
             }
             Command::Down(down) => {
                 let pid = cluster::down(&down.data_dir, Duration::from_secs(down.timeout)).await?;
