@@ -7,12 +7,22 @@
 //! volumes), a csi-attacher against the controller plugin when `--attach-required`, and a
 //! node-driver-registrar per node.
 //!
+//! Before any sidecar starts, every plugin must serve its socket and report NAME from
+//! GetPluginInfo: the registrar and the attacher take the driver's name from there, so a
+//! plugin reporting another name (a forgotten `--drivername`) would be registered as, and have
+//! its VolumeAttachments served for, another driver — the built-in hostpath one, say. `up`
+//! fails instead, naming the flag and the plugin's log.
+//!
 //! The provisioner's mode is a flag rather than guessed from the driver: topology (what a
 //! node-local driver reports) is reported by central drivers too (EBS), so it does not tell
 //! whether the controller plugin can create every node's volumes.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use csi_spec::v1::GetPluginInfoRequest;
+use csi_spec::v1::identity_client::IdentityClient;
 
 use crate::config::UpConfig;
 use crate::control_plane::{self, attacher_name, provisioner_config};
@@ -26,6 +36,9 @@ const PLACEHOLDERS: [&str; 4] = ["endpoint", "node", "mode", "state-dir"];
 
 /// The `{node}` of the controller plugin.
 const CONTROLLER_NODE: &str = "controller";
+
+/// How long a plugin may take to serve its socket at start.
+const PLUGIN_PATIENCE: Duration = Duration::from_secs(60);
 
 /// Unix socket paths hold at most 107 bytes.
 const MAX_SOCKET_PATH: usize = 107;
@@ -222,7 +235,8 @@ pub(crate) fn objects(
         .collect()
 }
 
-/// Starts every external driver's plugins and sidecars (the nodes' dirs exist already).
+/// Starts every external driver's plugins, waits until each serves its socket under the right
+/// name, then starts their sidecars (the nodes' dirs exist already).
 pub(crate) async fn start(
     sup: &Supervisor,
     drivers: &[ExternalDriver],
@@ -233,6 +247,7 @@ pub(crate) async fn start(
 ) -> Result<(), Error> {
     let sockets = data_dir.join("sockets");
     std::fs::create_dir_all(&sockets).map_err(|e| Error::io("creating", &sockets, e))?;
+    let mut started = Vec::new();
     for driver in drivers {
         let controller = plugin(
             driver,
@@ -241,11 +256,31 @@ pub(crate) async fn start(
             "controller",
             data_dir,
         )?;
-        let controller_endpoint = format!("unix://{}", controller.socket.display());
+        started.push((driver, external_controller(&driver.name), controller));
+        for node in specs {
+            let socket = nodes::driver_socket(&node.root_dir(data_dir), &driver.name)?;
+            let child = plugin(driver, socket, &node.name, "node", data_dir)?;
+            started.push((driver, external_node(&node.name, &driver.name), child));
+        }
+    }
+    for (_, component, child) in &started {
         sup.spawn(
-            external_controller(&driver.name),
+            component.clone(),
             Stage::Drivers,
-            child_factory(controller),
+            child_factory(child.clone()),
+        );
+    }
+    let checks = started
+        .iter()
+        .map(|(driver, component, child)| check_plugin(sup, &driver.name, component, child));
+    for result in futures::future::join_all(checks).await {
+        result?;
+    }
+
+    for driver in drivers {
+        let controller_endpoint = format!(
+            "unix://{}",
+            sockets.join(format!("{}.sock", driver.name)).display()
         );
         if config.attach_required {
             control_plane::spawn_attacher(
@@ -261,13 +296,6 @@ pub(crate) async fn start(
         for node in specs {
             let root = node.root_dir(data_dir);
             let socket = nodes::driver_socket(&root, &driver.name)?;
-            let child = plugin(driver, socket.clone(), &node.name, "node", data_dir)?;
-            let endpoint = format!("unix://{}", socket.display());
-            sup.spawn(
-                external_node(&node.name, &driver.name),
-                Stage::Drivers,
-                child_factory(child),
-            );
             nodes::spawn_registrar(
                 sup,
                 &node.name,
@@ -276,12 +304,68 @@ pub(crate) async fn start(
                 &root.join("plugins_registry"),
             );
             if config.driver_node_deployment {
+                let endpoint = format!("unix://{}", socket.display());
                 spawn_provisioner(sup, kubeconfig, &driver.name, &endpoint, Some(&node.name))
                     .await?;
             }
         }
     }
     Ok(())
+}
+
+/// Waits until the plugin answers GetPluginInfo with `driver`; fails at once when its process
+/// ended (the supervisor started it a second time), naming its log.
+async fn check_plugin(
+    sup: &Supervisor,
+    driver: &str,
+    component: &str,
+    child: &Child,
+) -> Result<(), Error> {
+    let endpoint = format!("unix://{}", child.socket.display());
+    let fail = |why: String| {
+        Error::Config(format!(
+            "--driver {driver}: {component} {why}; its output is in {}",
+            child.log.display()
+        ))
+    };
+    let started = Instant::now();
+    let mut last = String::from("no socket yet");
+    loop {
+        if sup.starts(component).unwrap_or(0) > 1 {
+            return Err(fail("exited right after it started".into()));
+        }
+        if child.socket.exists() {
+            match plugin_name(&endpoint).await {
+                Ok(name) if name == driver => return Ok(()),
+                Ok(name) => {
+                    return Err(fail(format!(
+                        "reports the driver name {name:?} in GetPluginInfo, not {driver:?}: give the driver its name (e.g. its --drivername flag), or use --driver {name}=..."
+                    )));
+                }
+                Err(e) => last = e,
+            }
+        }
+        if started.elapsed() > PLUGIN_PATIENCE {
+            return Err(fail(format!(
+                "did not answer GetPluginInfo on {endpoint} within {PLUGIN_PATIENCE:?} ({last})"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn plugin_name(endpoint: &str) -> Result<String, String> {
+    let channel = csi_spec::connect_unix(endpoint)
+        .await
+        .map_err(|e| e.to_string())?;
+    let info = tokio::time::timeout(
+        Duration::from_secs(5),
+        IdentityClient::new(channel).get_plugin_info(GetPluginInfoRequest {}),
+    )
+    .await
+    .map_err(|_| "GetPluginInfo took more than 5 s".to_string())?
+    .map_err(|s| format!("GetPluginInfo: {}", s.message()))?;
+    Ok(info.into_inner().name)
 }
 
 /// A csi-provisioner for `driver` at `endpoint`: central, or `--node-deployment` for `node`.

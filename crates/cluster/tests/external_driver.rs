@@ -224,3 +224,100 @@ async fn a_bad_driver_flag_is_refused_naming_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown placeholder {nodeid}"), "{err}");
 }
+
+/// Takes down whatever a failed `up` left below the data dir, also when an assertion failed.
+struct Cleanup(PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        test_support::unmount_all_below(&self.0);
+        for (dev, _) in common::loop_devices_below(&self.0) {
+            let _ = std::process::Command::new("losetup")
+                .arg("-d")
+                .arg(dev)
+                .status();
+        }
+    }
+}
+
+/// `csi-cluster up ARGS` on `data_dir` run to its end (killed after PATIENCE): (success,
+/// output).
+fn up_to_the_end(data_dir: &Path, args: &[&str]) -> (bool, String) {
+    let out = data_dir.with_extension("out");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_csi-cluster"))
+        .args([
+            "up",
+            "--timing",
+            "fast",
+            "--port",
+            "0",
+            "--nodes",
+            "1",
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(out.with_extension("err")).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("csi-cluster up {args:?} still runs after {PATIENCE:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let text = std::fs::read_to_string(&out).unwrap()
+        + &std::fs::read_to_string(out.with_extension("err")).unwrap();
+    (status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_with_another_name_or_one_that_exits_fails_up_and_leaves_nothing() {
+    if !can_run() {
+        return;
+    }
+    let Some(bin) = hostpath_binary() else {
+        test_support::skip_or_fail(
+            "the hostpath-csi-driver binary is not built next to the tests: run `cargo build -p hostpath-driver` first",
+        );
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let data_dir = work.path().join("data");
+    let _cleanup = Cleanup(data_dir.clone());
+    // No --drivername: the plugin calls itself hostpath.csi.k8s.io, the built-in driver.
+    let unnamed = format!(
+        "other.example.com={} --endpoint {{endpoint}} --node-id {{node}} --state-dir {{state-dir}}",
+        bin.display()
+    );
+    let (ok, out) = up_to_the_end(&data_dir, &["--driver", &unnamed]);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("--driver other.example.com: ")
+            && out.contains("reports the driver name \"hostpath.csi.k8s.io\""),
+        "{out}"
+    );
+    let data_dir = data_dir.canonicalize().unwrap();
+    assert_eq!(plugin_processes(&data_dir), vec![], "plugin processes left");
+    assert_eq!(mounts_below(&data_dir), Vec::<String>::new());
+    assert_eq!(sockets_below(&data_dir), Vec::<PathBuf>::new());
+
+    let (ok, out) = up_to_the_end(
+        &data_dir,
+        &["--driver", "crash.example.com=echo no luck; exit 3"],
+    );
+    assert!(!ok, "{out}");
+    assert!(out.contains("exited right after it started"), "{out}");
+    let log =
+        std::fs::read_to_string(data_dir.join("logs/crash.example.com-controller.log")).unwrap();
+    assert!(log.contains("no luck"), "{log}");
+    assert_eq!(sockets_below(&data_dir), Vec::<PathBuf>::new());
+}
