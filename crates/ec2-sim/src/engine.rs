@@ -81,8 +81,11 @@ impl Engine {
     /// Applies due transitions, carries out their effects, syncs loop devices and saves.
     pub(crate) fn tick(&mut self) {
         let now = now_ms();
+        // Which due detaches would finish under a mounted device: held back with the fault,
+        // and either way marked in the attachment history.
+        let mounted = self.mounted_detaching(now);
         let busy = if self.faults.detach_waits_for_unmount {
-            self.busy_detaching(now)
+            mounted.clone()
         } else {
             Default::default()
         };
@@ -101,7 +104,7 @@ impl Engine {
         if changed || self.reconcile_failed {
             self.reconcile();
         }
-        self.history.observe(&self.cloud, now);
+        self.history.observe(&self.cloud, now, &mounted);
         self.save();
     }
 
@@ -111,18 +114,16 @@ impl Engine {
         self.reconcile_failed = self.disks.reconcile(&self.cloud).is_err();
     }
 
-    /// Volumes whose detach is due but whose loop device is still in use.
-    fn busy_detaching(&self, now: u64) -> std::collections::BTreeSet<String> {
+    /// Volumes whose detach is due (forced or not) but whose loop device is still mounted or
+    /// held. Reads mountinfo only when some detach is due.
+    fn mounted_detaching(&self, now: u64) -> std::collections::BTreeSet<String> {
         let due: Vec<&str> = self
             .cloud
             .volumes
             .values()
             .filter(|v| {
                 v.attachments.iter().any(|a| {
-                    a.state == AttachState::Detaching
-                        && !a.force
-                        && !a.never_attached
-                        && now >= a.done_ms
+                    a.state == AttachState::Detaching && !a.never_attached && now >= a.done_ms
                 })
             })
             .map(|v| v.id.as_str())
@@ -154,7 +155,7 @@ impl Engine {
         let now = now_ms();
         let mut x = Xml::response(action, request_id);
         let result = actions::dispatch(self, action, params, now, &mut x);
-        self.history.observe(&self.cloud, now);
+        self.history.observe(&self.cloud, now, &Default::default());
         if self.dirty {
             // Reconcile right away: with Timing::Instant a device exists when the call returns.
             self.reconcile();

@@ -67,6 +67,11 @@ pub struct AttachmentEvent {
     pub state: AttachmentState,
     /// The volume is io1/io2 Multi-Attach, so several holders are allowed.
     pub multi_attach: bool,
+    /// `detached` only: the detach finished while the volume's device was still mounted or
+    /// held on the host (an instance still using it). A stack that unmounts before it
+    /// detaches never does this; with `detach_waits_for_unmount` the simulator holds such a
+    /// detach back instead (unless forced).
+    pub device_in_use: bool,
 }
 
 /// A moment a volume was held by more than one instance: right after event `seq`.
@@ -127,6 +132,11 @@ impl AttachmentHistory {
             .collect()
     }
 
+    /// The detaches that finished while the device was still mounted or held.
+    pub fn detached_while_in_use(&self) -> Vec<&AttachmentEvent> {
+        self.events.iter().filter(|e| e.device_in_use).collect()
+    }
+
     /// The changes of one volume, oldest first.
     pub fn of_volume<'a>(
         &'a self,
@@ -156,8 +166,9 @@ impl AttachmentLog {
     }
 
     /// Records every attachment whose state differs from what was seen last, and every
-    /// attachment that is gone. Allocates nothing when nothing changed (it runs every tick).
-    pub(crate) fn observe(&mut self, cloud: &Cloud, now: u64) {
+    /// attachment that is gone (`mounted`: volumes whose device was in use when their detach
+    /// came due). Allocates nothing when nothing changed (it runs every tick).
+    pub(crate) fn observe(&mut self, cloud: &Cloud, now: u64, mounted: &BTreeSet<String>) {
         let mut changes = Vec::new();
         for v in cloud.volumes.values() {
             for a in &v.attachments {
@@ -190,7 +201,8 @@ impl AttachmentLog {
             }
         }
         for (vol, inst, state, multi) in changes {
-            self.push(now, &vol, &inst, state, multi);
+            let in_use = state == AttachmentState::Detached && mounted.contains(&vol);
+            self.push(now, &vol, &inst, state, multi, in_use);
             match state {
                 AttachmentState::Detached => {
                     if let Some(m) = self.seen.get_mut(&vol) {
@@ -227,6 +239,7 @@ impl AttachmentLog {
         instance_id: &str,
         state: AttachmentState,
         multi_attach: bool,
+        device_in_use: bool,
     ) {
         if self.events.len() >= self.capacity {
             self.events.pop_front();
@@ -239,6 +252,7 @@ impl AttachmentLog {
             instance_id: instance_id.to_string(),
             state,
             multi_attach,
+            device_in_use,
         });
         self.next_seq += 1;
     }
@@ -266,6 +280,10 @@ fn present(cloud: &Cloud, volume_id: &str, instance_id: &str) -> bool {
 mod tests {
     use super::*;
     use crate::model::{Attachment, Volume};
+
+    fn none() -> BTreeSet<String> {
+        BTreeSet::new()
+    }
 
     fn volume(id: &str, multi_attach: bool) -> Volume {
         Volume {
@@ -321,20 +339,20 @@ mod tests {
         let mut cloud = Cloud::default();
         let mut log = AttachmentLog::new(100);
         cloud.volumes.insert("vol-1".into(), volume("vol-1", false));
-        log.observe(&cloud, 1);
+        log.observe(&cloud, 1, &none());
         assert!(log.snapshot().events.is_empty());
         let v = cloud.volumes.get_mut("vol-1").unwrap();
         v.attachments
             .push(attachment("i-1", AttachState::Attaching));
-        log.observe(&cloud, 2);
-        log.observe(&cloud, 3);
+        log.observe(&cloud, 2, &none());
+        log.observe(&cloud, 3, &none());
         cloud.volumes.get_mut("vol-1").unwrap().attachments[0].state = AttachState::Attached;
-        log.observe(&cloud, 4);
+        log.observe(&cloud, 4, &none());
         cloud.volumes.get_mut("vol-1").unwrap().attachments[0].state = AttachState::Detaching;
-        log.observe(&cloud, 5);
+        log.observe(&cloud, 5, &none());
         cloud.volumes.get_mut("vol-1").unwrap().attachments.clear();
-        log.observe(&cloud, 6);
-        log.observe(&cloud, 7);
+        log.observe(&cloud, 6, &none());
+        log.observe(&cloud, 7, &none());
         let h = log.snapshot();
         assert_eq!(
             states(&h),
@@ -353,15 +371,46 @@ mod tests {
     }
 
     #[test]
+    fn a_detach_under_a_mounted_device_is_marked() {
+        let mut cloud = Cloud::default();
+        let mut log = AttachmentLog::new(100);
+        for id in ["vol-1", "vol-2"] {
+            let mut v = volume(id, false);
+            v.attachments
+                .push(attachment("i-1", AttachState::Detaching));
+            cloud.volumes.insert(id.into(), v);
+        }
+        log.observe(&cloud, 1, &none());
+        for v in cloud.volumes.values_mut() {
+            v.attachments.clear();
+        }
+        // vol-1's device was still mounted when its detach came due.
+        log.observe(&cloud, 2, &["vol-1".to_string()].into());
+        let h = log.snapshot();
+        let marked: Vec<(&str, &str)> = h
+            .detached_while_in_use()
+            .iter()
+            .map(|e| (e.volume_id.as_str(), e.state.as_str()))
+            .collect();
+        assert_eq!(marked, vec![("vol-1", "detached")]);
+        assert!(
+            h.events
+                .iter()
+                .filter(|e| e.seq < 2)
+                .all(|e| !e.device_in_use)
+        );
+    }
+
+    #[test]
     fn a_deleted_volume_ends_its_attachments() {
         let mut cloud = Cloud::default();
         let mut log = AttachmentLog::new(100);
         let mut v = volume("vol-1", false);
         v.attachments.push(attachment("i-1", AttachState::Attached));
         cloud.volumes.insert("vol-1".into(), v);
-        log.observe(&cloud, 1);
+        log.observe(&cloud, 1, &none());
         cloud.volumes.clear();
-        log.observe(&cloud, 2);
+        log.observe(&cloud, 2, &none());
         assert_eq!(
             states(&log.snapshot()),
             vec![
@@ -381,19 +430,19 @@ mod tests {
         }
         // i-1 → i-2 with the detach finished first: held by one at a time.
         atts(&mut cloud).push(attachment("i-1", AttachState::Attached));
-        log.observe(&cloud, 1);
+        log.observe(&cloud, 1, &none());
         atts(&mut cloud)[0].state = AttachState::Detaching;
-        log.observe(&cloud, 2);
+        log.observe(&cloud, 2, &none());
         atts(&mut cloud).clear();
-        log.observe(&cloud, 3);
+        log.observe(&cloud, 3, &none());
         atts(&mut cloud).push(attachment("i-2", AttachState::Attaching));
-        log.observe(&cloud, 4);
+        log.observe(&cloud, 4, &none());
         assert!(log.snapshot().double_attachments().is_empty());
         // i-3 attaching while i-2 still holds it (even in `attaching`): a double attachment.
         atts(&mut cloud).push(attachment("i-3", AttachState::Attaching));
-        log.observe(&cloud, 5);
+        log.observe(&cloud, 5, &none());
         atts(&mut cloud).retain(|a| a.instance_id != "i-2");
-        log.observe(&cloud, 6);
+        log.observe(&cloud, 6, &none());
         let found = log.snapshot().double_attachments();
         assert_eq!(
             found,
@@ -416,7 +465,7 @@ mod tests {
         v.attachments
             .push(attachment("i-2", AttachState::Attaching));
         cloud.volumes.insert("vol-m".into(), v);
-        log.observe(&cloud, 1);
+        log.observe(&cloud, 1, &none());
         let h = log.snapshot();
         assert_eq!(h.multi_holders().len(), 1);
         assert!(h.multi_holders()[0].multi_attach);
@@ -436,7 +485,7 @@ mod tests {
             } else {
                 a.clear();
             }
-            log.observe(&cloud, t);
+            log.observe(&cloud, t, &none());
         }
         let h = log.snapshot();
         assert_eq!(h.dropped, 1);

@@ -351,6 +351,55 @@ async fn detach_waits_for_unmount_when_asked() {
     drop(mount);
     s.ec2.wait_status(&v, "available").await;
     wait_for("release", || loops_of(&image).is_empty()).await;
+    // Held back until the unmount, so the record has no detach under a mounted device.
+    assert!(
+        s.sim
+            .attachment_history()
+            .detached_while_in_use()
+            .is_empty()
+    );
+    s.sim.shutdown().await.unwrap();
+}
+
+/// Without `detach_waits_for_unmount` a detach finishes under a mounted device, as a stack
+/// that detaches before it unmounts would make it; the attachment history marks exactly that
+/// detach, not one that came after the unmount.
+#[tokio::test]
+async fn the_history_marks_a_detach_under_a_mounted_device() {
+    if let Some(why) = skip_reason() {
+        test_support::skip_or_fail(&format!("loop-device test: {why}"));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_with(loop_config(dir.path())).await;
+    let i = s.ec2.run_instance("us-east-1a").await;
+    let v = s.ec2.create_volume("us-east-1a", "1", &[]).await;
+    s.ec2.wait_status(&v, "available").await;
+    let image = dir.path().join(format!("state/volumes/{v}.img"));
+    let _cleanup = LoopCleanup(image.clone());
+    attach(&s.ec2, &v, &i, "/dev/xvdba").await;
+    let dev = dir.path().join("dev/xvdba");
+    let mkfs = Command::new("mkfs.ext4")
+        .args(["-q", "-F"])
+        .arg(&dev)
+        .status()
+        .unwrap();
+    assert!(mkfs.success());
+    let mnt = dir.path().join("mnt");
+    let mount = Mount::new(&dev, &mnt);
+    detach(&s.ec2, &v).await;
+    drop(mount);
+    attach(&s.ec2, &v, &i, "/dev/xvdbb").await;
+    detach(&s.ec2, &v).await;
+    let h = s.sim.attachment_history();
+    let detached: Vec<bool> = h
+        .of_volume(&v)
+        .filter(|e| e.state == ec2_sim::AttachmentState::Detached)
+        .map(|e| e.device_in_use)
+        .collect();
+    assert_eq!(detached, vec![true, false], "{:#?}", h.events);
+    assert_eq!(h.detached_while_in_use().len(), 1);
+    wait_for("release", || loops_of(&image).is_empty()).await;
     s.sim.shutdown().await.unwrap();
 }
 
