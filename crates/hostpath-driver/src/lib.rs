@@ -1,5 +1,7 @@
 //! hostpath-csi-driver: a node-local CSI driver with no attach step (the case Kubernetes'
-//! skip-attach design is about: its CSIDriver says `attachRequired: false`).
+//! skip-attach design is about: its CSIDriver says `attachRequired: false`). With
+//! `--enable-attach` it offers ControllerPublish, which only checks the node, for a CSIDriver
+//! with `attachRequired: true`.
 //!
 //! A mount volume is a directory `<state-dir>/volumes/<id>/`, a block volume a sparse file
 //! `<state-dir>/volumes/<id>.img` that a loop device exposes while the volume is staged or
