@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use ebs_cloud::Cloud as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 
@@ -352,9 +353,22 @@ impl Walk<'_> {
                 (kind, true)
             }
             None => {
-                n.show(
-                    "data: no pod has the volume mounted in this step; read back at the next pod",
-                );
+                // Nothing to read without a pod; show the volume is still there (or, at the
+                // end, deleted).
+                let state = match self.ec2.get_disk_by_id(&self.volume_id).await {
+                    Ok(d) => d.state,
+                    Err(e) if e.is_not_found() => "deleted".into(),
+                    Err(e) => {
+                        return Err(Error::start(
+                            format!("reading EBS volume {}", self.volume_id),
+                            e,
+                        ));
+                    }
+                };
+                n.show(format!(
+                    "data: no pod mounts the volume now; EC2 says {} is {state}",
+                    self.volume_id
+                ));
                 (Path::Neither, false)
             }
         };
