@@ -289,6 +289,18 @@ impl UpFlags {
             ));
         }
         crate::external::parse_all(&self.drivers)?;
+        if self.drivers.is_empty() {
+            for (set, flag) in [
+                (self.attach_required, "--attach-required"),
+                (self.driver_node_deployment, "--driver-node-deployment"),
+            ] {
+                if set {
+                    return Err(Error::Config(format!(
+                        "{flag} is about the --driver drivers, and there is none (for the built-in hostpath driver: --hostpath-attach-required)"
+                    )));
+                }
+            }
+        }
         Ok(UpConfig {
             nodes: self.nodes,
             data_dir: self.data_dir.clone(),
@@ -383,5 +395,30 @@ mod tests {
         let c = up.config().unwrap();
         assert_eq!(c.timing, ec2_sim::Timing::Realistic);
         assert!(!c.migration.controller && !c.migration.node);
+        let Command::Up(up) = parse(&["up", "--attach-required"]).command else {
+            panic!("not up");
+        };
+        let e = up.config().unwrap_err().to_string();
+        assert!(
+            e.contains("--attach-required is about the --driver drivers"),
+            "{e}"
+        );
+        let Command::Up(up) =
+            parse(&["up", "--driver", "a.example.com=d", "--attach-required"]).command
+        else {
+            panic!("not up");
+        };
+        let c = up.config().unwrap();
+        assert!(c.attach_required);
+        assert_eq!(c.drivers, vec!["a.example.com=d".to_string()]);
+        let Command::Up(up) = parse(&["up", "--driver", "A=d"]).command else {
+            panic!("not up");
+        };
+        assert!(
+            up.config()
+                .unwrap_err()
+                .to_string()
+                .contains("--driver A=d: NAME")
+        );
     }
 }
