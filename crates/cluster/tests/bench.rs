@@ -78,7 +78,7 @@ fn bench_measures_ebs_and_bypass_and_leaves_nothing_behind() {
         "bench failed ({status}):\n{stdout}\n{stderr}"
     );
     assert!(
-        stderr.contains("bench: ebs done"),
+        stderr.contains("bench: ebs (run 1) done"),
         "progress goes to stderr:\n{stderr}"
     );
     let report: Value = serde_json::from_str(&stdout)
@@ -86,8 +86,9 @@ fn bench_measures_ebs_and_bypass_and_leaves_nothing_behind() {
 
     assert_eq!(report["pods"], 3);
     assert_eq!(report["nodes"], 2);
+    assert_eq!(report["runs"], 1);
     assert!(
-        report["per_node"].is_null(),
+        report["per_node"].as_array().unwrap().is_empty(),
         "per-node memory only with all"
     );
     let scenarios = report["scenarios"].as_array().unwrap();
@@ -99,6 +100,7 @@ fn bench_measures_ebs_and_bypass_and_leaves_nothing_behind() {
     for s in scenarios {
         let name = s["scenario"].as_str().unwrap();
         assert_eq!(s["measured"], true, "{name}: {s}");
+        assert_eq!(s["run"], 1, "{name}");
         let ready = &s["pods"]["ready"];
         assert_eq!(ready["count"], 3, "{name}: every pod measured: {s}");
         let (p50, p99, max) = (

@@ -72,6 +72,11 @@ pub struct BenchFlags {
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     pub timeout: u64,
 
+    /// Run every scenario this many times (each on a fresh cluster); the tables show the
+    /// median and the range, the JSON every run.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub runs: usize,
+
     /// Internal (what `all` runs in a child process): print the idle VmRSS of a ready
     /// N-node cluster as JSON.
     #[arg(long, hide = true, value_name = "N")]
@@ -81,6 +86,7 @@ pub struct BenchFlags {
 /// What the flags ask for, checked.
 struct Plan {
     scenarios: Vec<Scenario>,
+    runs: usize,
     per_node: bool,
     json: bool,
     pods: usize,
@@ -113,11 +119,18 @@ impl BenchFlags {
                 self.nodes
             )));
         }
+        if !(1..=10).contains(&self.runs) {
+            return Err(Error::Config(format!(
+                "--runs must be between 1 and 10, got {}",
+                self.runs
+            )));
+        }
         if self.timing == ec2_sim::Timing::Instant {
             return Err(Error::Config("--timing must be fast or realistic".into()));
         }
         Ok(Plan {
             scenarios,
+            runs: self.runs,
             per_node: per_node && self.nodes > 1,
             json,
             pods: self.pods,
@@ -172,7 +185,7 @@ impl DataDir {
 
 /// Runs the benchmark: the scenarios one after the other, the report on stdout, progress on
 /// stderr. Fails if a scenario failed (after printing what was measured). With more than one
-/// scenario (or `all`'s per-node memory), each runs in a `csi-cluster bench` child process of
+/// scenario or run (or `all`'s per-node memory), each runs in a `csi-cluster bench` child process of
 /// its own, so its memory numbers are its own and not what earlier clusters left allocated.
 pub async fn run(flags: BenchFlags) -> Result<(), Error> {
     let plan = flags.plan()?;
@@ -180,7 +193,8 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
     if !uid.is_root() {
         return Err(Error::NotRoot { uid: uid.as_raw() });
     }
-    let isolated = flags.idle_nodes.is_none() && (plan.scenarios.len() > 1 || plan.per_node);
+    let isolated =
+        flags.idle_nodes.is_none() && (plan.scenarios.len() * plan.runs > 1 || plan.per_node);
     let data_dir = DataDir::new(
         flags.data_dir.as_deref(),
         if isolated { CHILD_DIR } else { 0 },
@@ -205,35 +219,39 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
     if !isolated {
         crate::logs::init(&data_dir.path().join("logs"), 0)?;
     }
-    let per_node = if plan.per_node {
-        let one = isolate::idle_rss(&flags, 1, &data_dir.path().join("i1")).await?;
-        let many = isolate::idle_rss(&flags, plan.nodes, &data_dir.path().join("in")).await?;
-        Some(PerNode {
-            one_node_idle_rss_mib: one,
-            nodes: plan.nodes,
-            nodes_idle_rss_mib: many,
-            per_node_mib: (many - one) / (plan.nodes - 1) as f64,
-        })
-    } else {
-        None
-    };
+    let mut per_node = Vec::new();
     let mut reports = Vec::new();
-    for (i, s) in plan.scenarios.iter().enumerate() {
-        let dir = data_dir.path().join(i.to_string());
-        let r = if isolated {
-            isolate::scenario(&flags, *s, &dir).await
-        } else {
-            run_scenario(*s, &plan, &dir).await
-        };
-        match (&r.measured, &r.note) {
-            (true, _) => eprintln!("bench: {} done", s.name()),
-            (false, note) => eprintln!(
-                "bench: {} not measured: {}",
-                s.name(),
-                note.as_deref().unwrap_or("?")
-            ),
+    for run in 1..=plan.runs {
+        if plan.per_node {
+            let one = isolate::idle_rss(&flags, 1, &data_dir.path().join("i1")).await?;
+            let many = isolate::idle_rss(&flags, plan.nodes, &data_dir.path().join("in")).await?;
+            per_node.push(PerNode {
+                one_node_idle_rss_mib: one,
+                nodes: plan.nodes,
+                nodes_idle_rss_mib: many,
+                per_node_mib: (many - one) / (plan.nodes - 1) as f64,
+            });
         }
-        reports.push(r);
+        for (i, s) in plan.scenarios.iter().enumerate() {
+            let dir = data_dir
+                .path()
+                .join(((run - 1) * plan.scenarios.len() + i).to_string());
+            let mut r = if isolated {
+                isolate::scenario(&flags, *s, &dir).await
+            } else {
+                run_scenario(*s, &plan, &dir).await
+            };
+            r.run = run;
+            match (&r.measured, &r.note) {
+                (true, _) => eprintln!("bench: {} (run {run}) done", s.name()),
+                (false, note) => eprintln!(
+                    "bench: {} (run {run}) not measured: {}",
+                    s.name(),
+                    note.as_deref().unwrap_or("?")
+                ),
+            }
+            reports.push(r);
+        }
     }
     let report = Report {
         date_utc: jiff::Timestamp::now()
@@ -243,6 +261,7 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
         pods: plan.pods,
         nodes: plan.nodes,
         timing: timing_name(plan.timing).into(),
+        runs: plan.runs,
         scenarios: reports,
         per_node,
     };

@@ -15,14 +15,19 @@ pub(crate) struct Report {
     pub pods: usize,
     pub nodes: usize,
     pub timing: String,
+    /// How many times every scenario ran (`--runs`).
+    pub runs: usize,
+    /// Every run's scenarios, run 1 first.
     pub scenarios: Vec<ScenarioReport>,
-    /// Idle memory with 1 node and with `nodes` nodes (`--scenario all` only).
-    pub per_node: Option<PerNode>,
+    /// Idle memory with 1 node and with `nodes` nodes, once per run (`--scenario all` only).
+    pub per_node: Vec<PerNode>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct ScenarioReport {
     pub scenario: String,
+    /// 1 for the first run.
+    pub run: usize,
     pub class: String,
     /// False when the scenario could not run as designed (`note` says why) or failed.
     pub measured: bool,
@@ -90,155 +95,108 @@ const COMPONENT_ORDER: [&str; 7] = [
 
 fn secs(s: f64) -> String {
     if s < 10.0 {
-        format!("{s:.3} s")
+        format!("{s:.2} s")
     } else {
         format!("{s:.1} s")
     }
 }
 
+fn two(v: f64) -> String {
+    format!("{v:.2}")
+}
+
+fn one(v: f64) -> String {
+    format!("{v:.1}")
+}
+
+fn whole(v: f64) -> String {
+    format!("{v:.0}")
+}
+
+/// One run's value, or the median over runs with the range when the runs differ at the
+/// shown precision: `1.23 s (1.10 s–1.40 s)`.
+fn agg(values: &[f64], fmt: fn(f64) -> String) -> String {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return "n/a".into();
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    let median = if v.len() % 2 == 0 {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    };
+    let (lo, hi) = (fmt(v[0]), fmt(v[v.len() - 1]));
+    if lo == hi {
+        fmt(median)
+    } else {
+        format!("{} ({lo}–{hi})", fmt(median))
+    }
+}
+
+/// A scenario's measured runs.
+struct Group<'a> {
+    name: &'a str,
+    runs: Vec<&'a ScenarioReport>,
+}
+
+impl Group<'_> {
+    fn cell(&self, f: impl Fn(&ScenarioReport) -> Option<f64>, fmt: fn(f64) -> String) -> String {
+        let v: Vec<f64> = self.runs.iter().filter_map(|s| f(s)).collect();
+        agg(&v, fmt)
+    }
+}
+
 impl Report {
+    /// The measured scenarios, in the order they first ran.
+    fn groups(&self) -> Vec<Group<'_>> {
+        let mut groups: Vec<Group<'_>> = Vec::new();
+        for s in self.scenarios.iter().filter(|s| s.measured) {
+            match groups.iter_mut().find(|g| g.name == s.scenario) {
+                Some(g) => g.runs.push(s),
+                None => groups.push(Group {
+                    name: &s.scenario,
+                    runs: vec![s],
+                }),
+            }
+        }
+        groups
+    }
+
     pub(crate) fn text(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "csi-cluster bench, {}: {} pods per scenario on {} nodes (1 zone), EC2 timing {}, {} cores\n",
-            self.date_utc, self.pods, self.nodes, self.timing, self.cpus
+            "csi-cluster bench, {}: {} pods per scenario on {} nodes (1 zone), EC2 timing {}, {} cores, {}\n",
+            self.date_utc,
+            self.pods,
+            self.nodes,
+            self.timing,
+            self.cpus,
+            if self.runs == 1 {
+                "1 run".to_string()
+            } else {
+                format!("{} runs: median (min–max)", self.runs)
+            }
         );
-        let measured: Vec<&ScenarioReport> = self.scenarios.iter().filter(|s| s.measured).collect();
-        self.latency_table(&mut out, &measured);
-        self.writes_table(&mut out, &measured);
-        self.provisioning_table(&mut out, &measured);
-        self.memory_table(&mut out, &measured);
+        let groups = self.groups();
+        latency_table(&mut out, &groups);
+        writes_table(&mut out, &groups);
+        provisioning_table(&mut out, &groups);
+        self.memory_table(&mut out, &groups);
+        let mut said = BTreeSet::new();
         for s in self.scenarios.iter().filter(|s| !s.measured) {
-            let _ = writeln!(
-                out,
-                "{}: not measured: {}",
-                s.scenario,
-                s.note.as_deref().unwrap_or("?")
-            );
+            let note = s.note.as_deref().unwrap_or("?");
+            if said.insert((s.scenario.as_str(), note)) {
+                let _ = writeln!(out, "{} (run {}): not measured: {note}", s.scenario, s.run);
+            }
         }
         out
     }
 
-    fn latency_table(&self, out: &mut String, rows: &[&ScenarioReport]) {
-        let rows: Vec<_> = rows
-            .iter()
-            .filter_map(|s| Some((s, s.pods.as_ref()?)))
-            .collect();
-        if rows.is_empty() {
-            return;
-        }
-        let _ = writeln!(
-            out,
-            "Pod-volume-ready latency (pod create → Ready), all pods created at once"
-        );
-        let _ = writeln!(
-            out,
-            "| scenario | class | pods | p50 | p99 | max | all Ready (wall) | pods per node | cleanup |"
-        );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
-        for (s, p) in rows {
-            let spread: Vec<String> = p.pods_per_node.values().map(usize::to_string).collect();
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                s.scenario,
-                s.class,
-                p.ready.count,
-                secs(p.ready.p50_s),
-                secs(p.ready.p99_s),
-                secs(p.ready.max_s),
-                secs(p.all_ready_s),
-                spread.join("/"),
-                secs(s.cleanup_s)
-            );
-        }
-        out.push('\n');
-    }
-
-    fn writes_table(&self, out: &mut String, rows: &[&ScenarioReport]) {
-        if rows.is_empty() {
-            return;
-        }
-        let seen: BTreeSet<&str> = rows
-            .iter()
-            .flat_map(|s| s.writes.per_pod_by_component.keys().map(String::as_str))
-            .collect();
-        let mut columns: Vec<&str> = COMPONENT_ORDER
-            .into_iter()
-            .filter(|c| seen.contains(c))
-            .collect();
-        columns.extend(seen.iter().filter(|c| !COMPONENT_ORDER.contains(c)));
-        let _ = writeln!(
-            out,
-            "API writes per pod (per claim for provisioning), first create → all Ready (Bound); leases left out"
-        );
-        let _ = writeln!(
-            out,
-            "| scenario | writes / pod | {} | failed | VolumeAttachments created | lease writes |",
-            columns.join(" | ")
-        );
-        let _ = writeln!(out, "|---|---|{}---|---|---|", "---|".repeat(columns.len()));
-        for s in rows {
-            let cells: Vec<String> = columns
-                .iter()
-                .map(|c| {
-                    s.writes
-                        .per_pod_by_component
-                        .get(*c)
-                        .map_or_else(|| "0".into(), |v| format!("{v:.2}"))
-                })
-                .collect();
-            let _ = writeln!(
-                out,
-                "| {} | {:.2} | {} | {} | {} | {} |",
-                s.scenario,
-                s.writes.per_pod,
-                cells.join(" | "),
-                s.writes.failed,
-                s.writes.volume_attachments_created,
-                s.writes.lease_writes
-            );
-        }
-        out.push('\n');
-    }
-
-    fn provisioning_table(&self, out: &mut String, rows: &[&ScenarioReport]) {
-        let rows: Vec<_> = rows
-            .iter()
-            .filter_map(|s| Some((s, s.provisioning.as_ref()?)))
-            .collect();
-        if rows.is_empty() {
-            return;
-        }
-        let _ = writeln!(
-            out,
-            "Provisioning (claims on an Immediate ebs.csi.aws.com class, created at once)"
-        );
-        let _ = writeln!(
-            out,
-            "| claims | all Bound (wall) | claims / s | p50 | p99 | max | writes / claim | cleanup |"
-        );
-        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
-        for (s, p) in rows {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {:.1} | {} | {} | {} | {:.2} | {} |",
-                p.bound.count,
-                secs(p.all_bound_s),
-                p.claims_per_s,
-                secs(p.bound.p50_s),
-                secs(p.bound.p99_s),
-                secs(p.bound.max_s),
-                s.writes.per_pod,
-                secs(s.cleanup_s)
-            );
-        }
-        out.push('\n');
-    }
-
-    fn memory_table(&self, out: &mut String, rows: &[&ScenarioReport]) {
-        if rows.is_empty() {
+    fn memory_table(&self, out: &mut String, groups: &[Group<'_>]) {
+        if groups.is_empty() {
             return;
         }
         let _ = writeln!(
@@ -250,26 +208,162 @@ impl Report {
             "| scenario | cluster ready in | VmRSS idle | VmRSS at all Ready | VmHWM (scenario) |"
         );
         let _ = writeln!(out, "|---|---|---|---|---|");
-        for s in rows {
+        for g in groups {
             let _ = writeln!(
                 out,
-                "| {} | {} | {:.1} | {:.1} | {:.1} |",
-                s.scenario,
-                secs(s.cluster_ready_s),
-                s.memory.idle_rss_mib,
-                s.memory.loaded_rss_mib,
-                s.memory.peak_mib
+                "| {} | {} | {} | {} | {} |",
+                g.name,
+                g.cell(|s| Some(s.cluster_ready_s), secs),
+                g.cell(|s| Some(s.memory.idle_rss_mib), one),
+                g.cell(|s| Some(s.memory.loaded_rss_mib), one),
+                g.cell(|s| Some(s.memory.peak_mib), one),
             );
         }
-        if let Some(p) = &self.per_node {
+        if let Some(first) = self.per_node.first() {
+            let v =
+                |f: fn(&PerNode) -> f64| agg(&self.per_node.iter().map(f).collect::<Vec<_>>(), one);
             let _ = writeln!(
                 out,
-                "\nIdle VmRSS: 1 node {:.1} MiB, {} nodes {:.1} MiB: {:.1} MiB per node",
-                p.one_node_idle_rss_mib, p.nodes, p.nodes_idle_rss_mib, p.per_node_mib
+                "\nIdle VmRSS: 1 node {} MiB, {} nodes {} MiB: {} MiB per node",
+                v(|p| p.one_node_idle_rss_mib),
+                first.nodes,
+                v(|p| p.nodes_idle_rss_mib),
+                v(|p| p.per_node_mib)
             );
         }
         out.push('\n');
     }
+}
+
+fn latency_table(out: &mut String, groups: &[Group<'_>]) {
+    let rows: Vec<&Group<'_>> = groups.iter().filter(|g| g.runs[0].pods.is_some()).collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Pod-volume-ready latency (pod create → Ready), all pods created at once"
+    );
+    let _ = writeln!(
+        out,
+        "| scenario | class | pods | p50 | p99 | max | all Ready (wall) | pods per node | cleanup |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+    for g in rows {
+        let pods = |f: fn(&PodNumbers) -> f64| move |s: &ScenarioReport| s.pods.as_ref().map(f);
+        let spread: Vec<String> = g.runs[0]
+            .pods
+            .as_ref()
+            .map(|p| p.pods_per_node.values().map(usize::to_string).collect())
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            g.name,
+            g.runs[0].class,
+            g.cell(pods(|p| p.ready.count as f64), whole),
+            g.cell(pods(|p| p.ready.p50_s), secs),
+            g.cell(pods(|p| p.ready.p99_s), secs),
+            g.cell(pods(|p| p.ready.max_s), secs),
+            g.cell(pods(|p| p.all_ready_s), secs),
+            spread.join("/"),
+            g.cell(|s| Some(s.cleanup_s), secs),
+        );
+    }
+    out.push('\n');
+}
+
+fn writes_table(out: &mut String, groups: &[Group<'_>]) {
+    if groups.is_empty() {
+        return;
+    }
+    let seen: BTreeSet<&str> = groups
+        .iter()
+        .flat_map(|g| g.runs.iter())
+        .flat_map(|s| s.writes.per_pod_by_component.keys().map(String::as_str))
+        .collect();
+    let mut columns: Vec<&str> = COMPONENT_ORDER
+        .into_iter()
+        .filter(|c| seen.contains(c))
+        .collect();
+    columns.extend(seen.iter().filter(|c| !COMPONENT_ORDER.contains(c)));
+    let _ = writeln!(
+        out,
+        "API writes per pod (per claim for provisioning), first create → all Ready (Bound); leases left out"
+    );
+    let _ = writeln!(
+        out,
+        "| scenario | writes / pod | {} | failed | VolumeAttachments created | lease writes |",
+        columns.join(" | ")
+    );
+    let _ = writeln!(out, "|---|---|{}---|---|---|", "---|".repeat(columns.len()));
+    for g in groups {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|c| {
+                g.cell(
+                    |s| {
+                        Some(
+                            s.writes
+                                .per_pod_by_component
+                                .get(*c)
+                                .copied()
+                                .unwrap_or(0.0),
+                        )
+                    },
+                    two,
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            g.name,
+            g.cell(|s| Some(s.writes.per_pod), two),
+            cells.join(" | "),
+            g.cell(|s| Some(s.writes.failed as f64), whole),
+            g.cell(|s| Some(s.writes.volume_attachments_created as f64), whole),
+            g.cell(|s| Some(s.writes.lease_writes as f64), whole),
+        );
+    }
+    out.push('\n');
+}
+
+fn provisioning_table(out: &mut String, groups: &[Group<'_>]) {
+    let rows: Vec<&Group<'_>> = groups
+        .iter()
+        .filter(|g| g.runs[0].provisioning.is_some())
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Provisioning (claims on an Immediate ebs.csi.aws.com class, created at once)"
+    );
+    let _ = writeln!(
+        out,
+        "| claims | all Bound (wall) | claims / s | p50 | p99 | max | writes / claim | cleanup |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    for g in rows {
+        let prov = |f: fn(&ProvisionNumbers) -> f64| {
+            move |s: &ScenarioReport| s.provisioning.as_ref().map(f)
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            g.cell(prov(|p| p.bound.count as f64), whole),
+            g.cell(prov(|p| p.all_bound_s), secs),
+            g.cell(prov(|p| p.claims_per_s), one),
+            g.cell(prov(|p| p.bound.p50_s), secs),
+            g.cell(prov(|p| p.bound.p99_s), secs),
+            g.cell(prov(|p| p.bound.max_s), secs),
+            g.cell(|s| Some(s.writes.per_pod), two),
+            g.cell(|s| Some(s.cleanup_s), secs),
+        );
+    }
+    out.push('\n');
 }
 
 #[cfg(test)]
@@ -277,40 +371,56 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
-    #[test]
-    fn text_has_a_table_per_metric_and_names_what_was_not_measured() {
+    fn ebs(run: usize, per_pod: f64, p50: f64) -> ScenarioReport {
         let mut w = Writes {
-            per_pod: 5.5,
-            total: 11,
+            per_pod,
             ..Writes::default()
         };
         w.per_pod_by_component.insert("node-agent".into(), 2.0);
         w.per_pod_by_component.insert("adc".into(), 1.5);
         w.per_pod_by_component.insert("registrar".into(), 2.0);
-        let report = Report {
-            date_utc: "2026-11-27T00:00:00Z".into(),
+        ScenarioReport {
+            scenario: "ebs".into(),
+            run,
+            class: "ebs-sc".into(),
+            measured: true,
+            pods: Some(PodNumbers {
+                ready: Latency {
+                    count: 3,
+                    p50_s: p50,
+                    p99_s: p50,
+                    max_s: p50,
+                },
+                ..PodNumbers::default()
+            }),
+            writes: w,
+            ..ScenarioReport::default()
+        }
+    }
+
+    fn report(scenarios: Vec<ScenarioReport>, runs: usize) -> Report {
+        Report {
+            date_utc: "2026-11-27 00:00 UTC".into(),
             cpus: 2,
-            pods: 2,
+            pods: 3,
             nodes: 3,
             timing: "fast".into(),
-            scenarios: vec![
-                ScenarioReport {
-                    scenario: "ebs".into(),
-                    class: "ebs-sc".into(),
-                    measured: true,
-                    pods: Some(PodNumbers::default()),
-                    writes: w,
-                    ..ScenarioReport::default()
-                },
-                ScenarioReport {
-                    scenario: "hostpath-attach".into(),
-                    note: Some("the flag does nothing yet".into()),
-                    ..ScenarioReport::default()
-                },
-            ],
-            per_node: None,
+            runs,
+            scenarios,
+            per_node: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn text_has_a_table_per_metric_and_names_what_was_not_measured() {
+        let not = ScenarioReport {
+            scenario: "hostpath-attach".into(),
+            run: 1,
+            note: Some("the flag does nothing yet".into()),
+            ..ScenarioReport::default()
         };
-        let text = report.text();
+        let r = report(vec![ebs(1, 5.5, 1.0), not], 1);
+        let text = r.text();
         assert!(
             text.contains("| scenario | writes / pod | adc | node-agent | registrar | failed"),
             "{text}"
@@ -319,13 +429,30 @@ mod tests {
             text.contains("| ebs | 5.50 | 1.50 | 2.00 | 2.00 | 0 | 0 | 0 |"),
             "{text}"
         );
-        assert!(text.contains("Pod-volume-ready latency"));
+        assert!(text.contains("| ebs | ebs-sc | 3 | 1.00 s |"), "{text}");
         assert!(
             !text.contains("Provisioning ("),
             "no provisioning row: no table"
         );
-        assert!(text.contains("hostpath-attach: not measured: the flag does nothing yet"));
-        let json = serde_json::to_value(&report).unwrap();
+        assert!(text.contains("hostpath-attach (run 1): not measured: the flag does nothing yet"));
+        let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["scenarios"][0]["writes"]["per_pod"], 5.5);
+    }
+
+    #[test]
+    fn runs_show_the_median_and_the_range() {
+        let r = report(
+            vec![ebs(1, 5.0, 1.0), ebs(2, 7.0, 3.0), ebs(3, 6.0, 1.2)],
+            3,
+        );
+        let text = r.text();
+        assert!(text.contains("3 runs: median (min–max)"), "{text}");
+        assert!(
+            text.contains("| ebs | ebs-sc | 3 | 1.20 s (1.00 s–3.00 s) |"),
+            "one row per scenario, equal runs shown once: {text}"
+        );
+        assert!(text.contains("| ebs | 6.00 (5.00–7.00) | 1.50 |"), "{text}");
+        assert_eq!(agg(&[1.0, 2.0], two), "1.50 (1.00–2.00)");
+        assert_eq!(agg(&[], two), "n/a");
     }
 }
