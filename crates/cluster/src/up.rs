@@ -106,33 +106,47 @@ impl RunningCluster {
         )));
 
         let sup = Supervisor::new();
-        let ebs_endpoint = control_plane::start_ebs_controller(&sup, &cloud, &data_dir)?;
-        control_plane::start_controllers(
-            &sup,
-            &cloud,
-            &kubeconfig,
-            &migration,
-            config.skip_attach,
-            &ebs_endpoint,
-        )
-        .await?;
-        if config.hostpath_attach_required {
-            control_plane::start_hostpath_attach(&sup, &data_dir, &kubeconfig)?;
+        let components = async {
+            let ebs_endpoint = control_plane::start_ebs_controller(&sup, &cloud, &data_dir)?;
+            control_plane::start_controllers(
+                &sup,
+                &cloud,
+                &kubeconfig,
+                &migration,
+                config.skip_attach,
+                &ebs_endpoint,
+            )
+            .await?;
+            if config.hostpath_attach_required {
+                control_plane::start_hostpath_attach(&sup, &data_dir, &kubeconfig)?;
+            }
+            let mut specs = Vec::new();
+            for (i, (instance_id, zone)) in cloud.instances.iter().enumerate() {
+                let spec = NodeSpec {
+                    name: format!("node-{i}"),
+                    instance_id: instance_id.clone(),
+                    zone: zone.clone(),
+                    dev_root: cloud.sim.node_dev_root(instance_id),
+                    ebs_metrics: ebs_driver::DriverMetrics::default(),
+                };
+                nodes::start_node(&sup, &spec, i, &data_dir, &kubeconfig, &migration, &config)
+                    .await?;
+                specs.push(spec);
+            }
+            external::start(&sup, &drivers, &config, &data_dir, &kubeconfig, &specs).await?;
+            let workload_controllers = workloads::start(&sup, &kubeconfig).await?;
+            Ok::<_, Error>((specs, workload_controllers))
         }
-        let mut specs = Vec::new();
-        for (i, (instance_id, zone)) in cloud.instances.iter().enumerate() {
-            let spec = NodeSpec {
-                name: format!("node-{i}"),
-                instance_id: instance_id.clone(),
-                zone: zone.clone(),
-                dev_root: cloud.sim.node_dev_root(instance_id),
-                ebs_metrics: ebs_driver::DriverMetrics::default(),
-            };
-            nodes::start_node(&sup, &spec, i, &data_dir, &kubeconfig, &migration, &config).await?;
-            specs.push(spec);
-        }
-        external::start(&sup, &drivers, &config, &data_dir, &kubeconfig, &specs).await?;
-        let workload_controllers = workloads::start(&sup, &kubeconfig).await?;
+        .await;
+        let (specs, workload_controllers) = match components {
+            Ok(c) => c,
+            Err(e) => {
+                // Stop what did start, and wait for it: the `--driver` plugins are processes,
+                // which would outlive this one if only their tasks were dropped.
+                sup.stop().await;
+                return Err(e);
+            }
+        };
         Ok(Self {
             config,
             data_dir,

@@ -36,6 +36,14 @@ fn hostpath_binary() -> Option<PathBuf> {
 /// Processes of the external plugins (their command lines name the binary and the data dir):
 /// (pid, command line).
 fn plugin_processes(data_dir: &Path) -> Vec<(u32, String)> {
+    processes_naming(data_dir)
+        .into_iter()
+        .filter(|(_, c)| c.contains("hostpath-csi-driver"))
+        .collect()
+}
+
+/// Live processes whose command line names `data_dir` (zombies excluded: they have exited).
+fn processes_naming(data_dir: &Path) -> Vec<(u32, String)> {
     let data_dir = data_dir.display().to_string();
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -50,7 +58,11 @@ fn plugin_processes(data_dir: &Path) -> Vec<(u32, String)> {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&raw).replace('\0', " ");
-        if cmdline.contains("hostpath-csi-driver") && cmdline.contains(&data_dir) {
+        let zombie = std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        });
+        if cmdline.contains(&data_dir) && !zombie {
             found.push((pid, cmdline));
         }
     }
@@ -293,9 +305,11 @@ async fn a_plugin_with_another_name_or_one_that_exits_fails_up_and_leaves_nothin
     let work = tempfile::tempdir().unwrap();
     let data_dir = work.path().join("data");
     let _cleanup = Cleanup(data_dir.clone());
-    // No --drivername: the plugin calls itself hostpath.csi.k8s.io, the built-in driver.
+    // No --drivername: the plugin calls itself hostpath.csi.k8s.io, the built-in driver. Its
+    // shell ignores SIGTERM and waits for a `sleep` that ignores it too, so only the SIGKILL
+    // after the grace period ends them: the failed `up` must wait for that before it exits.
     let unnamed = format!(
-        "other.example.com={} --endpoint {{endpoint}} --node-id {{node}} --state-dir {{state-dir}}",
+        "other.example.com=trap '' TERM; {} --endpoint {{endpoint}} --node-id {{node}} --state-dir {{state-dir}} & sleep 300; echo done",
         bin.display()
     );
     let (ok, out) = up_to_the_end(&data_dir, &["--driver", &unnamed]);
@@ -306,7 +320,7 @@ async fn a_plugin_with_another_name_or_one_that_exits_fails_up_and_leaves_nothin
         "{out}"
     );
     let data_dir = data_dir.canonicalize().unwrap();
-    assert_eq!(plugin_processes(&data_dir), vec![], "plugin processes left");
+    assert_eq!(processes_naming(&data_dir), vec![], "processes left");
     assert_eq!(mounts_below(&data_dir), Vec::<String>::new());
     assert_eq!(sockets_below(&data_dir), Vec::<PathBuf>::new());
 
