@@ -1,10 +1,15 @@
 //! Faults: a workload of 30 pods, each with its own EBS volume and file, moving between three
 //! nodes while every component of the volume path is killed in turn (the in-process SIGKILL:
-//! its task dropped where it stands) and started again, and apiserver-lite restarted from its
-//! data dir. Afterwards every pod is Ready on its new node with its file intact, ec2-sim's
-//! attachment history shows no volume ever held by two instances, the VolumeAttachments are
-//! exactly the volumes in use; then everything is deleted and no VolumeAttachment, PV, EC2
-//! volume, mount or loop device is left, and the cluster stops cleanly.
+//! the component's runtime dropped with every task it spawned) and started again: the EBS
+//! controller during AttachVolume calls, csi-attacher during DetachVolume calls, the
+//! attach/detach controller, node-1's agent while pods are deleted, csi-provisioner during
+//! CreateVolume, node-2's EBS driver and node-0's agent while volumes are staged; then
+//! apiserver-lite is restarted from its data dir. Afterwards every pod is Ready on its new node
+//! with its file intact, ec2-sim's attachment history shows no volume ever held by two
+//! instances nor detached under a mounted device, the VolumeAttachments, mounts, loop devices
+//! and nodes' volumesAttached are exactly the volumes in use; then everything is deleted and no
+//! VolumeAttachment, PV, EC2 volume, mount or loop device is left, and the cluster stops
+//! cleanly. `CSI_RS_FAULTS_KEEP_LOGS=DIR` copies the component logs there at the end.
 //!
 //! One zone, so every volume can move to every node. Pods are held to nodes with a
 //! `nodeSelector` and placed by the scheduler.
@@ -70,8 +75,9 @@ enum When {
     Recreated,
     /// A pod of the batch is being deleted (its unpublish and unstage are under way).
     Deleting,
-    /// A pod of the batch is bound to its new node and not Ready yet (stage or publish).
-    Mounting,
+    /// On this node, a pod of the batch is not Ready while its volume is attached there: the
+    /// node agent's stage or publish is under way.
+    Staging(&'static str),
 }
 
 /// How the ec2-sim slows its state-changing calls, so the kills land while calls are in
@@ -153,7 +159,8 @@ async fn run(data_dir: &std::path::Path, timeline: Arc<Timeline>) {
         Fault::Kill(cluster::ADC.into(), When::Recreated),
         Fault::Kill(cluster::node_agent("node-1"), When::Deleting),
         Fault::KillProvisioner,
-        Fault::Kill(cluster::ebs_node_driver("node-2"), When::Mounting),
+        Fault::Kill(cluster::ebs_node_driver("node-2"), When::Staging("node-2")),
+        Fault::Kill(cluster::node_agent("node-0"), When::Staging("node-0")),
         Fault::RestartApiServer,
     ];
     let mut cursor = 0;
@@ -248,7 +255,7 @@ async fn step(
                     When::Ec2Call(action) => calls_since(action) > 0,
                     When::Recreated => recreated.load(Ordering::SeqCst) > 0,
                     When::Deleting => f.deleting > 0,
-                    When::Mounting => f.waiting > 0,
+                    When::Staging(n) => f.staging.contains_key(*n),
                 }
             })
             .await;
@@ -330,6 +337,8 @@ struct Flight {
     attaching: usize,
     /// VolumeAttachments being deleted.
     detaching: usize,
+    /// Per node: pods of the batch not Ready whose volume is attached there.
+    staging: BTreeMap<String, usize>,
     api_down: bool,
 }
 
@@ -341,13 +350,32 @@ async fn in_flight(client: &Client, batch: &[usize], late: &[usize]) -> Flight {
         kube::Api::default_namespaced(client.clone());
     let vas: kube::Api<k8s_openapi::api::storage::v1::VolumeAttachment> =
         kube::Api::all(client.clone());
-    let (Ok(pods), Ok(vas)) = (
+    let claims: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        kube::Api::default_namespaced(client.clone());
+    let (Ok(pods), Ok(vas), Ok(claims)) = (
         pods.list(&Default::default()).await,
         vas.list(&Default::default()).await,
+        claims.list(&Default::default()).await,
     ) else {
         f.api_down = true;
         return f;
     };
+    let bound: BTreeMap<String, String> = claims
+        .items
+        .into_iter()
+        .filter_map(|c| Some((c.metadata.name?, c.spec?.volume_name?)))
+        .collect();
+    let attached: BTreeSet<(String, String)> = vas
+        .items
+        .iter()
+        .filter(|va| va.status.as_ref().is_some_and(|s| s.attached))
+        .filter_map(|va| {
+            Some((
+                va.spec.source.persistent_volume_name.clone()?,
+                va.spec.node_name.clone(),
+            ))
+        })
+        .collect();
     let names: BTreeSet<String> = batch
         .iter()
         .chain(late)
@@ -360,19 +388,27 @@ async fn in_flight(client: &Client, batch: &[usize], late: &[usize]) -> Flight {
     {
         if p.metadata.deletion_timestamp.is_some() {
             f.deleting += 1;
-        } else if p
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| faults_support::ready_path(p, n).is_none())
+        } else if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref())
+            && faults_support::ready_path(p, n).is_none()
         {
             f.waiting += 1;
+            let claim = p
+                .metadata
+                .name
+                .as_deref()
+                .and_then(|n| n.strip_prefix("app-"))
+                .map(|i| format!("data-{i}"));
+            if let Some(pv) = claim.and_then(|c| bound.get(&c))
+                && attached.contains(&(pv.clone(), n.to_string()))
+            {
+                *f.staging.entry(n.to_string()).or_default() += 1;
+            }
         }
     }
-    for va in vas.items {
+    for va in &vas.items {
         if va.metadata.deletion_timestamp.is_some() {
             f.detaching += 1;
-        } else if !va.status.is_some_and(|s| s.attached) {
+        } else if !va.status.as_ref().is_some_and(|s| s.attached) {
             f.attaching += 1;
         }
     }
