@@ -207,3 +207,64 @@ async fn no_class_and_no_volume_is_failed_binding() {
     env.wait_pvc_phase("plain", "Bound").await;
     env.shutdown().await;
 }
+
+/// kcm's retroactive default StorageClass: a claim created without a class while no class was
+/// the default gets the default class once one is marked, and is then provisioned through it;
+/// a claim that asked for no class (`""`) keeps asking for none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_without_a_class_gets_the_default_class_once_there_is_one() {
+    let mut env = Env::new().await;
+    env.start(fast_options()).await;
+    env.create_pvc("later", "1Gi", RWO, None).await;
+    env.create_pvc("none", "1Gi", RWO, Some("")).await;
+    env.wait_event(NS, "later", "FailedBinding").await;
+    assert_eq!(
+        env.pvc("later")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .storage_class_name,
+        None,
+        "no default class yet: nothing to assign"
+    );
+
+    let classes: kube::Api<k8s_openapi::api::storage::v1::StorageClass> =
+        kube::Api::all(env.kube.clone());
+    env.create(
+        classes,
+        json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": "standard",
+                         "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}},
+            "provisioner": "hostpath.csi.k8s.io",
+            "volumeBindingMode": "Immediate",
+        }),
+    )
+    .await;
+    // The class arrives through the claim's next sync (a change of the claim or the resync).
+    env.pvcs()
+        .patch(
+            "later",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"poke": "1"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        env.wait_pvc_annotation("later", PROVISIONER).await,
+        "hostpath.csi.k8s.io"
+    );
+    let later = env.pvc("later").await.unwrap();
+    assert_eq!(
+        later.spec.unwrap().storage_class_name.as_deref(),
+        Some("standard")
+    );
+    let none = env.pvc("none").await.unwrap();
+    assert_eq!(
+        none.spec.as_ref().unwrap().storage_class_name.as_deref(),
+        Some("")
+    );
+    assert_eq!(annotation(&none, PROVISIONER), None);
+    env.shutdown().await;
+}

@@ -422,6 +422,11 @@ pub(super) fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> Ve
             if str_at(old, &["spec", "volumeName"]).is_empty() {
                 paths.push(&["volumeName"]);
             }
+            // A claim created without a class may get one later (the PV controller's
+            // retroactive default StorageClass); a class once set stays.
+            if old["spec"]["storageClassName"].is_null() {
+                paths.push(&["storageClassName"]);
+            }
             if without(s(old, &["spec"]), &paths) != without(s(new, &["spec"]), &paths) {
                 errs.push(FieldError::forbidden(
                     "spec",

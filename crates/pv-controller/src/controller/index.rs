@@ -316,3 +316,31 @@ pub(crate) fn find_best_match_for_claim(
 #[cfg(test)]
 #[path = "index_tests.rs"]
 mod tests;
+
+/// The default StorageClass: marked with the GA or beta annotation; of several, the newest
+/// (then the first by name), as Kubernetes picks since 1.26.
+pub(crate) fn default_class(
+    classes: &[std::sync::Arc<k8s_openapi::api::storage::v1::StorageClass>],
+) -> Option<String> {
+    const MARKS: [&str; 2] = [
+        crate::names::ANN_DEFAULT_CLASS,
+        "storageclass.beta.kubernetes.io/is-default-class",
+    ];
+    classes
+        .iter()
+        .filter(|c| {
+            c.metadata.annotations.as_ref().is_some_and(|a| {
+                MARKS
+                    .iter()
+                    .any(|m| a.get(*m).map(String::as_str) == Some("true"))
+            })
+        })
+        .map(|c| {
+            (
+                c.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                c.metadata.name.clone().unwrap_or_default(),
+            )
+        })
+        .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(&a.1)))
+        .map(|(_, name)| name)
+}

@@ -146,6 +146,10 @@ async fn sync_unbound_claim_without_volume(
             bind(ctx, &volume, claim).await
         }
         None => {
+            if assign_default_class(ctx, claim).await? {
+                // The update brings the claim back with its class.
+                return Ok(());
+            }
             if delay && selected.is_none() {
                 ctx.events
                     .claim(
@@ -175,6 +179,33 @@ async fn sync_unbound_claim_without_volume(
             Ok(())
         }
     }
+}
+
+/// kcm's retroactive default StorageClass (GA since 1.28): a claim created without
+/// `storageClassName` (not `""`, which asks for no class) while there was no default class,
+/// and still without a volume, gets the default class once there is one. Returns whether the
+/// claim was updated.
+async fn assign_default_class(ctx: &Ctx, claim: &PersistentVolumeClaim) -> Result<bool, Error> {
+    // The beta annotation names a class too (it wins over the field).
+    if claim
+        .spec
+        .as_ref()
+        .is_some_and(|s| s.storage_class_name.is_some())
+        || annotation(claim, crate::names::ANN_BETA_STORAGE_CLASS).is_some()
+    {
+        return Ok(false);
+    }
+    let Some(default) = index::default_class(&ctx.caches.classes.list()) else {
+        return Ok(false);
+    };
+    patch_claim(
+        ctx,
+        claim,
+        json!({"spec": {"storageClassName": default}}),
+        false,
+    )
+    .await?;
+    Ok(true)
 }
 
 /// The newest copy of a claim (an annotation may just have been written).
