@@ -351,13 +351,22 @@ async fn detach(ctx: Arc<Ctx>, volume: String, node: String, attachment: Attachm
 }
 
 /// The in-tree detach through EC2, then the VolumeAttachment the CSI path would have created
-/// (seed 003: a plugin that may have been migrated leaves no orphan).
+/// (seed 003: a plugin that may have been migrated leaves no orphan). Only one that existed
+/// before the EC2 detach is an orphan: the CSI attach of the same volume to the same node goes
+/// by another unique volume name, so it may start (and create its VolumeAttachment) while the
+/// in-tree detach still waits for EC2, and deleting that one detached the new pod's volume.
 async fn detach_in_tree(
     ctx: &Ctx,
     volume_id: &str,
     node: &str,
     attachment: &Attachment,
 ) -> Result<(), volume_plugins::Error> {
+    let handle = InTree::volume_id(volume_id)?;
+    let orphan = ctx
+        .caches
+        .vas
+        .get(&volume_attachment_name(&handle, EBS_CSI_DRIVER, node))
+        .is_some();
     let instance = match &attachment.instance_id {
         Some(i) => i.clone(),
         None => {
@@ -372,10 +381,11 @@ async fn detach_in_tree(
     ctx.in_tree
         .detach(volume_id, &instance, ctx.options.detach_timeout)
         .await?;
-    let handle = InTree::volume_id(volume_id)?;
-    ctx.csi
-        .detach(EBS_CSI_DRIVER, &handle, node, ctx.options.detach_timeout)
-        .await?;
+    if orphan {
+        ctx.csi
+            .detach(EBS_CSI_DRIVER, &handle, node, ctx.options.detach_timeout)
+            .await?;
+    }
     Ok(())
 }
 
