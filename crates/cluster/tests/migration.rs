@@ -548,6 +548,24 @@ async fn seed_003_table_then_upgrade_and_downgrade() {
         kube_ops::all_attachments(&client).await.unwrap().is_empty(),
         "VolumeAttachments left"
     );
+    // Every EC2 call the simulator received came from one of the two counted clients (or the
+    // test's own, which made one volume and deleted it): the counters miss nothing.
+    let sim = cluster.ec2().call_counts();
+    for (action, by_test) in [
+        ("CreateVolume", 1),
+        ("AttachVolume", 0),
+        ("DetachVolume", 0),
+        ("DeleteVolume", 1),
+    ] {
+        let counted = cluster.in_tree_ec2_metrics().calls(action)
+            + cluster.ebs_controller_metrics().ec2.calls(action)
+            + by_test;
+        assert_eq!(
+            sim.get(action).copied().unwrap_or(0),
+            counted,
+            "{action}: {sim:?}"
+        );
+    }
     let took = started.elapsed();
     eprintln!("table and walkthrough done in {:.1} s", took.as_secs_f64());
     cluster.stop().await.unwrap();
