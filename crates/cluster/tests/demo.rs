@@ -1,6 +1,8 @@
 //! `csi-cluster demo` (what `sudo scripts/demo` runs) as a test: the real binary to its end,
 //! every step's evidence in its output, nothing left behind.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::process::Command;

@@ -91,6 +91,36 @@ pub fn unmount_all_below(dir: &std::path::Path) {
     }
 }
 
+/// Debian's kubectl 1.20 (`kubernetes-client`, the one a machine without kubectl gets), which
+/// `scripts/setup` unpacks into `~/.cache/csi-rs-kubectl-1.20` beside the kubectl on PATH
+/// (`CSI_RS_KUBECTL_1_20` overrides where). `None`, after [`skip_or_fail`] saying why, when it
+/// is not there. Panics when the binary there is not a 1.20 client.
+pub fn kubectl_1_20() -> Option<std::path::PathBuf> {
+    let bin = std::env::var_os("CSI_RS_KUBECTL_1_20")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| {
+                std::path::PathBuf::from(h).join(".cache/csi-rs-kubectl-1.20/usr/bin/kubectl")
+            })
+        })
+        .filter(|b| b.is_file());
+    let Some(bin) = bin else {
+        skip_or_fail("Debian's kubectl 1.20 is not unpacked (scripts/setup does it)");
+        return None;
+    };
+    let version = std::process::Command::new(&bin)
+        .args(["version", "--client", "--short"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_else(|e| panic!("running {}: {e}", bin.display()));
+    assert!(
+        version.contains("v1.20."),
+        "{} is not kubectl 1.20: {version}",
+        bin.display()
+    );
+    Some(bin)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

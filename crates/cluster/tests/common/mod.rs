@@ -268,18 +268,6 @@ impl Drop for Cluster {
     }
 }
 
-/// Debian's kubectl 1.20 (`kubernetes-client`), which scripts/setup unpacks beside the kubectl
-/// on PATH; `CSI_RS_KUBECTL_1_20` overrides where.
-pub fn kubectl_1_20() -> Option<PathBuf> {
-    std::env::var_os("CSI_RS_KUBECTL_1_20")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(|h| PathBuf::from(h).join(".cache/csi-rs-kubectl-1.20/usr/bin/kubectl"))
-        })
-        .filter(|b| b.is_file())
-}
-
 /// Loop devices whose backing file is below `dir`: (device, backing file).
 pub fn loop_devices_below(dir: &Path) -> Vec<(PathBuf, String)> {
     let root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
