@@ -199,7 +199,13 @@ async fn up_with_driver_runs_the_hostpath_binary_through_the_whole_lifecycle() {
         cluster.print_output();
     }
     assert!(exit.success(), "csi-cluster up ended with {exit}");
-    assert_eq!(plugin_processes(&data_dir), vec![], "plugin processes left");
+    // A SIGKILLed process takes a moment to be gone after kill(2) returned.
+    test_support::eventually(
+        "no plugin process left",
+        std::time::Duration::from_secs(5),
+        || async { plugin_processes(&data_dir).is_empty().then_some(()) },
+    )
+    .await;
     assert_eq!(mounts_below(&data_dir), Vec::<String>::new(), "mounts left");
     assert_eq!(
         sockets_below(&data_dir),
@@ -320,7 +326,13 @@ async fn a_plugin_with_another_name_or_one_that_exits_fails_up_and_leaves_nothin
         "{out}"
     );
     let data_dir = data_dir.canonicalize().unwrap();
-    assert_eq!(processes_naming(&data_dir), vec![], "processes left");
+    // A SIGKILLed process takes a moment to be gone after kill(2) returned.
+    test_support::eventually(
+        "no plugin process left",
+        std::time::Duration::from_secs(5),
+        || async { processes_naming(&data_dir).is_empty().then_some(()) },
+    )
+    .await;
     assert_eq!(mounts_below(&data_dir), Vec::<String>::new());
     assert_eq!(sockets_below(&data_dir), Vec::<PathBuf>::new());
 
