@@ -7,8 +7,10 @@
 use std::time::Duration;
 
 use ebs_cloud::Cloud as _;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Client;
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client};
+use serde_json::json;
 
 use super::observe::{self, AWS_EBS_PLUGIN};
 use super::paths::{self, Counts, Op, Path, Served};
@@ -158,9 +160,10 @@ impl Walk<'_> {
         n.proves("the migrated attach/detach controller keeps serving this node in-tree: its CSINode does not say the node migrated (seed 003, upgrade step 3)");
 
         n.step(&format!(
-            "upgrade 3/5: drain {node} (delete the pod): unmounted and detached in-tree"
+            "upgrade 3/5: drain {node} (cordon, delete the pod): unmounted and detached in-tree"
         ));
         let before = Counts::of(self.cluster);
+        self.cordon(n, true).await?;
         self.drain(1).await?;
         self.record(
             n,
@@ -175,7 +178,7 @@ impl Walk<'_> {
         );
 
         n.step(&format!(
-            "upgrade 4/5: migrate {node} (node agent restarted with CSIMigrationAWS=true)"
+            "upgrade 4/5: migrate {node} (node agent restarted with CSIMigrationAWS=true), then uncordon it"
         ));
         let before = Counts::of(self.cluster);
         self.cluster.set_node_migration(node, true).await?;
@@ -184,6 +187,7 @@ impl Walk<'_> {
             "CSINode {node}: {} lists {AWS_EBS_PLUGIN}",
             observe::MIGRATED_PLUGINS
         ));
+        self.cordon(n, false).await?;
         self.record(n, "node migrated", &before, None, &[]).await?;
         n.proves("the node agent announces its migration in its CSINode before it serves a pod");
 
@@ -207,9 +211,10 @@ impl Walk<'_> {
     async fn downgrade(&mut self, n: &mut Narrator) -> Result<(), Error> {
         let node = self.node;
         n.step(&format!(
-            "downgrade 1/4: drain {node}: unmounted and detached through CSI"
+            "downgrade 1/4: drain {node} (cordon, delete the pod): unmounted and detached through CSI"
         ));
         let before = Counts::of(self.cluster);
+        self.cordon(n, true).await?;
         self.drain(2).await?;
         self.record(
             n,
@@ -224,7 +229,7 @@ impl Walk<'_> {
         );
 
         n.step(&format!(
-            "downgrade 2/4: un-migrate {node} (node agent restarted without the gate)"
+            "downgrade 2/4: un-migrate {node} (node agent restarted without the gate), then uncordon it"
         ));
         let before = Counts::of(self.cluster);
         self.cluster.set_node_migration(node, false).await?;
@@ -233,6 +238,7 @@ impl Walk<'_> {
             "CSINode {node}: {} no longer lists {AWS_EBS_PLUGIN}",
             observe::MIGRATED_PLUGINS
         ));
+        self.cordon(n, false).await?;
         self.record(n, "node un-migrated", &before, None, &[])
             .await?;
         n.proves("the node agent takes the plugin out of its CSINode annotation itself");
@@ -276,6 +282,26 @@ impl Walk<'_> {
         )
         .await?;
         n.proves("back to where the upgrade began: everything in-tree, and the volume deleted by the in-tree plugin");
+        Ok(())
+    }
+
+    /// Seed 003 drains a node made unschedulable and makes it schedulable again once its
+    /// agent announced the new gate.
+    async fn cordon(&self, n: &Narrator, unschedulable: bool) -> Result<(), Error> {
+        let node = self.node;
+        Api::<Node>::all(self.client.clone())
+            .patch(
+                node,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"unschedulable": unschedulable}})),
+            )
+            .await
+            .map_err(|e| Error::kube(format!("setting node {node}'s spec.unschedulable"), e))?;
+        n.show(if unschedulable {
+            format!("{node} cordoned (spec.unschedulable: true)")
+        } else {
+            format!("{node} uncordoned")
+        });
         Ok(())
     }
 
@@ -423,9 +449,6 @@ impl Walk<'_> {
 
 /// Deletes a claim and waits until it is gone.
 pub async fn delete_claim(client: &Client, name: &str, patience: Duration) -> Result<(), Error> {
-    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
-    use kube::Api;
-    use kube::api::DeleteParams;
     let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default");
     match claims.delete(name, &DeleteParams::default()).await {
         Ok(_) => {}
