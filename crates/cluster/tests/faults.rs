@@ -1,7 +1,9 @@
 //! Faults: a workload of 30 pods, each with its own EBS volume and file, moving between three
 //! nodes while every component of the volume path is killed in turn (the in-process SIGKILL:
 //! the component's runtime dropped with every task it spawned) and started again: the EBS
-//! controller during AttachVolume calls, csi-attacher during DetachVolume calls, the
+//! controller during AttachVolume calls and again while ec2-sim holds the attachments in
+//! `attaching`, csi-attacher during DetachVolume calls and again while the detaches are held
+//! in `detaching`, the
 //! attach/detach controller, node-1's agent while pods are deleted, csi-provisioner during
 //! CreateVolume, node-2's EBS driver and node-0's agent while volumes are staged; then
 //! apiserver-lite is restarted from its data dir. Afterwards every pod is Ready on its new node
@@ -59,6 +61,10 @@ struct Placement {
 enum Fault {
     /// Kill a component at `When`, start it again after [`DOWN`].
     Kill(String, When),
+    /// The same, while ec2-sim holds every attachment in `attaching` (or every detach in
+    /// `detaching`) from the step's start until a second after the restart: the component
+    /// dies while it waits for EC2, and its restarted self must find the half-done change.
+    KillWhileHeld(String, When, Held),
     /// Kill the provisioner once its CreateVolume for a late claim reached ec2-sim.
     KillProvisioner,
     /// Restart apiserver-lite once the batch's first pod is recreated.
@@ -71,6 +77,9 @@ enum When {
     /// ec2-sim received a call of this action in this step (and, slowed by
     /// [`slow_ec2_calls`], has not answered it yet).
     Ec2Call(&'static str),
+    /// ec2-sim answered a call of this action in this step: the caller waits for the state
+    /// change.
+    Ec2Answered(&'static str),
     /// A pod of the batch was recreated on its new node (its attach is next).
     Recreated,
     /// A pod of the batch is being deleted (its unpublish and unstage are under way).
@@ -78,6 +87,13 @@ enum When {
     /// On this node, a pod of the batch is not Ready while its volume is attached there: the
     /// node agent's stage or publish is under way.
     Staging(&'static str),
+}
+
+/// Which EC2 state change ec2-sim holds back during a step.
+#[derive(Debug, Clone, Copy)]
+enum Held {
+    Attaching,
+    Detaching,
 }
 
 /// How the ec2-sim slows its state-changing calls, so the kills land while calls are in
@@ -155,7 +171,17 @@ async fn run(data_dir: &std::path::Path, timeline: Arc<Timeline>) {
             cluster::EBS_CONTROLLER.into(),
             When::Ec2Call("AttachVolume"),
         ),
+        Fault::KillWhileHeld(
+            cluster::EBS_CONTROLLER.into(),
+            When::Ec2Answered("AttachVolume"),
+            Held::Attaching,
+        ),
         Fault::Kill(cluster::ATTACHER.into(), When::Ec2Call("DetachVolume")),
+        Fault::KillWhileHeld(
+            cluster::ATTACHER.into(),
+            When::Ec2Answered("DetachVolume"),
+            Held::Detaching,
+        ),
         Fault::Kill(cluster::ADC.into(), When::Recreated),
         Fault::Kill(cluster::node_agent("node-1"), When::Deleting),
         Fault::KillProvisioner,
@@ -211,6 +237,14 @@ async fn step(
 ) {
     let started = Instant::now();
     let deadline = started + PHASE;
+    if let Fault::KillWhileHeld(_, _, held) = fault {
+        let mut faults = slow_ec2_calls();
+        match held {
+            Held::Attaching => faults.stuck_attaching_all = true,
+            Held::Detaching => faults.stuck_detaching_all = true,
+        }
+        cluster.ec2().set_faults(faults);
+    }
     let calls_before = cluster.ec2().call_counts();
     let calls_since = |action: &str| {
         let now = cluster.ec2().call_counts();
@@ -248,17 +282,21 @@ async fn step(
     ));
 
     let name = match fault {
-        Fault::Kill(c, when) => {
+        Fault::Kill(c, when) | Fault::KillWhileHeld(c, when, _) => {
             wait_until(deadline, || async {
                 let f = in_flight(client, batch, &late).await;
                 match when {
-                    When::Ec2Call(action) => calls_since(action) > 0,
+                    When::Ec2Call(action) | When::Ec2Answered(action) => calls_since(action) > 0,
                     When::Recreated => recreated.load(Ordering::SeqCst) > 0,
                     When::Deleting => f.deleting > 0,
                     When::Staging(n) => f.staging.contains_key(*n),
                 }
             })
             .await;
+            if let When::Ec2Answered(_) = when {
+                // Longer than slow_ec2_calls' latency: the first calls were answered.
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
             c.clone()
         }
         Fault::KillProvisioner => {
@@ -293,7 +331,15 @@ async fn step(
         tokio::time::sleep(DOWN).await;
         cluster.start_component(&name).unwrap();
         timeline.note(format!("started {name} again"));
-        Instant::now()
+        let restarted = Instant::now();
+        if let Fault::KillWhileHeld(_, _, held) = fault {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            cluster.ec2().set_faults(slow_ec2_calls());
+            timeline.note(format!(
+                "ec2-sim lets the held {held:?} state changes finish"
+            ));
+        }
+        restarted
     };
 
     while let Some(done) = moves.join_next().await {
