@@ -86,6 +86,20 @@ pub struct MultiHolder {
     pub multi_attach: bool,
 }
 
+/// An AttachVolume refused with `VolumeInUse` because other instances held the volume: a
+/// caller asked for a second attachment (a retry for the instance that already holds it is
+/// not one of these).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefusedAttach {
+    pub at_ms: u64,
+    pub volume_id: String,
+    /// The instance the call asked for.
+    pub instance_id: String,
+    /// The instances holding the volume then.
+    pub held_by: Vec<String>,
+}
+
 /// A copy of the record.
 #[derive(Debug, Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -95,6 +109,8 @@ pub struct AttachmentHistory {
     /// Changes dropped from the front because the record was full; a non-zero count means
     /// [`AttachmentHistory::multi_holders`] may miss holders that started before the record.
     pub dropped: u64,
+    /// Second attachments asked for and refused, oldest first (bounded like `events`).
+    pub refused: Vec<RefusedAttach>,
 }
 
 impl AttachmentHistory {
@@ -152,6 +168,7 @@ pub(crate) struct AttachmentLog {
     /// volume -> instance -> state, as last seen (nested so a lookup needs no key copies).
     seen: BTreeMap<String, BTreeMap<String, AttachState>>,
     events: VecDeque<AttachmentEvent>,
+    refused: VecDeque<RefusedAttach>,
     next_seq: u64,
     dropped: u64,
     capacity: usize,
@@ -257,10 +274,30 @@ impl AttachmentLog {
         self.next_seq += 1;
     }
 
+    /// Records an AttachVolume refused because `held_by` (other instances) hold the volume.
+    pub(crate) fn refused(
+        &mut self,
+        now: u64,
+        volume_id: &str,
+        instance_id: &str,
+        held_by: Vec<String>,
+    ) {
+        if self.refused.len() >= self.capacity {
+            self.refused.pop_front();
+        }
+        self.refused.push_back(RefusedAttach {
+            at_ms: now,
+            volume_id: volume_id.to_string(),
+            instance_id: instance_id.to_string(),
+            held_by,
+        });
+    }
+
     pub(crate) fn snapshot(&self) -> AttachmentHistory {
         AttachmentHistory {
             events: self.events.iter().cloned().collect(),
             dropped: self.dropped,
+            refused: self.refused.iter().cloned().collect(),
         }
     }
 }

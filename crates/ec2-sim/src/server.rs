@@ -360,6 +360,7 @@ async fn get_attachments(State(s): State<Arc<Shared>>) -> Response {
     let body = serde_json::json!({
         "events": history.events,
         "dropped": history.dropped,
+        "refused": history.refused,
         "doubleAttachments": history.double_attachments(),
     });
     json(StatusCode::OK, body.to_string())

@@ -455,8 +455,35 @@ async fn attachment_history_records_moves_and_multi_attach() {
     s.ec2.wait_status(&v, "available").await;
     s.ec2.ok("AttachVolume", &att(&v, &i2, "/dev/xvdba")).await;
     s.ec2.wait_attached(&v).await;
+    // A retry for the instance that holds it is refused too, but asks for no second holder.
+    s.ec2
+        .fails(
+            "AttachVolume",
+            &att(&v, &i2, "/dev/xvdbb"),
+            400,
+            "VolumeInUse",
+        )
+        .await;
 
     let h = s.sim.attachment_history();
+    let refused: Vec<(&str, &str, Vec<String>)> = h
+        .refused
+        .iter()
+        .map(|r| {
+            (
+                r.volume_id.as_str(),
+                r.instance_id.as_str(),
+                r.held_by.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        refused,
+        vec![
+            (v.as_str(), i2.as_str(), vec![i1.clone()]),
+            (v.as_str(), i2.as_str(), vec![i1.clone()]),
+        ]
+    );
     let seen: Vec<(String, &str)> = h
         .of_volume(&v)
         .map(|e| (e.instance_id.clone(), e.state.as_str()))
@@ -518,5 +545,6 @@ async fn attachment_history_records_moves_and_multi_attach() {
     assert_eq!(json["events"][0]["state"], "attaching");
     assert_eq!(json["events"][0]["volumeId"], v.as_str());
     assert_eq!(json["doubleAttachments"].as_array().unwrap().len(), 0);
+    assert_eq!(json["refused"][0]["heldBy"][0], i1.as_str());
     assert_eq!(json["dropped"], 0);
 }

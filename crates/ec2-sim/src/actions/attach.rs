@@ -93,6 +93,18 @@ pub(crate) fn attach(
         .any(|a| a.instance_id == instance_id)
         || (!volume.multi_attach && !volume.attachments.is_empty())
     {
+        let others: Vec<String> = volume
+            .attachments
+            .iter()
+            .filter(|a| a.instance_id != instance_id)
+            .map(|a| a.instance_id.clone())
+            .collect();
+        let same = others.len() < volume.attachments.len();
+        if !same {
+            engine
+                .history
+                .refused(now, &volume_id, &instance_id, others);
+        }
         return Err(ApiError::new(
             "VolumeInUse",
             format!("{volume_id} is already attached to an instance"),
