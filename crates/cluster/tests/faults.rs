@@ -216,6 +216,11 @@ async fn run(data_dir: &std::path::Path, timeline: Arc<Timeline>) {
         history.double_attachments()
     );
     assert!(
+        history.refused.is_empty(),
+        "a second attachment asked for: {:?}",
+        history.refused
+    );
+    assert!(
         history.detached_while_in_use().is_empty(),
         "a volume detached while still mounted during clean-up: {:?}",
         history.detached_while_in_use()
@@ -523,6 +528,11 @@ async fn verify_settled(
         doubles.is_empty(),
         "volumes held by two instances at once: {doubles:?}"
     );
+    assert!(
+        history.refused.is_empty(),
+        "second attachments asked for while another instance held the volume: {:?}",
+        history.refused
+    );
     let unsafe_detaches = history.detached_while_in_use();
     assert!(
         unsafe_detaches.is_empty(),
@@ -589,7 +599,7 @@ async fn verify_settled(
     assert_eq!(reported, wanted, "the nodes' status.volumesAttached");
     let moves: usize = placement.values().map(|p| p.nodes.len() - 1).sum();
     timeline.note(format!(
-        "settled: {PODS} pods Ready, files intact, {} VolumeAttachments = volumes in use, {} attachment changes in ec2-sim's record, {moves} moves, no volume ever on two instances or detached while mounted",
+        "settled: {PODS} pods Ready, files intact, {} VolumeAttachments = volumes in use, {} attachment changes in ec2-sim's record, {moves} moves, no volume ever on two instances, asked for by a second one or detached while mounted",
         attachments.len(),
         history.events.len()
     ));
