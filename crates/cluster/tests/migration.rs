@@ -398,6 +398,106 @@ async fn no_csinode_row(cluster: &RunningCluster, node: &'static str) -> Row {
     row
 }
 
+/// Seed 003's upgrade without waiting for the detach: the node is drained (its pod deleted)
+/// and migrated while the in-tree detach of its volume still waits for EC2 (ec2-sim holds it
+/// `detaching`), and a pod with the same volume comes back through CSI. When the in-tree
+/// detach ends it must leave the new VolumeAttachment alone: seed 003's cleanup of the
+/// VolumeAttachment the CSI path would have made is for one left from before, and deleting
+/// this one detached the new pod's volume (found with realistic EC2 timing).
+async fn detach_in_flight_while_the_node_migrates(cluster: &RunningCluster, node: &'static str) {
+    let client = cluster.client().unwrap();
+    let ec2 = cluster.ec2_client().await.unwrap();
+    let claim = "race";
+    kube_ops::create_claim(&client, claim, Some("gp2"), None)
+        .await
+        .unwrap();
+    kube_ops::create_pod(&client, "race-1", claim, node)
+        .await
+        .unwrap();
+    kube_ops::wait_pod_ready(&client, "race-1", PATIENCE)
+        .await
+        .unwrap();
+    let pv = kube_ops::bound_volume(&client, claim, PATIENCE)
+        .await
+        .unwrap();
+    let pv_name = pv.metadata.name.clone().unwrap();
+    let volume_id = observe::volume_id(&pv).unwrap();
+    let detaches = cluster.in_tree_ec2_metrics().calls("DetachVolume");
+    cluster.ec2().set_faults(ec2_sim::Faults {
+        stuck_detaching: vec![volume_id.clone()],
+        ..Default::default()
+    });
+    kube_ops::delete_pod(&client, "race-1", PATIENCE)
+        .await
+        .unwrap();
+    kube_ops::wait_for("the in-tree DetachVolume sent", PATIENCE, || async {
+        Ok((cluster.in_tree_ec2_metrics().calls("DetachVolume") > detaches).then_some(()))
+    })
+    .await
+    .unwrap();
+    cluster.set_node_migration(node, true).await.unwrap();
+    observe::wait_csinode(&client, node, true, PATIENCE)
+        .await
+        .unwrap();
+    let unpublishes = cluster
+        .ebs_controller_metrics()
+        .rpc
+        .calls("ControllerUnpublishVolume");
+    kube_ops::create_pod(&client, "race-2", claim, node)
+        .await
+        .unwrap();
+    let uid = kube_ops::wait_for("the CSI attach's VolumeAttachment", PATIENCE, || async {
+        let vas = kube_ops::attachments_of(&client, &pv_name).await?;
+        Ok(vas.first().and_then(|va| va.metadata.uid.clone()))
+    })
+    .await
+    .unwrap();
+    let disk = ec2.get_disk_by_id(&volume_id).await.unwrap();
+    assert_eq!(
+        disk.attachments.first().map(|a| a.state),
+        Some(ebs_cloud::AttachmentState::Detaching),
+        "the in-tree detach is still in flight"
+    );
+    cluster.ec2().set_faults(ec2_sim::Faults::default());
+    let pod = kube_ops::wait_pod_ready(&client, "race-2", PATIENCE)
+        .await
+        .unwrap();
+    let vas = kube_ops::attachments_of(&client, &pv_name).await.unwrap();
+    assert_eq!(vas.len(), 1, "{vas:?}");
+    assert_eq!(
+        vas[0].metadata.uid.as_deref(),
+        Some(uid.as_str()),
+        "{vas:?}"
+    );
+    assert!(vas[0].status.as_ref().is_some_and(|s| s.attached));
+    assert_eq!(
+        cluster
+            .ebs_controller_metrics()
+            .rpc
+            .calls("ControllerUnpublishVolume"),
+        unpublishes,
+        "the new VolumeAttachment was detached"
+    );
+    assert_eq!(
+        paths::mount_path_kind(&kube_ops::data_path(&pod).unwrap()),
+        Path::Csi
+    );
+    kube_ops::delete_pod(&client, "race-2", PATIENCE)
+        .await
+        .unwrap();
+    observe::wait_detached(&client, &ec2, node, &pv_name, &volume_id, PATIENCE)
+        .await
+        .unwrap();
+    delete_claim(&client, claim, PATIENCE).await.unwrap();
+    observe::wait_volume_gone(&ec2, &volume_id, PATIENCE)
+        .await
+        .unwrap();
+    cluster.set_node_migration(node, false).await.unwrap();
+    observe::wait_csinode(&client, node, false, PATIENCE)
+        .await
+        .unwrap();
+}
+
 fn print_rows(rows: &[Row]) {
     eprintln!(
         "{:<14} {:<7} {:<9} {:<9} {:<9} {:<9} {:<9} {:<9}",
@@ -467,6 +567,11 @@ async fn seed_003_table_then_upgrade_and_downgrade() {
     rows.push(no_csinode_row(&cluster, "node-2").await);
     print_rows(&rows);
     eprintln!("table done in {:.1} s", started.elapsed().as_secs_f64());
+    detach_in_flight_while_the_node_migrates(&cluster, "node-0").await;
+    eprintln!(
+        "detach in flight while the node migrates: done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 
     // The upgrade starts from a cluster that migrated nothing.
     cluster.set_controller_migration(false).await.unwrap();
