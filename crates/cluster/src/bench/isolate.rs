@@ -23,6 +23,7 @@ async fn child(flags: &BenchFlags, dir: &Path, args: &[String]) -> Result<(bool,
         .args(["--nodes", &flags.nodes.to_string()])
         .args(["--timing", timing_name(flags.timing)])
         .args(["--timeout", &flags.timeout.to_string()])
+        .args(flags.sequential.then_some("--sequential"))
         .args(["--output", "json", "--data-dir"])
         .arg(dir)
         .args(args)

@@ -72,6 +72,11 @@ pub struct BenchFlags {
     #[arg(long, default_value_t = 300, value_name = "SECONDS")]
     pub timeout: u64,
 
+    /// Create the pairs (claims) one at a time, each once the one before is Ready (Bound):
+    /// each path's own latency without queueing, instead of a burst.
+    #[arg(long)]
+    pub sequential: bool,
+
     /// Run every scenario this many times (each on a fresh cluster); the tables show the
     /// median and the range, the JSON every run.
     #[arg(long, default_value_t = 1, value_name = "N")]
@@ -87,6 +92,7 @@ pub struct BenchFlags {
 struct Plan {
     scenarios: Vec<Scenario>,
     runs: usize,
+    sequential: bool,
     per_node: bool,
     json: bool,
     pods: usize,
@@ -131,6 +137,7 @@ impl BenchFlags {
         Ok(Plan {
             scenarios,
             runs: self.runs,
+            sequential: self.sequential,
             per_node: per_node && self.nodes > 1,
             json,
             pods: self.pods,
@@ -262,6 +269,7 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
         nodes: plan.nodes,
         timing: timing_name(plan.timing).into(),
         runs: plan.runs,
+        sequential: plan.sequential,
         scenarios: reports,
         per_node,
     };
@@ -380,12 +388,27 @@ async fn measure_on(
     );
     if s.has_pods() {
         report.pods = Some(
-            workload::pods_to_ready(cluster, &client, s.class(), plan.pods, plan.patience).await?,
+            workload::pods_to_ready(
+                cluster,
+                &client,
+                s.class(),
+                plan.pods,
+                plan.sequential,
+                plan.patience,
+            )
+            .await?,
         );
     } else {
         report.provisioning = Some(
-            workload::claims_to_bound(cluster, &client, s.class(), plan.pods, plan.patience)
-                .await?,
+            workload::claims_to_bound(
+                cluster,
+                &client,
+                s.class(),
+                plan.pods,
+                plan.sequential,
+                plan.patience,
+            )
+            .await?,
         );
     }
     report.writes = measure::writes(&cluster.audit(), plan.pods);

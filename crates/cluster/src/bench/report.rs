@@ -17,6 +17,8 @@ pub(crate) struct Report {
     pub timing: String,
     /// How many times every scenario ran (`--runs`).
     pub runs: usize,
+    /// One pod (claim) at a time instead of all at once (`--sequential`).
+    pub sequential: bool,
     /// Every run's scenarios, run 1 first.
     pub scenarios: Vec<ScenarioReport>,
     /// Idle memory with 1 node and with `nodes` nodes, once per run (`--scenario all` only).
@@ -94,7 +96,9 @@ const COMPONENT_ORDER: [&str; 7] = [
 ];
 
 fn secs(s: f64) -> String {
-    if s < 10.0 {
+    if s < 1.0 {
+        format!("{:.0} ms", s * 1000.0)
+    } else if s < 10.0 {
         format!("{s:.2} s")
     } else {
         format!("{s:.1} s")
@@ -181,7 +185,12 @@ impl Report {
             }
         );
         let groups = self.groups();
-        latency_table(&mut out, &groups);
+        let created = if self.sequential {
+            "created one at a time, each once the one before was Ready"
+        } else {
+            "all created at once"
+        };
+        latency_table(&mut out, &groups, created);
         writes_table(&mut out, &groups);
         provisioning_table(&mut out, &groups);
         self.memory_table(&mut out, &groups);
@@ -235,14 +244,14 @@ impl Report {
     }
 }
 
-fn latency_table(out: &mut String, groups: &[Group<'_>]) {
+fn latency_table(out: &mut String, groups: &[Group<'_>], created: &str) {
     let rows: Vec<&Group<'_>> = groups.iter().filter(|g| g.runs[0].pods.is_some()).collect();
     if rows.is_empty() {
         return;
     }
     let _ = writeln!(
         out,
-        "Pod-volume-ready latency (pod create → Ready), all pods created at once"
+        "Pod-volume-ready latency (pod create → Ready), {created}"
     );
     let _ = writeln!(
         out,
@@ -406,6 +415,7 @@ mod tests {
             nodes: 3,
             timing: "fast".into(),
             runs,
+            sequential: false,
             scenarios,
             per_node: Vec::new(),
         }
@@ -453,6 +463,7 @@ mod tests {
         );
         assert!(text.contains("| ebs | 6.00 (5.00–7.00) | 1.50 |"), "{text}");
         assert_eq!(agg(&[1.0, 2.0], two), "1.50 (1.00–2.00)");
+        assert_eq!(agg(&[0.0125, 0.5], secs), "256 ms (12 ms–500 ms)");
         assert_eq!(agg(&[], two), "n/a");
     }
 }

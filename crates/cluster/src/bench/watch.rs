@@ -23,7 +23,7 @@ pub(crate) const LABEL_SELECTOR: &str = "csi.rs/bench=true";
 /// when dropped.
 pub(crate) struct GoalWatch {
     reached: Arc<Mutex<HashMap<String, Instant>>>,
-    /// (synced, how many reached the goal).
+    /// (synced, how many reached the goal): wakes the waits.
     rx: watch::Receiver<(bool, usize)>,
     task: JoinHandle<()>,
 }
@@ -67,8 +67,18 @@ impl GoalWatch {
 
     /// Waits until the watch's first list is done.
     pub(crate) async fn synced(&mut self, patience: Duration) -> Result<(), Error> {
-        self.until("the bench's watch listed", patience, &[], |(s, _)| s)
-            .await
+        let deadline = Instant::now() + patience;
+        while !self.rx.borrow_and_update().0 {
+            if Instant::now() > deadline {
+                return Err(Error::Timeout {
+                    what: "the bench's watch listing".into(),
+                    waited: patience,
+                    progress: "no list yet".into(),
+                });
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(200), self.rx.changed()).await;
+        }
+        Ok(())
     }
 
     /// Waits until every one of `names` reached the goal.
@@ -78,39 +88,27 @@ impl GoalWatch {
         what: &str,
         patience: Duration,
     ) -> Result<(), Error> {
-        let n = names.len();
-        self.until(what, patience, names, |(_, k)| k >= n).await
-    }
-
-    async fn until(
-        &mut self,
-        what: &str,
-        patience: Duration,
-        names: &[String],
-        done: impl Fn((bool, usize)) -> bool,
-    ) -> Result<(), Error> {
         let deadline = Instant::now() + patience;
         loop {
-            let now = *self.rx.borrow_and_update();
-            if done(now) {
+            self.rx.borrow_and_update();
+            let reached = self.times();
+            let missing: Vec<&str> = names
+                .iter()
+                .filter(|n| !reached.contains_key(*n))
+                .map(String::as_str)
+                .collect();
+            if missing.is_empty() {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                let reached = self.times();
-                let missing: Vec<&str> = names
-                    .iter()
-                    .filter(|n| !reached.contains_key(*n))
-                    .map(String::as_str)
-                    .take(5)
-                    .collect();
                 return Err(Error::Timeout {
                     what: what.to_string(),
                     waited: patience,
                     progress: format!(
                         "{} of {} did; not yet: {}",
-                        now.1,
+                        names.len() - missing.len(),
                         names.len(),
-                        missing.join(", ")
+                        missing[..missing.len().min(5)].join(", ")
                     ),
                 });
             }

@@ -89,6 +89,7 @@ pub(crate) async fn pods_to_ready(
     client: &Client,
     class: &str,
     n: usize,
+    sequential: bool,
     patience: Duration,
 ) -> Result<PodNumbers, Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
@@ -100,7 +101,7 @@ pub(crate) async fn pods_to_ready(
         .collect::<Result<_, Error>>()?;
     cluster.audit_clear();
     let t0 = Instant::now();
-    let started = try_join_all(objects.into_iter().map(|(c, p)| {
+    let create = |(c, p): (PersistentVolumeClaim, Pod)| {
         let (pods, claims) = (pods.clone(), claims.clone());
         async move {
             let name = p.metadata.name.clone().unwrap_or_default();
@@ -114,12 +115,9 @@ pub(crate) async fn pods_to_ready(
                 .map_err(|e| Error::kube(format!("creating pod {NS}/{name}"), e))?;
             Ok::<_, Error>((name, start))
         }
-    }))
-    .await?;
-    let names: Vec<String> = started.iter().map(|(n, _)| n.clone()).collect();
-    watch
-        .reached(&names, &format!("{n} pods on {class} Ready"), patience)
-        .await?;
+    };
+    let what = format!("{n} pods on {class} Ready");
+    let started = create_and_wait(objects, create, &mut watch, sequential, &what, patience).await?;
     let (ready, last) = latencies(&started, &watch.times());
     let mut pods_per_node = BTreeMap::new();
     for node in cluster.node_names() {
@@ -165,6 +163,7 @@ pub(crate) async fn claims_to_bound(
     client: &Client,
     class: &str,
     n: usize,
+    sequential: bool,
     patience: Duration,
 ) -> Result<ProvisionNumbers, Error> {
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
@@ -174,7 +173,7 @@ pub(crate) async fn claims_to_bound(
         (0..n).map(|i| claim(i, class)).collect::<Result<_, _>>()?;
     cluster.audit_clear();
     let t0 = Instant::now();
-    let started = try_join_all(objects.into_iter().map(|c| {
+    let create = |c: PersistentVolumeClaim| {
         let claims = claims.clone();
         async move {
             let name = c.metadata.name.clone().unwrap_or_default();
@@ -185,12 +184,9 @@ pub(crate) async fn claims_to_bound(
                 .map_err(|e| Error::kube(format!("creating claim {NS}/{name}"), e))?;
             Ok::<_, Error>((name, start))
         }
-    }))
-    .await?;
-    let names: Vec<String> = started.iter().map(|(n, _)| n.clone()).collect();
-    watch
-        .reached(&names, &format!("{n} claims on {class} Bound"), patience)
-        .await?;
+    };
+    let what = format!("{n} claims on {class} Bound");
+    let started = create_and_wait(objects, create, &mut watch, sequential, &what, patience).await?;
     let (bound, last) = latencies(&started, &watch.times());
     let all_bound_s = last.map_or(0.0, |l| l.saturating_duration_since(t0).as_secs_f64());
     Ok(ProvisionNumbers {
@@ -202,6 +198,38 @@ pub(crate) async fn claims_to_bound(
             0.0
         },
     })
+}
+
+/// Creates every item (`create` returns its name and the instant its timing starts) all at
+/// once, or one at a time each once the one before reached the goal; returns when all did.
+async fn create_and_wait<T, F, Fut>(
+    items: Vec<T>,
+    create: F,
+    watch: &mut GoalWatch,
+    sequential: bool,
+    what: &str,
+    patience: Duration,
+) -> Result<Vec<(String, Instant)>, Error>
+where
+    F: Fn(T) -> Fut,
+    Fut: std::future::Future<Output = Result<(String, Instant), Error>>,
+{
+    let started = if sequential {
+        let mut started = Vec::new();
+        for item in items {
+            let (name, start) = create(item).await?;
+            watch
+                .reached(std::slice::from_ref(&name), what, patience)
+                .await?;
+            started.push((name, start));
+        }
+        started
+    } else {
+        try_join_all(items.into_iter().map(create)).await?
+    };
+    let names: Vec<String> = started.iter().map(|(n, _)| n.clone()).collect();
+    watch.reached(&names, what, patience).await?;
+    Ok(started)
 }
 
 fn names<K: kube::Resource>(items: Vec<K>) -> Vec<String> {
