@@ -107,6 +107,10 @@ pub enum Error {
     #[error("stopping left behind below {}: {left}", data_dir.display())]
     Leftovers { data_dir: PathBuf, left: String },
 
+    /// SIGINT or SIGTERM ended a run before its end (`bench`); what it started is cleaned up.
+    #[error("interrupted by SIGINT or SIGTERM: {0}")]
+    Interrupted(String),
+
     /// Something did not happen within its time.
     #[error("{what} did not happen within {waited:?}: {progress}")]
     Timeout {

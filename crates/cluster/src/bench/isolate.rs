@@ -5,7 +5,10 @@
 use std::path::Path;
 use std::process::Stdio;
 
+use rustix::process::{Pid, Signal, kill_process};
 use serde::Deserialize;
+use tokio::io::AsyncReadExt as _;
+use tokio_util::sync::CancellationToken;
 
 use super::report::{Report, ScenarioReport};
 use super::scenarios::Scenario;
@@ -13,11 +16,18 @@ use super::{BenchFlags, timing_name};
 use crate::Error;
 
 /// Runs `csi-cluster bench ARGS --output json` with the parent's measurement flags; its
-/// progress goes to our stderr, its stdout (the JSON report) is returned with its success.
-async fn child(flags: &BenchFlags, dir: &Path, args: &[String]) -> Result<(bool, String), Error> {
+/// progress goes to our stderr, its stdout (the JSON report) is returned with its success. On
+/// `shutdown` the child gets SIGTERM (it then drops its cluster, which cleans up below its
+/// dir) and is waited for.
+async fn child(
+    flags: &BenchFlags,
+    dir: &Path,
+    args: &[String],
+    shutdown: &CancellationToken,
+) -> Result<(bool, String), Error> {
     let exe = std::env::current_exe()
         .map_err(|e| Error::io("finding this program", "/proc/self/exe", e))?;
-    let out = tokio::process::Command::new(&exe)
+    let mut child = tokio::process::Command::new(&exe)
         .arg("bench")
         .args(["--pods", &flags.pods.to_string()])
         .args(["--nodes", &flags.nodes.to_string()])
@@ -30,25 +40,54 @@ async fn child(flags: &BenchFlags, dir: &Path, args: &[String]) -> Result<(bool,
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .output()
-        .await
+        .spawn()
         .map_err(|e| Error::io("running a bench child process", &exe, e))?;
-    Ok((
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    ))
+    let mut stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| Error::start("a bench child process", "no stdout pipe"))?;
+    let read = async {
+        let mut text = String::new();
+        stdout.read_to_string(&mut text).await.map(|_| text)
+    };
+    let wait = async {
+        tokio::select! {
+            status = child.wait() => status,
+            () = shutdown.cancelled() => {
+                if let Some(pid) = child.id().and_then(|p| Pid::from_raw(p as i32)) {
+                    let _ = kill_process(pid, Signal::TERM);
+                }
+                child.wait().await
+            }
+        }
+    };
+    let (text, status) = tokio::join!(read, wait);
+    let status = status.map_err(|e| Error::io("waiting for a bench child process", &exe, e))?;
+    let text = text.map_err(|e| Error::io("reading a bench child's report", &exe, e))?;
+    Ok((status.success(), text))
 }
 
 /// Scenario `s` in a child process on `dir` (its logs stay in `dir/logs`).
-pub(crate) async fn scenario(flags: &BenchFlags, s: Scenario, dir: &Path) -> ScenarioReport {
+pub(crate) async fn scenario(
+    flags: &BenchFlags,
+    s: Scenario,
+    dir: &Path,
+    shutdown: &CancellationToken,
+) -> ScenarioReport {
     let failed = |why: String| ScenarioReport {
         scenario: s.name().into(),
         class: s.class().into(),
         note: Some(format!("failed: {why}")),
         ..ScenarioReport::default()
     };
-    let (ok, stdout) = match child(flags, dir, &["--scenario".into(), s.name().into()]).await {
+    let (ok, stdout) = match child(
+        flags,
+        dir,
+        &["--scenario".into(), s.name().into()],
+        shutdown,
+    )
+    .await
+    {
         Ok(r) => r,
         Err(e) => return failed(e.to_string()),
     };
@@ -72,8 +111,19 @@ struct Idle {
 }
 
 /// Idle VmRSS (MiB) of a ready `nodes`-node cluster, in a child process on `dir`.
-pub(crate) async fn idle_rss(flags: &BenchFlags, nodes: usize, dir: &Path) -> Result<f64, Error> {
-    let (ok, stdout) = child(flags, dir, &["--idle-nodes".into(), nodes.to_string()]).await?;
+pub(crate) async fn idle_rss(
+    flags: &BenchFlags,
+    nodes: usize,
+    dir: &Path,
+    shutdown: &CancellationToken,
+) -> Result<f64, Error> {
+    let (ok, stdout) = child(
+        flags,
+        dir,
+        &["--idle-nodes".into(), nodes.to_string()],
+        shutdown,
+    )
+    .await?;
     match serde_json::from_str::<Idle>(&stdout) {
         Ok(i) if ok => Ok(i.idle_rss_mib),
         _ => Err(Error::Start {

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::{Api, Client};
+use tokio_util::sync::CancellationToken;
 
 use self::measure::BENCH_USER_AGENT;
 use self::report::{PerNode, Report, ScenarioReport};
@@ -206,9 +207,16 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
         flags.data_dir.as_deref(),
         if isolated { CHILD_DIR } else { 0 },
     )?;
+    let shutdown = sidecar::shutdown_on_signals();
+    let interrupted = || Error::Interrupted("the clusters were cleaned up; no report".into());
     if let Some(nodes) = flags.idle_nodes {
         crate::logs::init(&data_dir.path().join("logs"), 0)?;
-        let idle = idle_rss(nodes, &plan, &data_dir.path().join("0")).await?;
+        // Dropping the cluster on a signal unmounts and detaches below its dir (its guard).
+        let dir = data_dir.path().join("0");
+        let idle = tokio::select! {
+            r = idle_rss(nodes, &plan, &dir) => r?,
+            () = shutdown.cancelled() => return Err(interrupted()),
+        };
         println!("{}", serde_json::json!({ "idle_rss_mib": idle }));
         return Ok(());
     }
@@ -223,42 +231,18 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
             .join(", "),
         data_dir.path().display()
     );
-    if !isolated {
+    let (per_node, reports) = if isolated {
+        // The children get the signal passed on and clean up themselves; wait for them.
+        measure_all(&flags, &plan, data_dir.path(), true, &shutdown).await?
+    } else {
         crate::logs::init(&data_dir.path().join("logs"), 0)?;
-    }
-    let mut per_node = Vec::new();
-    let mut reports = Vec::new();
-    for run in 1..=plan.runs {
-        if plan.per_node {
-            let one = isolate::idle_rss(&flags, 1, &data_dir.path().join("i1")).await?;
-            let many = isolate::idle_rss(&flags, plan.nodes, &data_dir.path().join("in")).await?;
-            per_node.push(PerNode {
-                one_node_idle_rss_mib: one,
-                nodes: plan.nodes,
-                nodes_idle_rss_mib: many,
-                per_node_mib: (many - one) / (plan.nodes - 1) as f64,
-            });
+        tokio::select! {
+            r = measure_all(&flags, &plan, data_dir.path(), false, &shutdown) => r?,
+            () = shutdown.cancelled() => return Err(interrupted()),
         }
-        for (i, s) in plan.scenarios.iter().enumerate() {
-            let dir = data_dir
-                .path()
-                .join(((run - 1) * plan.scenarios.len() + i).to_string());
-            let mut r = if isolated {
-                isolate::scenario(&flags, *s, &dir).await
-            } else {
-                run_scenario(*s, &plan, &dir).await
-            };
-            r.run = run;
-            match (&r.measured, &r.note) {
-                (true, _) => eprintln!("bench: {} (run {run}) done", s.name()),
-                (false, note) => eprintln!(
-                    "bench: {} (run {run}) not measured: {}",
-                    s.name(),
-                    note.as_deref().unwrap_or("?")
-                ),
-            }
-            reports.push(r);
-        }
+    };
+    if shutdown.is_cancelled() {
+        return Err(interrupted());
     }
     let report = Report {
         date_utc: jiff::Timestamp::now()
@@ -304,6 +288,58 @@ pub(crate) fn timing_name(t: ec2_sim::Timing) -> &'static str {
         ec2_sim::Timing::Fast => "fast",
         ec2_sim::Timing::Realistic => "realistic",
     }
+}
+
+/// Every run of every scenario (and `all`'s per-node memory), in child processes when
+/// `isolated`.
+async fn measure_all(
+    flags: &BenchFlags,
+    plan: &Plan,
+    data_dir: &Path,
+    isolated: bool,
+    shutdown: &CancellationToken,
+) -> Result<(Vec<PerNode>, Vec<ScenarioReport>), Error> {
+    let mut per_node = Vec::new();
+    let mut reports = Vec::new();
+    for run in 1..=plan.runs {
+        if plan.runs > 1 {
+            eprintln!("bench: run {run} of {}", plan.runs);
+        }
+        if plan.per_node {
+            let one = isolate::idle_rss(flags, 1, &data_dir.join("i1"), shutdown).await?;
+            let many = isolate::idle_rss(flags, plan.nodes, &data_dir.join("in"), shutdown).await?;
+            per_node.push(PerNode {
+                one_node_idle_rss_mib: one,
+                nodes: plan.nodes,
+                nodes_idle_rss_mib: many,
+                per_node_mib: (many - one) / (plan.nodes - 1) as f64,
+            });
+        }
+        for (i, s) in plan.scenarios.iter().enumerate() {
+            if shutdown.is_cancelled() {
+                return Ok((per_node, reports));
+            }
+            let dir = data_dir.join(((run - 1) * plan.scenarios.len() + i).to_string());
+            let mut r = if isolated {
+                isolate::scenario(flags, *s, &dir, shutdown).await
+            } else {
+                run_scenario(*s, plan, &dir).await
+            };
+            r.run = run;
+            match (&r.measured, &r.note) {
+                // A child said so itself.
+                (true, _) if isolated => {}
+                (true, _) => eprintln!("bench: {} done", s.name()),
+                (false, note) => eprintln!(
+                    "bench: {} (run {run}) not measured: {}",
+                    s.name(),
+                    note.as_deref().unwrap_or("?")
+                ),
+            }
+            reports.push(r);
+        }
+    }
+    Ok((per_node, reports))
 }
 
 /// A client whose writes the tally leaves out.
