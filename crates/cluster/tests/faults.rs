@@ -4,14 +4,15 @@
 //! controller during AttachVolume calls and again while ec2-sim holds the attachments in
 //! `attaching`, csi-attacher during DetachVolume calls and again while the detaches are held
 //! in `detaching`, the attach/detach controller (once more while detaches are held), node-1's
-//! agent while pods are deleted, csi-provisioner during CreateVolume, node-2's EBS driver and
-//! node-0's agent while volumes are staged; then apiserver-lite is restarted from its data
-//! dir. Afterwards every pod is Ready on its new node with its file intact, ec2-sim's
-//! attachment history shows no volume ever held by two instances, asked for by a second one
-//! or detached under a mounted device, the VolumeAttachments, mounts, loop devices and nodes'
-//! volumesAttached are exactly the volumes in use; then everything is deleted and no
-//! VolumeAttachment, PV, EC2 volume, mount or loop device is left, and the cluster stops
-//! cleanly. `CSI_RS_FAULTS_KEEP_LOGS=DIR` copies the component logs there at the end.
+//! agent and then its EBS driver while pods are deleted, csi-provisioner during CreateVolume,
+//! node-2's EBS driver and node-0's agent while volumes are staged; then apiserver-lite is
+//! restarted from its data dir. Afterwards every pod is Ready on its new node with its file
+//! intact, ec2-sim's attachment history shows no volume ever held by two instances, asked for
+//! by a second one or detached under a mounted device, the VolumeAttachments, mounts, loop
+//! devices and nodes' volumesAttached are exactly the volumes in use; then everything is
+//! deleted and no VolumeAttachment, PV, EC2 volume, mount or loop device is left, and the
+//! cluster stops cleanly. `CSI_RS_FAULTS_KEEP_LOGS=DIR` copies the component logs there at
+//! the end.
 //!
 //! One zone, so every volume can move to every node. Pods are held to nodes with a
 //! `nodeSelector` and placed by the scheduler.
@@ -189,6 +190,7 @@ async fn run(data_dir: &std::path::Path, timeline: Arc<Timeline>) {
             Held::Detaching,
         ),
         Fault::Kill(cluster::node_agent("node-1"), When::Deleting),
+        Fault::Kill(cluster::ebs_node_driver("node-1"), When::Deleting),
         Fault::KillProvisioner,
         Fault::Kill(cluster::ebs_node_driver("node-2"), When::Staging("node-2")),
         Fault::Kill(cluster::node_agent("node-0"), When::Staging("node-0")),
