@@ -214,8 +214,21 @@ async fn run(data_dir: &std::path::Path, timeline: Arc<Timeline>) {
         .await;
     }
     let client = cluster.client().unwrap();
-    verify_settled(&cluster, &client, &placement, &timeline).await;
+    let handles = verify_settled(&cluster, &client, &placement, &timeline).await;
     clean_up(&cluster, &client, &placement, &timeline).await;
+    // DescribeVolumes, as `aws ec2` would ask: every volume the pods used is gone.
+    let ec2 = cluster.ec2_client().await.unwrap();
+    for handle in handles.values() {
+        use ebs_cloud::Cloud as _;
+        match ec2.get_disk_by_id(handle).await {
+            Err(e) if e.is_not_found() => {}
+            other => panic!("EC2 volume {handle} after clean-up: {other:?}"),
+        }
+    }
+    timeline.note(format!(
+        "DescribeVolumes: all {} volumes the pods used are gone",
+        handles.len()
+    ));
     let history = cluster.ec2().attachment_history();
     assert!(
         history.double_attachments().is_empty(),
@@ -492,7 +505,7 @@ async fn verify_settled(
     client: &Client,
     placement: &BTreeMap<usize, Placement>,
     timeline: &Timeline,
-) {
+) -> BTreeMap<usize, String> {
     let deadline = Instant::now() + PHASE;
     assert_eq!(placement.len(), PODS);
     let mut in_use = BTreeSet::new();
@@ -610,6 +623,7 @@ async fn verify_settled(
         attachments.len(),
         history.events.len()
     ));
+    handles
 }
 
 /// Deletes every pod and claim; waits until no VolumeAttachment, PV, EC2 volume, mount or
