@@ -195,11 +195,16 @@ impl DataDir {
 /// stderr. Fails if a scenario failed (after printing what was measured). With more than one
 /// scenario or run (or `all`'s per-node memory), each runs in a `csi-cluster bench` child process of
 /// its own, so its memory numbers are its own and not what earlier clusters left allocated.
+/// The child is this program (`/proc/self/exe`) run as `bench`, so `run` belongs to the
+/// `csi-cluster` binary; a single scenario and run stays in-process.
 pub async fn run(flags: BenchFlags) -> Result<(), Error> {
     let plan = flags.plan()?;
     let uid = rustix::process::geteuid();
     if !uid.is_root() {
-        return Err(Error::NotRoot { uid: uid.as_raw() });
+        return Err(Error::NotRoot {
+            uid: uid.as_raw(),
+            command: "bench",
+        });
     }
     let isolated =
         flags.idle_nodes.is_none() && (plan.scenarios.len() * plan.runs > 1 || plan.per_node);
