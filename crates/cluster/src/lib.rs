@@ -67,9 +67,9 @@ pub enum Error {
 
     /// Loop devices and mounts need root.
     #[error(
-        "csi-cluster up needs root (loop devices and mounts): run it with sudo; effective uid is {uid}"
+        "csi-cluster {command} needs root (loop devices and mounts): run it with sudo; effective uid is {uid}"
     )]
-    NotRoot { uid: u32 },
+    NotRoot { uid: u32, command: &'static str },
 
     /// Another `csi-cluster up` runs on the same data dir.
     #[error(
@@ -107,9 +107,14 @@ pub enum Error {
     #[error("stopping left behind below {}: {left}", data_dir.display())]
     Leftovers { data_dir: PathBuf, left: String },
 
-    /// SIGINT or SIGTERM ended a run before its end (`bench`); what it started is cleaned up.
+    /// SIGINT or SIGTERM ended a run before its end (`bench`, `demo`); what it started is
+    /// cleaned up.
     #[error("interrupted by SIGINT or SIGTERM: {0}")]
     Interrupted(String),
+
+    /// A demo or test step did not see what it expected (the message says what it saw).
+    #[error("check failed: {0}")]
+    Check(String),
 
     /// Something did not happen within its time.
     #[error("{what} did not happen within {waited:?}: {progress}")]

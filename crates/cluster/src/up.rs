@@ -67,7 +67,10 @@ impl RunningCluster {
         let drivers = external::parse_all(&config.drivers)?;
         let uid = rustix::process::geteuid();
         if !uid.is_root() {
-            return Err(Error::NotRoot { uid: uid.as_raw() });
+            return Err(Error::NotRoot {
+                uid: uid.as_raw(),
+                command: "up",
+            });
         }
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| Error::io("creating the data dir", &config.data_dir, e))?;

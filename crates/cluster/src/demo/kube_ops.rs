@@ -186,14 +186,14 @@ pub fn data_path(pod: &Pod) -> Result<PathBuf, Error> {
         .as_ref()
         .and_then(|a| a.get(VOLUME_PATHS_ANNOTATION))
         .ok_or_else(|| {
-            Error::Config(format!(
+            Error::Check(format!(
                 "pod {name} has no {VOLUME_PATHS_ANNOTATION} annotation"
             ))
         })?;
     let paths: Value = serde_json::from_str(paths)
-        .map_err(|e| Error::Config(format!("pod {name}: {VOLUME_PATHS_ANNOTATION}: {e}")))?;
+        .map_err(|e| Error::Check(format!("pod {name}: {VOLUME_PATHS_ANNOTATION}: {e}")))?;
     paths["data"].as_str().map(PathBuf::from).ok_or_else(|| {
-        Error::Config(format!(
+        Error::Check(format!(
             "pod {name}: {VOLUME_PATHS_ANNOTATION} has no \"data\""
         ))
     })

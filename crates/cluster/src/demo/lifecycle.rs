@@ -76,7 +76,7 @@ pub async fn run(flags: DemoFlags, shutdown: CancellationToken) -> Result<(), Er
             let required = driver.spec.attach_required.unwrap_or(true);
             n.show(format!("CSIDriver {HOSTPATH_DRIVER}: attachRequired {required}"));
             if !required {
-                return Err(Error::Config(format!(
+                return Err(Error::Check(format!(
                     "--hostpath-attach-required did not set CSIDriver {HOSTPATH_DRIVER}'s attachRequired"
                 )));
             }
@@ -112,7 +112,9 @@ async fn finish(
     n.step("stop the cluster");
     let stopped = cluster.stop().await;
     match outcome {
-        None => Err(Error::Config("interrupted".into())),
+        None => Err(Error::Interrupted(
+            "the cluster was stopped and cleaned".into(),
+        )),
         Some(Err(e)) => Err(e),
         Some(Ok(())) => {
             stopped?;
@@ -219,7 +221,7 @@ async fn ebs_story(cluster: &RunningCluster, n: &mut Narrator) -> Result<(), Err
         kube_ops::describe_attachments(&vas)
     ));
     if !vas.iter().any(|va| va.spec.attacher == EBS_DRIVER) {
-        return Err(Error::Config(format!(
+        return Err(Error::Check(format!(
             "the in-tree PV was not attached through {EBS_DRIVER}: {}",
             kube_ops::describe_attachments(&vas)
         )));
@@ -234,7 +236,7 @@ async fn ebs_story(cluster: &RunningCluster, n: &mut Narrator) -> Result<(), Err
         match ec2.get_disk_by_id(&volume_id).await {
             Err(ebs_cloud::CloudError::NotFound { .. }) => Ok(Some(())),
             Ok(d) if d.state == "deleted" => Ok(Some(())),
-            Ok(d) => Err(Error::Config(format!("{volume_id} is {}", d.state))),
+            Ok(d) => Err(Error::Check(format!("{volume_id} is {}", d.state))),
             Err(e) => Err(Error::start("reading the EBS volume", e)),
         }
     })
@@ -286,14 +288,14 @@ async fn hostpath_story(
             .iter()
             .any(|va| va.status.as_ref().is_some_and(|s| s.attached))
         {
-            return Err(Error::Config(format!(
+            return Err(Error::Check(format!(
                 "attachRequired is true but {pv_name} has no attached VolumeAttachment"
             )));
         }
         n.proves("attachRequired: true → the attach/detach controller created a VolumeAttachment and csi-attacher called ControllerPublishVolume before the mount");
     } else {
         if !vas.is_empty() {
-            return Err(Error::Config(format!(
+            return Err(Error::Check(format!(
                 "attachRequired is false but {pv_name} has VolumeAttachments: {}",
                 kube_ops::describe_attachments(&vas)
             )));
@@ -339,7 +341,7 @@ async fn leftovers(cluster: &RunningCluster, n: &mut Narrator) -> Result<(), Err
         "PersistentVolumes {pvs}, claims {claims}, VolumeAttachments {vas}"
     ));
     if pvs + claims + vas > 0 {
-        return Err(Error::Config(format!(
+        return Err(Error::Check(format!(
             "left in the API: {pvs} PVs, {claims} claims, {vas} VolumeAttachments"
         )));
     }
@@ -363,7 +365,7 @@ fn csi_handle(pv: &PersistentVolume) -> Result<String, Error> {
         .and_then(|s| s.csi.as_ref())
         .map(|c| c.volume_handle.clone())
         .ok_or_else(|| {
-            Error::Config(format!(
+            Error::Check(format!(
                 "PersistentVolume {} has no spec.csi",
                 pv.metadata.name.as_deref().unwrap_or("?")
             ))
@@ -415,7 +417,7 @@ async fn wait_pv_gone(client: &Client, name: &str) -> Result<(), Error> {
         || async {
             match pvs.get_opt(name).await {
                 Ok(None) => Ok(Some(())),
-                Ok(Some(pv)) => Err(Error::Config(format!(
+                Ok(Some(pv)) => Err(Error::Check(format!(
                     "{name} is {}",
                     pv.status.and_then(|s| s.phase).unwrap_or_default()
                 ))),
@@ -436,7 +438,7 @@ async fn wait_detached(
     wait_for(&format!("{volume_id} detached"), PATIENCE, || async {
         let vas = kube_ops::attachments_of(client, pv).await?;
         if !vas.is_empty() {
-            return Err(Error::Config(format!(
+            return Err(Error::Check(format!(
                 "VolumeAttachments left: {}",
                 kube_ops::describe_attachments(&vas)
             )));
@@ -448,7 +450,7 @@ async fn wait_detached(
         if disk.state == "available" {
             Ok(Some(()))
         } else {
-            Err(Error::Config(format!(
+            Err(Error::Check(format!(
                 "EC2 says {volume_id} is {}",
                 disk.state
             )))
@@ -472,7 +474,7 @@ fn check_file(
     let path: PathBuf = kube_ops::data_path(pod)?.join(FILE);
     let found = std::fs::read_to_string(&path).map_err(|e| Error::io("reading", &path, e))?;
     if found != content {
-        return Err(Error::Config(format!(
+        return Err(Error::Check(format!(
             "{} holds {found:?}, not {content:?}",
             path.display()
         )));

@@ -40,7 +40,10 @@ pub async fn run(flags: MigrationFlags) -> Result<(), Error> {
     }
     let uid = rustix::process::geteuid();
     if !uid.is_root() {
-        return Err(Error::NotRoot { uid: uid.as_raw() });
+        return Err(Error::NotRoot {
+            uid: uid.as_raw(),
+            command: "demo migration",
+        });
     }
     let (data_dir, ephemeral) = super::data_dir(flags.data_dir.as_deref())?;
     let mut config = UpConfig::new(1, &data_dir);
@@ -79,7 +82,9 @@ pub async fn run(flags: MigrationFlags) -> Result<(), Error> {
     n.step("stop the cluster");
     let stopped = cluster.stop().await;
     let steps = match outcome {
-        None => Err(Error::Config("interrupted".into())),
+        None => Err(Error::Interrupted(
+            "the cluster was stopped and cleaned".into(),
+        )),
         Some(r) => r,
     };
     let steps = match (steps, stopped) {

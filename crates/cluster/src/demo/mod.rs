@@ -51,7 +51,10 @@ pub async fn run(flags: DemoFlags) -> Result<(), Error> {
     }
     let uid = rustix::process::geteuid();
     if !uid.is_root() {
-        return Err(Error::NotRoot { uid: uid.as_raw() });
+        return Err(Error::NotRoot {
+            uid: uid.as_raw(),
+            command: "demo",
+        });
     }
     match flags.which {
         Some(Which::Migration(m)) => migration::run(m).await,

@@ -31,7 +31,7 @@ pub fn volume_id(pv: &PersistentVolume) -> Result<String, Error> {
     if let Some(csi) = spec.and_then(|s| s.csi.as_ref()) {
         return Ok(csi.volume_handle.clone());
     }
-    Err(Error::Config(format!(
+    Err(Error::Check(format!(
         "PersistentVolume {name} has neither spec.awsElasticBlockStore nor spec.csi"
     )))
 }
@@ -81,7 +81,7 @@ pub async fn wait_csinode(
     wait_for(&what, patience, || async {
         match csinode_migrated(client, node).await? {
             Some(m) if m == migrated => Ok(Some(())),
-            other => Err(Error::Config(format!("CSINode {node}: {other:?}"))),
+            other => Err(Error::Check(format!("CSINode {node}: {other:?}"))),
         }
     })
     .await
@@ -103,14 +103,14 @@ pub async fn wait_detached(
         || async {
             let vas = kube_ops::attachments_of(client, pv).await?;
             if !vas.is_empty() {
-                return Err(Error::Config(format!(
+                return Err(Error::Check(format!(
                     "VolumeAttachments left: {}",
                     kube_ops::describe_attachments(&vas)
                 )));
             }
             let listed = volumes_attached(client, node).await?;
             if listed.iter().any(|n| n.ends_with(volume_id)) {
-                return Err(Error::Config(format!(
+                return Err(Error::Check(format!(
                     "node {node} still lists it: {listed:?}"
                 )));
             }
@@ -121,7 +121,7 @@ pub async fn wait_detached(
             if disk.state == "available" {
                 Ok(Some(()))
             } else {
-                Err(Error::Config(format!(
+                Err(Error::Check(format!(
                     "EC2 says {volume_id} is {}",
                     disk.state
                 )))
@@ -144,10 +144,7 @@ pub async fn wait_volume_gone(
             match ec2.get_disk_by_id(volume_id).await {
                 Err(e) if e.is_not_found() => Ok(Some(())),
                 Ok(d) if d.state == "deleted" => Ok(Some(())),
-                Ok(d) => Err(Error::Config(format!(
-                    "EC2 says {volume_id} is {}",
-                    d.state
-                ))),
+                Ok(d) => Err(Error::Check(format!("EC2 says {volume_id} is {}", d.state))),
                 Err(e) => Err(Error::start(format!("reading EBS volume {volume_id}"), e)),
             }
         },

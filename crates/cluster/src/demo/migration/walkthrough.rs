@@ -74,7 +74,7 @@ pub async fn upgrade_and_downgrade(
         .position(|x| x == node)
         .ok_or_else(|| Error::Config(format!("no node named {node:?}")))?;
     if gates.controller || gates.node(index) {
-        return Err(Error::Config(format!(
+        return Err(Error::Check(format!(
             "the upgrade walkthrough starts with migration off everywhere; controller {}, {node} {}",
             gates.controller,
             gates.node(index)
@@ -364,7 +364,7 @@ impl Walk<'_> {
                 let found =
                     std::fs::read_to_string(&path).map_err(|e| Error::io("reading", &path, e))?;
                 if found != self.content {
-                    return Err(Error::Config(format!(
+                    return Err(Error::Check(format!(
                         "step {title:?}: {} holds {found:?}, not {:?}",
                         path.display(),
                         self.content
@@ -438,7 +438,7 @@ impl Walk<'_> {
         if wrong.is_empty() {
             Ok(())
         } else {
-            Err(Error::Config(format!(
+            Err(Error::Check(format!(
                 "seed 003 step {title:?} on {}: {}",
                 self.node,
                 wrong.join("; ")
