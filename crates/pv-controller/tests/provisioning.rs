@@ -268,3 +268,51 @@ async fn a_claim_without_a_class_gets_the_default_class_once_there_is_one() {
     assert_eq!(annotation(&none, PROVISIONER), None);
     env.shutdown().await;
 }
+
+/// A claim of a native CSI class whose driver is also a migration target (`ebs.csi.aws.com`
+/// with CSIMigrationAWS on) carries the same storage-provisioner as a migrated in-tree claim,
+/// but is not migrated: no `migrated-to`, and the controller leaves it alone while it waits
+/// (it used to add and remove the annotation on every sync, ~10 writes per claim).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_native_csi_claim_of_a_migration_target_driver_is_not_marked_migrated() {
+    let mut env = Env::new().await;
+    env.create_class("ebs-sc", "ebs.csi.aws.com", "Immediate", json!({}))
+        .await;
+    env.create_class("gp2", "kubernetes.io/aws-ebs", "Immediate", json!({}))
+        .await;
+    let mut options = fast_options();
+    options.migrated = MigratedPlugins::from_feature_gates("CSIMigrationAWS=true").unwrap();
+    env.start(options).await;
+    env.create_pvc("native", "1Gi", RWO, Some("ebs-sc")).await;
+    env.create_pvc("migrated", "1Gi", RWO, Some("gp2")).await;
+    assert_eq!(
+        env.wait_pvc_annotation("native", PROVISIONER).await,
+        "ebs.csi.aws.com"
+    );
+    assert_eq!(
+        env.wait_pvc_annotation("migrated", MIGRATED_TO).await,
+        "ebs.csi.aws.com"
+    );
+    let settled = env.pvc("native").await.unwrap();
+    assert_eq!(annotation(&settled, MIGRATED_TO), None);
+    // Nothing more to write while it waits for the external provisioner: its resync and the
+    // other claim's writes must not touch it.
+    for i in 0..5 {
+        env.pvcs()
+            .patch(
+                "migrated",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"poke": i.to_string()}}})),
+            )
+            .await
+            .unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let later = env.pvc("native").await.unwrap();
+    assert_eq!(
+        later.metadata.resource_version, settled.metadata.resource_version,
+        "the native claim was written again: {:?}",
+        later.metadata.annotations
+    );
+    env.shutdown().await;
+}

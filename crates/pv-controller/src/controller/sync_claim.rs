@@ -13,7 +13,7 @@ use serde_json::json;
 use super::bind::{bind, patch_claim, update_claim_status};
 use super::index::{self, NodeInfo, VolumeIndex};
 use super::{Ctx, provision};
-use crate::migration::{claim_migrated_to, current_migrated_to};
+use crate::migration::{claim_migrated_to, class_provisioner, current_migrated_to};
 use crate::names::{
     ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, ANN_MIGRATED_TO, ANN_SELECTED_NODE,
 };
@@ -62,7 +62,21 @@ async fn update_migration_annotation(
     if claim.metadata.deletion_timestamp.is_some() {
         return Ok(claim);
     }
-    let want = claim_migrated_to(&claim, &ctx.options.migrated);
+    // The class decides when it is known: a claim of a native CSI class (`ebs-sc`) and a
+    // claim of a migrated in-tree class (`gp2`) both carry `storage-provisioner:
+    // ebs.csi.aws.com`, and only the second is migrated. Deciding from that annotation alone
+    // (as `set_claim_provisioner` did not) made the two writers flip the annotation on every
+    // sync of a native claim waiting to be bound.
+    let class_name = index::claim_class(&claim);
+    let class = (!class_name.is_empty())
+        .then(|| ctx.caches.classes.get(&class_name))
+        .flatten();
+    let want = match class {
+        Some(class) => class_provisioner(&class.provisioner, &ctx.options.migrated)
+            .migrated_to()
+            .map(str::to_string),
+        None => claim_migrated_to(&claim, &ctx.options.migrated),
+    };
     if current_migrated_to(claim.metadata.annotations.as_ref()) == want.as_deref() {
         return Ok(claim);
     }
