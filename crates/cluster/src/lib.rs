@@ -1,8 +1,9 @@
 //! csi-cluster: the whole CSI storage stack in one process, a local Kubernetes for storage
 //! driven with plain kubectl.
 //!
-//! [`up`] runs, on one tokio runtime, every component from its library: apiserver-lite
-//! (persistent under the data dir), ec2-sim with loop devices (one EC2 instance and one device
+//! [`up`] runs every component from its library, each on its own thread and tokio runtime (the
+//! supervisor kills and restarts them like processes): apiserver-lite (persistent under the data
+//! dir), ec2-sim with loop devices (one EC2 instance and one device
 //! directory per node), the PV controller, the attach/detach controller, csi-attacher and
 //! csi-provisioner for `ebs.csi.aws.com`, the EBS driver's controller service and, per node, a
 //! node agent, the EBS driver in node mode, the hostpath driver (each on its own unix socket,

@@ -223,7 +223,7 @@ async fn a_statefulset_of_three_with_claim_templates_through_kubectl() {
 }
 
 /// The same user session with the kubectl on PATH and with Debian's 1.20: apply a class, a
-/// claim and a pod, wait for Ready, describe, delete.
+/// claim and a pod, wait for Ready, describe, delete; then kubectl 1.20 runs a StatefulSet of 3.
 #[tokio::test]
 async fn kubectl_on_path_and_debian_kubectl_1_20_drive_a_volume() {
     if !can_run() {
@@ -276,6 +276,63 @@ async fn kubectl_on_path_and_debian_kubectl_1_20_drive_a_volume() {
         assert_eq!(claim, "Bound 2Gi", "{}", bin.display());
         cluster.kubectl_with(bin, &["delete", "-f", "-"], Some(&manifest));
     }
+    // kubectl 1.20 applies a StatefulSet of 3 (apps/v1, Parallel, hostpath claims) as well.
+    let set = STATEFULSET
+        .replace("name: web", "name: old-web")
+        .replace("app: web", "app: old-web")
+        .replace(
+            "serviceName: web",
+            "serviceName: old-web\n  podManagementPolicy: Parallel",
+        )
+        .replace("storageClassName: ebs-sc", "storageClassName: hostpath");
+    cluster.kubectl_with(&legacy, &["apply", "-f", "-"], Some(&set));
+    for pod in ["old-web-0", "old-web-1", "old-web-2"] {
+        eventually(&format!("pod {pod} created"), || {
+            cluster
+                .kubectl_output_with(&legacy, &["get", "pod", pod], None)
+                .status
+                .success()
+        })
+        .await;
+        cluster.kubectl_with(
+            &legacy,
+            &[
+                "wait",
+                "--for=condition=Ready",
+                &format!("pod/{pod}"),
+                "--timeout=120s",
+            ],
+            None,
+        );
+    }
+    let ready = cluster.kubectl_with(
+        &legacy,
+        &[
+            "get",
+            "statefulset",
+            "old-web",
+            "-o",
+            "jsonpath={.status.readyReplicas}",
+        ],
+        None,
+    );
+    assert_eq!(ready, "3");
+    cluster.kubectl_with(&legacy, &["delete", "statefulset", "old-web"], None);
+    eventually("the set's pods gone", || {
+        names(&cluster.get_json(&["get", "pods"])).is_empty()
+    })
+    .await;
+    cluster.kubectl_with(
+        &legacy,
+        &[
+            "delete",
+            "pvc",
+            "data-old-web-0",
+            "data-old-web-1",
+            "data-old-web-2",
+        ],
+        None,
+    );
     eventually("volumes and attachments gone", || {
         names(&cluster.get_json(&["get", "pv"])).is_empty()
             && names(&cluster.get_json(&["get", "volumeattachments"])).is_empty()
