@@ -283,11 +283,7 @@ impl UpFlags {
                 self.zones
             )));
         }
-        if self.timing == ec2_sim::Timing::Instant {
-            return Err(Error::Config(
-                "--timing must be fast or realistic (instant hides the states the controllers wait for)".into(),
-            ));
-        }
+        crate::require_real_timing(self.timing)?;
         crate::external::parse_all(&self.drivers)?;
         if self.drivers.is_empty() {
             for (set, flag) in [

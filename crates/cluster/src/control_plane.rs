@@ -374,6 +374,35 @@ fn controller_plugins(gates: &SharedMigration) -> Result<volume_plugins::Migrate
         .map_err(|e| e.to_string())
 }
 
+/// A csi-provisioner for `driver` at `endpoint`: central, or `--node-deployment` for `node`.
+pub(crate) async fn spawn_provisioner(
+    sup: &Supervisor,
+    kubeconfig: &Path,
+    driver: &str,
+    endpoint: &str,
+    node: Option<&str>,
+) -> Result<(), Error> {
+    let name = crate::external::external_provisioner(node, driver);
+    let client = client(kubeconfig, &format!("csi-provisioner/csi-cluster {name}")).await?;
+    let extra: Vec<String> = match node {
+        Some(node) => vec!["--node-deployment".into(), format!("--node-name={node}")],
+        None => Vec::new(),
+    };
+    let config = provisioner_config(endpoint, &extra)?;
+    sup.spawn(
+        name,
+        Stage::Controllers,
+        Arc::new(move |stop| {
+            supervisor::run(provisioner::run_with_client(
+                config.clone(),
+                client.clone(),
+                stop,
+            ))
+        }),
+    );
+    Ok(())
+}
+
 /// csi-provisioner's flags for the driver at `endpoint`, as deploy/ runs it (topology on,
 /// PVC metadata passed), plus `extra`.
 pub(crate) fn provisioner_config(

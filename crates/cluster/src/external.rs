@@ -18,17 +18,16 @@
 //! whether the controller plugin can create every node's volumes.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use csi_spec::v1::GetPluginInfoRequest;
 use csi_spec::v1::identity_client::IdentityClient;
 
 use crate::config::UpConfig;
-use crate::control_plane::{self, attacher_name, provisioner_config};
+use crate::control_plane::{self, attacher_name, spawn_provisioner};
 use crate::external_process::{Child, child_factory};
 use crate::nodes::{self, NodeSpec};
-use crate::supervisor::{self, Stage, Supervisor};
+use crate::supervisor::{Stage, Supervisor};
 use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER};
 
 /// What COMMAND may contain.
@@ -366,36 +365,6 @@ async fn plugin_name(endpoint: &str) -> Result<String, String> {
     .map_err(|_| "GetPluginInfo took more than 5 s".to_string())?
     .map_err(|s| format!("GetPluginInfo: {}", s.message()))?;
     Ok(info.into_inner().name)
-}
-
-/// A csi-provisioner for `driver` at `endpoint`: central, or `--node-deployment` for `node`.
-async fn spawn_provisioner(
-    sup: &Supervisor,
-    kubeconfig: &Path,
-    driver: &str,
-    endpoint: &str,
-    node: Option<&str>,
-) -> Result<(), Error> {
-    let name = external_provisioner(node, driver);
-    let client =
-        control_plane::client(kubeconfig, &format!("csi-provisioner/csi-cluster {name}")).await?;
-    let extra: Vec<String> = match node {
-        Some(node) => vec!["--node-deployment".into(), format!("--node-name={node}")],
-        None => Vec::new(),
-    };
-    let config = provisioner_config(endpoint, &extra)?;
-    sup.spawn(
-        name,
-        Stage::Controllers,
-        Arc::new(move |stop| {
-            supervisor::run(provisioner::run_with_client(
-                config.clone(),
-                client.clone(),
-                stop,
-            ))
-        }),
-    );
-    Ok(())
 }
 
 #[cfg(test)]

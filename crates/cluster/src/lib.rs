@@ -126,6 +126,29 @@ pub enum Error {
     },
 }
 
+/// Loop devices and mounts need root: `Err(NotRoot)` naming `command` otherwise.
+pub(crate) fn require_root(command: &'static str) -> Result<(), Error> {
+    let uid = rustix::process::geteuid();
+    if uid.is_root() {
+        Ok(())
+    } else {
+        Err(Error::NotRoot {
+            uid: uid.as_raw(),
+            command,
+        })
+    }
+}
+
+/// `--timing`: ec2-sim's `instant` hides the states the controllers wait for.
+pub(crate) fn require_real_timing(timing: ec2_sim::Timing) -> Result<(), Error> {
+    if timing == ec2_sim::Timing::Instant {
+        return Err(Error::Config(
+            "--timing must be fast or realistic (instant hides the states the controllers wait for)".into(),
+        ));
+    }
+    Ok(())
+}
+
 impl Error {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {

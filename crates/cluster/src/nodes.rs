@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::config::{Migration, SharedMigration, UpConfig};
-use crate::control_plane::{self, driver_factory, provisioner_config};
+use crate::control_plane::{self, driver_factory};
 use crate::supervisor::{self, Stage, Supervisor};
 use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER, REGION};
 
@@ -206,28 +206,13 @@ pub(crate) async fn start_node(
         }),
     );
 
-    let client = control_plane::client(
+    control_plane::spawn_provisioner(
+        sup,
         kubeconfig,
-        &format!("csi-provisioner/csi-cluster {}", node.name),
+        HOSTPATH_DRIVER,
+        &hostpath_endpoint,
+        Some(&node.name),
     )
     .await?;
-    let config = provisioner_config(
-        &hostpath_endpoint,
-        &[
-            "--node-deployment".into(),
-            format!("--node-name={}", node.name),
-        ],
-    )?;
-    sup.spawn(
-        hostpath_provisioner(&node.name),
-        Stage::Controllers,
-        Arc::new(move |stop| {
-            supervisor::run(provisioner::run_with_client(
-                config.clone(),
-                client.clone(),
-                stop,
-            ))
-        }),
-    );
     Ok(())
 }

@@ -65,13 +65,7 @@ impl RunningCluster {
     /// Needs root.
     pub async fn start(config: UpConfig) -> Result<Self, Error> {
         let drivers = external::parse_all(&config.drivers)?;
-        let uid = rustix::process::geteuid();
-        if !uid.is_root() {
-            return Err(Error::NotRoot {
-                uid: uid.as_raw(),
-                command: "up",
-            });
-        }
+        crate::require_root("up")?;
         std::fs::create_dir_all(&config.data_dir)
             .map_err(|e| Error::io("creating the data dir", &config.data_dir, e))?;
         // Canonical: mount points in /proc/self/mountinfo are, and teardown compares with them.

@@ -21,9 +21,10 @@ use std::time::{Duration, Instant};
 
 use cluster::config::Migration;
 use cluster::demo::kube_ops;
+use cluster::demo::kube_ops::delete_claim;
 use cluster::demo::migration::observe;
 use cluster::demo::migration::paths::{self, Counts, Op, Path};
-use cluster::demo::migration::walkthrough::{self, delete_claim};
+use cluster::demo::migration::walkthrough;
 use cluster::demo::narrator::Narrator;
 use cluster::{RunningCluster, UpConfig};
 use ebs_cloud::Cloud as _;

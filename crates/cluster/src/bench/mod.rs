@@ -132,9 +132,7 @@ impl BenchFlags {
                 self.runs
             )));
         }
-        if self.timing == ec2_sim::Timing::Instant {
-            return Err(Error::Config("--timing must be fast or realistic".into()));
-        }
+        crate::require_real_timing(self.timing)?;
         Ok(Plan {
             scenarios,
             runs: self.runs,
@@ -199,13 +197,7 @@ impl DataDir {
 /// `csi-cluster` binary; a single scenario and run stays in-process.
 pub async fn run(flags: BenchFlags) -> Result<(), Error> {
     let plan = flags.plan()?;
-    let uid = rustix::process::geteuid();
-    if !uid.is_root() {
-        return Err(Error::NotRoot {
-            uid: uid.as_raw(),
-            command: "bench",
-        });
-    }
+    crate::require_root("bench")?;
     let isolated =
         flags.idle_nodes.is_none() && (plan.scenarios.len() * plan.runs > 1 || plan.per_node);
     let data_dir = DataDir::new(

@@ -260,3 +260,21 @@ pub fn describe_attachments(vas: &[VolumeAttachment]) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// Deletes a claim and waits until it is gone.
+pub async fn delete_claim(client: &Client, name: &str, patience: Duration) -> Result<(), Error> {
+    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default");
+    match claims.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(Error::kube(format!("deleting claim {name}"), e)),
+    }
+    wait_for(&format!("claim {name} gone"), patience, || async {
+        claims
+            .get_opt(name)
+            .await
+            .map(|c| c.is_none().then_some(()))
+            .map_err(|e| Error::kube(format!("reading claim {name}"), e))
+    })
+    .await
+}

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use super::DemoFlags;
 use super::kube_ops::{self, wait_for};
 use super::narrator::Narrator;
+use super::observe;
 use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER, RunningCluster, UpConfig};
 
 /// How long any one step may take (realistic timing attaches in up to 4 s per EC2 call).
@@ -147,7 +148,7 @@ async fn ebs_story(cluster: &RunningCluster, n: &mut Narrator) -> Result<(), Err
     let pod = kube_ops::wait_pod_ready(&client, "writer", PATIENCE).await?;
     let pv = kube_ops::bound_volume(&client, "demo-data", PATIENCE).await?;
     let pv_name = pv.metadata.name.clone().unwrap_or_default();
-    let volume_id = csi_handle(&pv)?;
+    let volume_id = observe::volume_id(&pv)?;
     let disk = ec2
         .get_disk_by_id(&volume_id)
         .await
@@ -172,7 +173,7 @@ async fn ebs_story(cluster: &RunningCluster, n: &mut Narrator) -> Result<(), Err
         "delete the pod: the volume is unpublished, unstaged and detached from {first}"
     ));
     kube_ops::delete_pod(&client, "writer", PATIENCE).await?;
-    wait_detached(&client, &ec2, &pv_name, &volume_id).await?;
+    observe::wait_detached(&client, &ec2, first, &pv_name, &volume_id, PATIENCE).await?;
     n.show(format!(
         "no VolumeAttachment for {pv_name}; EC2 says {volume_id} is available"
     ));
@@ -192,7 +193,7 @@ async fn ebs_story(cluster: &RunningCluster, n: &mut Narrator) -> Result<(), Err
 
     n.step("the same EBS volume as an in-tree awsElasticBlockStore PV (migration on: served by the CSI driver)");
     kube_ops::delete_pod(&client, "reader", PATIENCE).await?;
-    wait_detached(&client, &ec2, &pv_name, &volume_id).await?;
+    observe::wait_detached(&client, &ec2, second, &pv_name, &volume_id, PATIENCE).await?;
     // Keep the EBS volume while its CSI PV goes away, then hand it to an in-tree PV as a
     // cluster upgraded from in-tree days would have it.
     Api::<PersistentVolume>::all(client.clone())
@@ -203,7 +204,7 @@ async fn ebs_story(cluster: &RunningCluster, n: &mut Narrator) -> Result<(), Err
         )
         .await
         .map_err(|e| Error::kube(format!("setting {pv_name}'s reclaim policy to Retain"), e))?;
-    delete_claim(&client, "demo-data").await?;
+    kube_ops::delete_claim(&client, "demo-data", PATIENCE).await?;
     Api::<PersistentVolume>::all(client.clone())
         .delete(&pv_name, &DeleteParams::default())
         .await
@@ -230,17 +231,9 @@ async fn ebs_story(cluster: &RunningCluster, n: &mut Narrator) -> Result<(), Err
 
     n.step("delete the pod and the claim: the in-tree PV's Delete policy deletes the EBS volume through CSI");
     kube_ops::delete_pod(&client, "in-tree-reader", PATIENCE).await?;
-    delete_claim(&client, "demo-in-tree").await?;
+    kube_ops::delete_claim(&client, "demo-in-tree", PATIENCE).await?;
     wait_pv_gone(&client, "demo-in-tree").await?;
-    wait_for(&format!("EBS {volume_id} deleted"), PATIENCE, || async {
-        match ec2.get_disk_by_id(&volume_id).await {
-            Err(ebs_cloud::CloudError::NotFound { .. }) => Ok(Some(())),
-            Ok(d) if d.state == "deleted" => Ok(Some(())),
-            Ok(d) => Err(Error::Check(format!("{volume_id} is {}", d.state))),
-            Err(e) => Err(Error::start("reading the EBS volume", e)),
-        }
-    })
-    .await?;
+    observe::wait_volume_gone(&ec2, &volume_id, PATIENCE).await?;
     n.show(format!(
         "PV demo-in-tree is gone; EC2 no longer has {volume_id}"
     ));
@@ -303,7 +296,7 @@ async fn hostpath_story(
         n.proves("attachRequired: false → no VolumeAttachment at all (seed 000's skip attach); the node agent mounted without waiting for one");
     }
     kube_ops::delete_pod(&client, &pod_name, PATIENCE).await?;
-    delete_claim(&client, &claim).await?;
+    kube_ops::delete_claim(&client, &claim, PATIENCE).await?;
     wait_pv_gone(&client, &pv_name).await?;
     wait_for(
         &format!("VolumeAttachments of {pv_name} gone"),
@@ -358,20 +351,6 @@ fn pick_three(nodes: &[String]) -> (&str, &str, &str) {
     (at(1), at(2), at(0))
 }
 
-/// The EBS volume ID of a CSI PV.
-fn csi_handle(pv: &PersistentVolume) -> Result<String, Error> {
-    pv.spec
-        .as_ref()
-        .and_then(|s| s.csi.as_ref())
-        .map(|c| c.volume_handle.clone())
-        .ok_or_else(|| {
-            Error::Check(format!(
-                "PersistentVolume {} has no spec.csi",
-                pv.metadata.name.as_deref().unwrap_or("?")
-            ))
-        })
-}
-
 /// An in-tree PV as kube-controller-manager's aws-ebs provisioner would have made it: the
 /// volume's zone label and the provisioned-by annotation that lets the migrated
 /// csi-provisioner delete it.
@@ -392,23 +371,6 @@ fn in_tree_pv(name: &str, volume_id: &str, zone: &str) -> serde_json::Value {
     })
 }
 
-async fn delete_claim(client: &Client, name: &str) -> Result<(), Error> {
-    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default");
-    match claims.delete(name, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(Error::kube(format!("deleting claim {name}"), e)),
-    }
-    wait_for(&format!("claim {name} gone"), PATIENCE, || async {
-        claims
-            .get_opt(name)
-            .await
-            .map(|c| c.is_none().then_some(()))
-            .map_err(|e| Error::kube(format!("reading claim {name}"), e))
-    })
-    .await
-}
-
 async fn wait_pv_gone(client: &Client, name: &str) -> Result<(), Error> {
     let pvs = Api::<PersistentVolume>::all(client.clone());
     wait_for(
@@ -425,37 +387,6 @@ async fn wait_pv_gone(client: &Client, name: &str) -> Result<(), Error> {
             }
         },
     )
-    .await
-}
-
-/// No VolumeAttachment for the PV and the EBS volume `available` in EC2.
-async fn wait_detached(
-    client: &Client,
-    ec2: &ebs_cloud_aws::AwsCloud,
-    pv: &str,
-    volume_id: &str,
-) -> Result<(), Error> {
-    wait_for(&format!("{volume_id} detached"), PATIENCE, || async {
-        let vas = kube_ops::attachments_of(client, pv).await?;
-        if !vas.is_empty() {
-            return Err(Error::Check(format!(
-                "VolumeAttachments left: {}",
-                kube_ops::describe_attachments(&vas)
-            )));
-        }
-        let disk = ec2
-            .get_disk_by_id(volume_id)
-            .await
-            .map_err(|e| Error::start("reading the EBS volume", e))?;
-        if disk.state == "available" {
-            Ok(Some(()))
-        } else {
-            Err(Error::Check(format!(
-                "EC2 says {volume_id} is {}",
-                disk.state
-            )))
-        }
-    })
     .await
 }
 

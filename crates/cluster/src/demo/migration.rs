@@ -2,8 +2,10 @@
 //! one-node cluster, each step with its time, what it proves, which path (in-tree or CSI)
 //! served each operation (from the components' counters) and the data read back.
 
-pub mod observe;
 pub mod paths;
+
+/// Moved to `demo::observe` (the lifecycle demo uses it too); kept here for its users.
+pub use super::observe;
 pub mod walkthrough;
 
 use std::path::PathBuf;
@@ -35,16 +37,8 @@ pub struct MigrationFlags {
 
 /// Runs the walkthrough; Ctrl-C or SIGTERM stops it and its cluster cleanly.
 pub async fn run(flags: MigrationFlags) -> Result<(), Error> {
-    if flags.timing == ec2_sim::Timing::Instant {
-        return Err(Error::Config("--timing must be fast or realistic".into()));
-    }
-    let uid = rustix::process::geteuid();
-    if !uid.is_root() {
-        return Err(Error::NotRoot {
-            uid: uid.as_raw(),
-            command: "demo migration",
-        });
-    }
+    crate::require_real_timing(flags.timing)?;
+    crate::require_root("demo migration")?;
     let (data_dir, ephemeral) = super::data_dir(flags.data_dir.as_deref())?;
     let mut config = UpConfig::new(1, &data_dir);
     config.timing = flags.timing;

@@ -6,6 +6,7 @@ pub mod kube_ops;
 mod lifecycle;
 pub mod migration;
 pub mod narrator;
+pub mod observe;
 
 use std::path::{Path, PathBuf};
 
@@ -46,19 +47,14 @@ pub async fn run(flags: DemoFlags) -> Result<(), Error> {
             flags.nodes
         )));
     }
-    if flags.timing == ec2_sim::Timing::Instant {
-        return Err(Error::Config("--timing must be fast or realistic".into()));
-    }
-    let uid = rustix::process::geteuid();
-    if !uid.is_root() {
-        return Err(Error::NotRoot {
-            uid: uid.as_raw(),
-            command: "demo",
-        });
-    }
     match flags.which {
+        // It checks its own flags and names itself when not root.
         Some(Which::Migration(m)) => migration::run(m).await,
-        None => lifecycle::run(flags, sidecar::shutdown_on_signals()).await,
+        None => {
+            crate::require_real_timing(flags.timing)?;
+            crate::require_root("demo")?;
+            lifecycle::run(flags, sidecar::shutdown_on_signals()).await
+        }
     }
 }
 

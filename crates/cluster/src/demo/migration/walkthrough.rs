@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use ebs_cloud::Cloud as _;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -267,7 +267,7 @@ impl Walk<'_> {
             .await?;
         let before = Counts::of(self.cluster);
         self.drain(3).await?;
-        delete_claim(&self.client, &self.claim(), self.patience).await?;
+        kube_ops::delete_claim(&self.client, &self.claim(), self.patience).await?;
         observe::wait_volume_gone(&self.ec2, &self.volume_id, self.patience).await?;
         self.record(
             n,
@@ -445,22 +445,4 @@ impl Walk<'_> {
             )))
         }
     }
-}
-
-/// Deletes a claim and waits until it is gone.
-pub async fn delete_claim(client: &Client, name: &str, patience: Duration) -> Result<(), Error> {
-    let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default");
-    match claims.delete(name, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(Error::kube(format!("deleting claim {name}"), e)),
-    }
-    kube_ops::wait_for(&format!("claim {name} gone"), patience, || async {
-        claims
-            .get_opt(name)
-            .await
-            .map(|c| c.is_none().then_some(()))
-            .map_err(|e| Error::kube(format!("reading claim {name}"), e))
-    })
-    .await
 }
