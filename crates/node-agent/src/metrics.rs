@@ -34,6 +34,21 @@ pub struct PvcLabels {
     pub persistentvolumeclaim: String,
 }
 
+/// The `volume_plugin` label of an operation, as the kubelet writes it: `kubernetes.io/csi:`
+/// and the driver for a CSI volume (`kubernetes.io/csi/<driver>^<handle>`), the plugin's name
+/// for an in-tree one (`kubernetes.io/aws-ebs/aws://...`).
+fn plugin_label(unique_name: &str) -> String {
+    if let Some(rest) = unique_name.strip_prefix("kubernetes.io/csi/") {
+        let driver = rest.split_once('^').map_or(rest, |(d, _)| d);
+        return format!("kubernetes.io/csi:{driver}");
+    }
+    let mut parts = unique_name.splitn(3, '/');
+    match (parts.next(), parts.next()) {
+        (Some(domain), Some(plugin)) => format!("{domain}/{plugin}"),
+        _ => unique_name.to_string(),
+    }
+}
+
 /// Kubernetes' buckets of `storage_operation_duration_seconds`.
 const OPERATION_BUCKETS: [f64; 13] = [
     0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0,
@@ -158,20 +173,77 @@ impl Metrics {
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
-    /// One finished operation (`volume_mount`, `volume_unmount`, `unmount_device`).
-    pub fn operation(&self, name: &str, took: Duration, ok: bool) {
+    /// One finished operation (`volume_mount`, `volume_unmount`, `unmount_device`) on the
+    /// volume `unique_name`; `migrated`: an in-tree volume served by its CSI driver.
+    pub fn operation(
+        &self,
+        name: &str,
+        unique_name: &str,
+        migrated: bool,
+        took: Duration,
+        ok: bool,
+    ) {
         self.inner
             .operations
             .get_or_create(&OperationLabels {
                 operation_name: name.into(),
-                volume_plugin: "kubernetes.io/csi".into(),
+                volume_plugin: plugin_label(unique_name),
                 status: if ok { "success" } else { "fail-unknown" }.into(),
-                migrated: "false".into(),
+                migrated: migrated.to_string(),
             })
             .observe(took.as_secs_f64());
     }
 
     pub fn volume_stats(&self) -> &VolumeStatsGauges {
         &self.inner.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_volume_plugin_label_names_the_csi_driver_or_the_in_tree_plugin() {
+        assert_eq!(
+            plugin_label("kubernetes.io/csi/ebs.csi.aws.com^vol-0abc"),
+            "kubernetes.io/csi:ebs.csi.aws.com"
+        );
+        assert_eq!(
+            plugin_label("kubernetes.io/aws-ebs/aws://us-east-1a/vol-0abc"),
+            "kubernetes.io/aws-ebs"
+        );
+        assert_eq!(plugin_label("odd"), "odd");
+    }
+
+    #[test]
+    fn operations_carry_their_plugin_and_migration() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let took = Duration::from_millis(5);
+        metrics.operation(
+            "volume_mount",
+            "kubernetes.io/csi/ebs.csi.aws.com^vol-1",
+            true,
+            took,
+            true,
+        );
+        metrics.operation(
+            "unmount_device",
+            "kubernetes.io/aws-ebs/aws://us-east-1a/vol-2",
+            false,
+            took,
+            false,
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap_or_default();
+        assert!(
+            text.contains(r#"storage_operation_duration_seconds_count{operation_name="volume_mount",volume_plugin="kubernetes.io/csi:ebs.csi.aws.com",status="success",migrated="true"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"storage_operation_duration_seconds_count{operation_name="unmount_device",volume_plugin="kubernetes.io/aws-ebs",status="fail-unknown",migrated="false"} 1"#),
+            "{text}"
+        );
     }
 }

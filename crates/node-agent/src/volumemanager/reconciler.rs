@@ -112,6 +112,10 @@ pub struct Reconciler {
     events: PodEvents,
     metrics: Metrics,
     vas: ObjectCache<VolumeAttachment>,
+    /// Volumes mounted from an in-tree spec translated to CSI (the `migrated` label of their
+    /// operations, the unmounts' too); forgotten once unstaged. After a restart a volume is
+    /// known migrated again once a pod that wants it is mounted.
+    migrated: HashSet<String>,
 }
 
 /// What a pass needs to read.
@@ -144,6 +148,7 @@ impl Reconciler {
             events,
             metrics,
             vas,
+            migrated: HashSet::new(),
         }
     }
 
@@ -389,6 +394,9 @@ impl Reconciler {
             let tx = self.results.clone();
             let pod_uid = pod.uid.clone();
             let unique_name = v.unique_name.clone();
+            if matches!(&v.kind, MountKind::Csi(c) if c.migrated) {
+                self.migrated.insert(v.unique_name.clone());
+            }
             tokio::spawn(async move {
                 let started = Instant::now();
                 let result = operations::mount(ctx, req).await;
@@ -456,14 +464,24 @@ impl Reconciler {
                 match result {
                     Ok(m) => {
                         self.backoff.remove(&key);
-                        self.metrics
-                            .operation("volume_mount", started.elapsed(), true);
+                        self.metrics.operation(
+                            "volume_mount",
+                            &unique_name,
+                            self.migrated.contains(&unique_name),
+                            started.elapsed(),
+                            true,
+                        );
                         self.asw.add_staged(m.staged);
                         self.asw.add_mounted(m.mounted);
                     }
                     Err(e) => {
-                        self.metrics
-                            .operation("volume_mount", started.elapsed(), false);
+                        self.metrics.operation(
+                            "volume_mount",
+                            &unique_name,
+                            self.migrated.contains(&unique_name),
+                            started.elapsed(),
+                            false,
+                        );
                         self.back_off(key.clone());
                         let volume = dsw
                             .pod(&pod_uid)
@@ -494,14 +512,24 @@ impl Reconciler {
                 match result {
                     Ok(()) => {
                         self.backoff.remove(&key);
-                        self.metrics
-                            .operation("volume_unmount", started.elapsed(), true);
+                        self.metrics.operation(
+                            "volume_unmount",
+                            &volume.unique_name,
+                            self.migrated.contains(&volume.unique_name),
+                            started.elapsed(),
+                            true,
+                        );
                         self.asw
                             .remove_mounted(&volume.unique_name, &volume.pod_uid);
                     }
                     Err(e) => {
-                        self.metrics
-                            .operation("volume_unmount", started.elapsed(), false);
+                        self.metrics.operation(
+                            "volume_unmount",
+                            &volume.unique_name,
+                            self.migrated.contains(&volume.unique_name),
+                            started.elapsed(),
+                            false,
+                        );
                         tracing::warn!(volume = %volume.unique_name, pod_uid = %volume.pod_uid, step = e.step.as_str(), error = %e.message, "unmount failed");
                         self.back_off(key);
                     }
@@ -517,13 +545,24 @@ impl Reconciler {
                 match result {
                     Ok(()) => {
                         self.backoff.remove(&key);
-                        self.metrics
-                            .operation("unmount_device", started.elapsed(), true);
+                        self.metrics.operation(
+                            "unmount_device",
+                            &volume.unique_name,
+                            self.migrated.contains(&volume.unique_name),
+                            started.elapsed(),
+                            true,
+                        );
                         self.asw.remove_staged(&volume.unique_name);
+                        self.migrated.remove(&volume.unique_name);
                     }
                     Err(e) => {
-                        self.metrics
-                            .operation("unmount_device", started.elapsed(), false);
+                        self.metrics.operation(
+                            "unmount_device",
+                            &volume.unique_name,
+                            self.migrated.contains(&volume.unique_name),
+                            started.elapsed(),
+                            false,
+                        );
                         tracing::warn!(volume = %volume.unique_name, step = e.step.as_str(), error = %e.message, "unmount device failed");
                         self.back_off(key);
                     }
