@@ -25,7 +25,7 @@ use crate::controller::reserve;
 use crate::driver::Driver;
 use crate::loopdev::{self, LoopDev};
 use crate::state::{Kind, Published, Staged, Volume};
-use crate::validate::{self, Access, non_empty};
+use crate::validate::{self, non_empty};
 use crate::{Error, Result, backing, expand, mounts};
 
 #[derive(Debug)]
@@ -42,23 +42,6 @@ impl NodeSvc {
 fn path_field(field: &str, value: &str) -> Result<PathBuf> {
     non_empty(field, value)?;
     Ok(PathBuf::from(value))
-}
-
-/// The access a request asks for, which must match the volume's type.
-fn access_for(v: &Volume, cap: Option<&csi_spec::v1::VolumeCapability>) -> Result<Access> {
-    let access = validate::capability("volume_capability", cap)?;
-    if access.kind != v.kind {
-        return Err(Error::invalid(
-            "volume_capability.access_type",
-            format!(
-                "asks for {} access, but volume {} is a {} volume",
-                access.kind.as_str(),
-                v.id,
-                v.kind.as_str()
-            ),
-        ));
-    }
-    Ok(access)
 }
 
 fn io_ok_if_missing(r: std::io::Result<()>, op: &'static str, path: &Path) -> Result<()> {
@@ -111,7 +94,7 @@ impl NodeSvc {
         validate::capability("volume_capability", req.volume_capability.as_ref())?;
         let _lock = d.locks.lock(&req.volume_id).await;
         let v = d.existing_volume(&req.volume_id).await?;
-        access_for(&v, req.volume_capability.as_ref())?;
+        validate::access_for(&v, req.volume_capability.as_ref())?;
         if let Some(s) = &v.staged {
             if s.path != staging {
                 return Err(Error::AlreadyExists(format!(
@@ -283,7 +266,7 @@ impl NodeSvc {
         target: &Path,
     ) -> Result<()> {
         let d = &self.driver;
-        let access = access_for(v, req.volume_capability.as_ref())?;
+        let access = validate::access_for(v, req.volume_capability.as_ref())?;
         let read_only = req.readonly || access.read_only_mode();
         let mode = access.mode.as_str_name().to_string();
         if let Some(p) = v.published.get(target) {

@@ -60,17 +60,7 @@ pub(crate) async fn publish(d: &Driver, req: &ControllerPublishVolumeRequest) ->
     let access = validate::capability("volume_capability", req.volume_capability.as_ref())?;
     let home = match d.volume(&req.volume_id).await {
         Some(v) => {
-            if v.kind != access.kind {
-                return Err(Error::invalid(
-                    "volume_capability.access_type",
-                    format!(
-                        "volume {} is a {} volume, not {}",
-                        v.id,
-                        v.kind.as_str(),
-                        access.kind.as_str()
-                    ),
-                ));
-            }
+            validate::fits_volume(&v, access)?;
             d.config.node_id.clone()
         }
         // Another node's volume (this instance is controller-only, or that node's neighbour):

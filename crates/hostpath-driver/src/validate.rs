@@ -6,7 +6,7 @@ use csi_spec::v1::volume_capability::access_mode::Mode;
 use csi_spec::v1::{CapacityRange, TopologyRequirement, VolumeCapability};
 
 use crate::config::TOPOLOGY_KEY;
-use crate::state::Kind;
+use crate::state::{Kind, Volume};
 use crate::{Error, Result};
 
 /// A loop device's size must be a whole number of 512-byte sectors.
@@ -164,6 +164,30 @@ pub(crate) fn topology_allows(req: Option<&TopologyRequirement>, node_id: &str) 
     req.requisite
         .iter()
         .any(|t| t.segments.get(TOPOLOGY_KEY).is_some_and(|v| v == node_id))
+}
+
+/// The access a request (NodeStage, NodePublish) asks for, which must match the volume's type.
+pub(crate) fn access_for(v: &Volume, cap: Option<&VolumeCapability>) -> Result<Access> {
+    let access = capability("volume_capability", cap)?;
+    fits_volume(v, access)?;
+    Ok(access)
+}
+
+/// `access` (already checked) matches the volume's type (ControllerPublish checks the
+/// capability before it knows whether the volume is this node's).
+pub(crate) fn fits_volume(v: &Volume, access: Access) -> Result<()> {
+    if access.kind != v.kind {
+        return Err(Error::invalid(
+            "volume_capability.access_type",
+            format!(
+                "asks for {} access, but volume {} is a {} volume",
+                access.kind.as_str(),
+                v.id,
+                v.kind.as_str()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
