@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::future::try_join_all;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{StorageClass, VolumeAttachment};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 
@@ -15,6 +15,7 @@ use super::measure::{self, Latency};
 use super::report::{PodNumbers, ProvisionNumbers};
 use super::scenarios::IMMEDIATE_CLASS;
 use super::watch::{GoalWatch, LABEL, until_gone};
+use crate::demo::kube_ops::delete_if_present;
 use crate::{EBS_DRIVER, Error, RunningCluster};
 
 const NS: &str = "default";
@@ -251,15 +252,9 @@ pub(crate) async fn clean_up(client: &Client, patience: Duration) -> Result<Dura
         .list(&mine)
         .await
         .map_err(|e| Error::kube("listing the bench's pods", e))?;
-    try_join_all(names(listed.items).into_iter().map(|name| {
-        let pods = pods.clone();
-        async move {
-            match pods.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(Error::kube(format!("deleting pod {NS}/{name}"), e)),
-            }
-        }
+    let pods_ref = &pods;
+    try_join_all(names(listed.items).iter().map(|name| async move {
+        delete_if_present(pods_ref, name, &format!("pod {NS}/{name}")).await
     }))
     .await?;
     until_gone("the bench's pods gone", patience, || async {
@@ -273,15 +268,9 @@ pub(crate) async fn clean_up(client: &Client, patience: Duration) -> Result<Dura
         .list(&mine)
         .await
         .map_err(|e| Error::kube("listing the bench's claims", e))?;
-    try_join_all(names(listed.items).into_iter().map(|name| {
-        let claims = claims.clone();
-        async move {
-            match claims.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(Error::kube(format!("deleting claim {NS}/{name}"), e)),
-            }
-        }
+    let claims_ref = &claims;
+    try_join_all(names(listed.items).iter().map(|name| async move {
+        delete_if_present(claims_ref, name, &format!("claim {NS}/{name}")).await
     }))
     .await?;
     let pvs: Api<PersistentVolume> = Api::all(client.clone());

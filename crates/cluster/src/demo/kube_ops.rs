@@ -162,17 +162,37 @@ pub async fn events_of(client: &Client, pod: &str) -> String {
 /// Deletes a pod and waits until it is gone (its volumes unmounted by the node agent).
 pub async fn delete_pod(client: &Client, name: &str, patience: Duration) -> Result<(), Error> {
     let pods = Api::<Pod>::namespaced(client.clone(), "default");
-    match pods.delete(name, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(Error::kube(format!("deleting pod {name}"), e)),
+    delete_and_wait(&pods, "pod", name, patience).await
+}
+
+/// Deletes `name` (`what` names it in errors: `pod default/x`); one already gone is fine.
+pub async fn delete_if_present<K>(api: &Api<K>, name: &str, what: &str) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(Error::kube(format!("deleting {what}"), e)),
     }
-    wait_for(&format!("pod {name} gone"), patience, || async {
-        match pods.get_opt(name).await {
-            Ok(None) => Ok(Some(())),
-            Ok(Some(_)) => Ok(None),
-            Err(e) => Err(Error::kube(format!("reading pod {name}"), e)),
-        }
+}
+
+/// [`delete_if_present`], then waits until the object is gone (finalizers done).
+async fn delete_and_wait<K>(
+    api: &Api<K>,
+    kind: &str,
+    name: &str,
+    patience: Duration,
+) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    delete_if_present(api, name, &format!("{kind} {name}")).await?;
+    wait_for(&format!("{kind} {name} gone"), patience, || async {
+        api.get_opt(name)
+            .await
+            .map(|o| o.is_none().then_some(()))
+            .map_err(|e| Error::kube(format!("reading {kind} {name}"), e))
     })
     .await
 }
@@ -264,17 +284,5 @@ pub fn describe_attachments(vas: &[VolumeAttachment]) -> String {
 /// Deletes a claim and waits until it is gone.
 pub async fn delete_claim(client: &Client, name: &str, patience: Duration) -> Result<(), Error> {
     let claims = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default");
-    match claims.delete(name, &DeleteParams::default()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(Error::kube(format!("deleting claim {name}"), e)),
-    }
-    wait_for(&format!("claim {name} gone"), patience, || async {
-        claims
-            .get_opt(name)
-            .await
-            .map(|c| c.is_none().then_some(()))
-            .map_err(|e| Error::kube(format!("reading claim {name}"), e))
-    })
-    .await
+    delete_and_wait(&claims, "claim", name, patience).await
 }
