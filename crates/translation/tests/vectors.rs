@@ -1,6 +1,6 @@
-//! Every row of the shared vector file (recorded from upstream's Go csi-translation-lib) must
-//! pass through the library's vectors runner: none may fail, and no row of a public function
-//! may be skipped.
+//! Every row of the upstream vector file (`tests/vectors/translation.jsonl`, recorded from
+//! upstream's Go csi-translation-lib) must pass through the library's vectors runner: none may
+//! fail, and no row of a public function may be skipped.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a panic is a failed test
 
@@ -8,26 +8,14 @@ use std::path::PathBuf;
 
 use csi_translation::vectors::{self, Verdict};
 
-fn vector_file() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("CSI_RS_SHARED")
-            .map(|d| PathBuf::from(d).join("vectors/translation.jsonl")),
-        Some(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../../shared/vectors/translation.jsonl"),
-        ),
-    ];
-    candidates.into_iter().flatten().find(|p| p.is_file())
+/// The upstream vectors, kept in the repo (`tests/vectors/README.md` says where they came from).
+fn vector_file() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/translation.jsonl")
 }
 
 #[test]
 fn every_upstream_vector_passes() {
-    let Some(path) = vector_file() else {
-        test_support::skip_or_fail(
-            "translation.jsonl not found (set CSI_RS_SHARED to the shared dir, or keep ../shared next to the clone)",
-        );
-        return;
-    };
+    let path = vector_file();
     let report = vectors::run_file(&path).expect("read vector file");
     let rendered = report.render();
     println!("{rendered}");
