@@ -120,12 +120,6 @@ impl ControllerSvc {
         non_empty("name", &req.name)?;
         let kind = validate::capabilities("volume_capabilities", &req.volume_capabilities)?;
         let size = validate::size(req.capacity_range.as_ref(), kind, DEFAULT_VOLUME_SIZE)?;
-        let total = d.config.capacity_bytes;
-        if size > total {
-            return Err(Error::OutOfRange(format!(
-                "{size} bytes is more than this driver's whole capacity of {total} bytes"
-            )));
-        }
         let source = content_source(req.volume_content_source.as_ref())?;
         if !validate::topology_allows(req.accessibility_requirements.as_ref(), &d.config.node_id) {
             return Err(Error::ResourceExhausted(format!(
@@ -140,6 +134,14 @@ impl ControllerSvc {
             self.fill(&existing).await?;
             tracing::info!(volume_id = %existing.id, "volume exists already");
             return Ok(existing);
+        }
+        // After the name: a name taken with another size is ALREADY_EXISTS whatever the size
+        // (csi-sanity asks for twice its volume size under a name it used).
+        let total = d.config.capacity_bytes;
+        if size > total {
+            return Err(Error::OutOfRange(format!(
+                "{size} bytes is more than this driver's whole capacity of {total} bytes"
+            )));
         }
         // Hold the source while it is copied, so it is not deleted under the copy.
         let _source_lock = match &source {
