@@ -55,12 +55,14 @@
 //! # }
 //! ```
 
+mod authority;
 mod capability;
 mod redact;
 mod unix;
 
 use std::path::PathBuf;
 
+pub use authority::AuthorityFix;
 pub use unix::{UnixSocket, connect_unix, connect_unix_lazy, parse_endpoint, serve_unix};
 
 /// Generated from `proto/csi.proto` (package `csi.v1`).

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use hyper_util::rt::TokioIo;
 use tokio::net::{UnixListener, UnixStream};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::body::Body;
 use tonic::codegen::http::{Request, Response, Uri};
@@ -22,6 +23,7 @@ use tonic::transport::{Channel, Endpoint};
 use tower::Layer;
 
 use crate::Error;
+use crate::authority::AuthorityFix;
 
 /// The path named by a CSI endpoint.
 ///
@@ -119,7 +121,11 @@ impl UnixSocket {
         let Self { listener, file } = self;
         tracing::info!(path = %file.path.display(), "serving CSI");
         let result = router
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+            .serve_with_incoming_shutdown(
+                // grpc-go and grpc-core clients send the socket path as :authority; see authority.rs.
+                UnixListenerStream::new(listener).map(|conn| conn.map(AuthorityFix::new)),
+                shutdown,
+            )
             .await;
         let path = file.path.clone();
         drop(file);
