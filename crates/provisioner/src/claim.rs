@@ -1,6 +1,7 @@
 //! Should we provision this claim? The PV controller names the provisioner in the claim's
-//! annotations; we also check the claim's StorageClass ourselves, so a claim of an in-tree
-//! class is only provisioned when the PV controller decided to migrate it.
+//! annotations (for a class of an in-tree plugin it migrated: our driver's name); we also
+//! check the claim's StorageClass ourselves: its provisioner must be our driver or the
+//! in-tree plugin our driver replaces.
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -57,14 +58,31 @@ pub fn waits_for_first_consumer(class: &StorageClass) -> bool {
     class.volume_binding_mode.as_deref() == Some("WaitForFirstConsumer")
 }
 
-/// Decides whether `driver` provisions `pvc` of `class` (`None`: the class does not exist).
+/// The in-tree plugin `driver` replaces (`kubernetes.io/aws-ebs` for `ebs.csi.aws.com`).
+fn in_tree_plugin_of(driver: &str) -> Option<&'static str> {
+    csi_translation::in_tree_name_from_csi_name(driver)
+        .ok()
+        .filter(|p| csi_translation::is_migratable_in_tree_plugin_by_name(p))
+}
+
+/// Decides whether `driver` provisions `pvc` of `class` (`None`: the class does not exist),
+/// as the Go sidecar does. The claim is ours when its storage-provisioner annotation names
+/// our driver (kube-controller-manager v1.26 writes the driver's name there for a class of a
+/// migrated in-tree plugin, and no `migrated-to`), or names the in-tree plugin our driver
+/// replaces while `pv.kubernetes.io/migrated-to` names our driver (a claim annotated before
+/// the plugin was migrated). A claim annotated for the in-tree plugin without `migrated-to`
+/// is the in-tree provisioner's: provisioning it too would make two volumes.
 pub fn decide(pvc: &PersistentVolumeClaim, class: Option<&StorageClass>, driver: &str) -> Decision {
     let skip = |why: String| Decision::Skip(why);
     let named = annotation(pvc, STORAGE_PROVISIONER_ANNOTATION)
         .or_else(|| annotation(pvc, BETA_STORAGE_PROVISIONER_ANNOTATION));
-    if named != Some(driver) {
+    let in_tree = in_tree_plugin_of(driver);
+    let migrated_here = named.is_some()
+        && named == in_tree
+        && annotation(pvc, MIGRATED_TO_ANNOTATION) == Some(driver);
+    if named != Some(driver) && !migrated_here {
         return skip(format!(
-            "storage-provisioner annotation is {named:?}, not {driver}"
+            "storage-provisioner annotation is {named:?}, not {driver} (nor {in_tree:?} with {MIGRATED_TO_ANNOTATION}: {driver})"
         ));
     }
     if pvc.metadata.deletion_timestamp.is_some() {
@@ -83,18 +101,7 @@ pub fn decide(pvc: &PersistentVolumeClaim, class: Option<&StorageClass>, driver:
     };
     let kind = if class.provisioner == driver {
         ClassKind::Csi
-    } else if csi_translation::is_migratable_in_tree_plugin_by_name(&class.provisioner)
-        && csi_translation::csi_name_from_in_tree_name(&class.provisioner).ok() == Some(driver)
-    {
-        // Without the PV controller's migrated-to the in-tree provisioner owns the claim:
-        // provisioning it too would make two volumes (the Go sidecar's bug we avoid).
-        if annotation(pvc, MIGRATED_TO_ANNOTATION) != Some(driver) {
-            return skip(format!(
-                "class {} is of in-tree {} and the claim has no {MIGRATED_TO_ANNOTATION}: {driver}",
-                class.metadata.name.as_deref().unwrap_or_default(),
-                class.provisioner
-            ));
-        }
+    } else if Some(class.provisioner.as_str()) == in_tree {
         ClassKind::MigratedInTree {
             in_tree_plugin: class.provisioner.clone(),
         }
@@ -209,23 +216,34 @@ mod tests {
     }
 
     #[test]
-    fn in_tree_class_needs_migrated_to() {
+    fn in_tree_class_is_provisioned_as_kcm_v1_26_annotates_it() {
         let c = class("kubernetes.io/aws-ebs", false);
-        let without = pvc(&[(STORAGE_PROVISIONER_ANNOTATION, D)]);
-        assert!(matches!(decide(&without, Some(&c), D), Decision::Skip(_)));
-        let with = pvc(&[
+        let migrated = Decision::Provision(ClassKind::MigratedInTree {
+            in_tree_plugin: "kubernetes.io/aws-ebs".into(),
+        });
+        // kcm v1.26: storage-provisioner (and its beta twin) name the driver, no migrated-to.
+        let kcm = pvc(&[
             (STORAGE_PROVISIONER_ANNOTATION, D),
+            (BETA_STORAGE_PROVISIONER_ANNOTATION, D),
+        ]);
+        assert_eq!(decide(&kcm, Some(&c), D), migrated);
+        // Annotated for the in-tree plugin: its provisioner's, unless migrated-to names us.
+        let in_tree = pvc(&[(STORAGE_PROVISIONER_ANNOTATION, "kubernetes.io/aws-ebs")]);
+        assert!(matches!(decide(&in_tree, Some(&c), D), Decision::Skip(_)));
+        let upgraded = pvc(&[
+            (STORAGE_PROVISIONER_ANNOTATION, "kubernetes.io/aws-ebs"),
             (MIGRATED_TO_ANNOTATION, D),
         ]);
-        assert_eq!(
-            decide(&with, Some(&c), D),
-            Decision::Provision(ClassKind::MigratedInTree {
-                in_tree_plugin: "kubernetes.io/aws-ebs".into()
-            })
-        );
+        assert_eq!(decide(&upgraded, Some(&c), D), migrated);
+        // migrated-to alone does not make a claim of another provisioner ours.
+        let other = pvc(&[
+            (STORAGE_PROVISIONER_ANNOTATION, "example.com/nfs"),
+            (MIGRATED_TO_ANNOTATION, D),
+        ]);
+        assert!(matches!(decide(&other, Some(&c), D), Decision::Skip(_)));
         // Another driver's in-tree plugin is never ours.
         let gce = class("kubernetes.io/gce-pd", false);
-        assert!(matches!(decide(&with, Some(&gce), D), Decision::Skip(_)));
+        assert!(matches!(decide(&kcm, Some(&gce), D), Decision::Skip(_)));
     }
 
     #[test]

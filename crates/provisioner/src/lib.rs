@@ -4,8 +4,10 @@
 //! driver, calls `CreateVolume` and creates the bound PersistentVolume; watches Released PVs
 //! with reclaim policy `Delete` that we provisioned, calls `DeleteVolume` and deletes them.
 //! StorageClasses of an in-tree plugin our driver replaces (`kubernetes.io/aws-ebs` for
-//! `ebs.csi.aws.com`) are provisioned only for claims the PV controller marked
-//! `pv.kubernetes.io/migrated-to: <driver>`, and their PVs are stored in the in-tree form.
+//! `ebs.csi.aws.com`) are provisioned for claims the PV controller annotated with our driver's
+//! name (kube-controller-manager v1.26 does so for a migrated class, without
+//! `pv.kubernetes.io/migrated-to`) or marked `migrated-to: <driver>`, and their PVs are stored
+//! in the in-tree form.
 //!
 //! - [`run`] is the whole binary: connect to the driver, serve metrics, win the leader lease
 //!   and run the [`Controller`] until shutdown; [`run_with_client`] does the same on a given

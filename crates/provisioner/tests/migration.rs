@@ -1,7 +1,9 @@
 //! A StorageClass of the in-tree `kubernetes.io/aws-ebs` provisioner, with the CSI mock
-//! registered as `ebs.csi.aws.com`: never provisioned without the PV controller's
-//! `pv.kubernetes.io/migrated-to`, provisioned with translated parameters with it, stored as an
-//! in-tree `awsElasticBlockStore` PV, and deleted through the driver once released.
+//! registered as `ebs.csi.aws.com`: a claim kube-controller-manager v1.26 annotated
+//! `storage-provisioner: ebs.csi.aws.com` (and no `migrated-to`) is provisioned with
+//! translated parameters, stored as an in-tree `awsElasticBlockStore` PV, and deleted through
+//! the driver once released; a claim annotated for the in-tree plugin is left to it until
+//! `pv.kubernetes.io/migrated-to` names the driver.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -10,13 +12,14 @@ use std::collections::HashMap;
 
 use common::*;
 use csi_mock::{Method, MockConfig};
+use provisioner::BETA_STORAGE_PROVISIONER_ANNOTATION;
 
 const EBS: &str = "ebs.csi.aws.com";
 const IN_TREE: &str = "kubernetes.io/aws-ebs";
 const EBS_ZONE_KEY: &str = "topology.ebs.csi.aws.com/zone";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_tree_class_is_provisioned_only_with_migrated_to_and_stored_in_tree() {
+async fn in_tree_class_is_provisioned_as_kcm_annotates_it_and_stored_in_tree() {
     let mut env = Env::with_mock(MockConfig {
         volume_id_prefix: "vol-".into(),
         ..provisioning_mock(EBS)
@@ -45,29 +48,40 @@ async fn in_tree_class_is_provisioned_only_with_migrated_to_and_stored_in_tree()
     env.create_class(class("csi", EBS, &[])).await;
     env.start(fast_options()).await;
 
-    // The PV controller named us but did not migrate the claim: the in-tree provisioner's.
+    // Annotated for the in-tree plugin (migration off in the PV controller): not ours.
     let in_tree = env
-        .create_pvc(pvc("in-tree", "gp2", "4Gi", Some(EBS)))
+        .create_pvc(pvc("in-tree", "gp2", "4Gi", Some(IN_TREE)))
+        .await;
+    // What kube-controller-manager v1.26 writes for a migrated class: the driver's name in
+    // storage-provisioner (GA and beta), and no migrated-to.
+    let kcm = env.create_pvc(pvc("kcm", "gp2", "4Gi", Some(EBS))).await;
+    env.annotate_pvc("kcm", BETA_STORAGE_PROVISIONER_ANNOTATION, EBS)
         .await;
     let csi = env.create_pvc(pvc("csi", "csi", "1Gi", Some(EBS))).await;
     env.wait_pv(&pv_name(&csi)).await;
-    let names: Vec<String> = env
+    let name = pv_name(&kcm);
+    let pv = env.wait_pv(&name).await;
+    let mut names: Vec<String> = env
         .mock()
         .calls_of(Method::CreateVolume)
         .into_iter()
         .map(|c| c.volume_id)
         .collect();
+    names.sort();
+    let mut expected_names = vec![pv_name(&csi), name.clone()];
+    expected_names.sort();
     assert_eq!(
-        names,
-        vec![pv_name(&csi)],
-        "only the CSI class's claim was provisioned"
+        names, expected_names,
+        "the CSI class's claim and kcm's migrated claim were provisioned, not the in-tree one"
     );
     assert!(env.pv(&pv_name(&in_tree)).await.is_none());
+    assert!(
+        kcm.metadata
+            .annotations
+            .as_ref()
+            .is_none_or(|a| !a.contains_key(MIGRATED_TO_ANNOTATION))
+    );
 
-    env.annotate_pvc("in-tree", MIGRATED_TO_ANNOTATION, EBS)
-        .await;
-    let name = pv_name(&in_tree);
-    let pv = env.wait_pv(&name).await;
     let call = env
         .mock()
         .calls_of(Method::CreateVolume)
@@ -110,7 +124,7 @@ async fn in_tree_class_is_provisioned_only_with_migrated_to_and_stored_in_tree()
         Some("Delete")
     );
     assert_eq!(spec.storage_class_name.as_deref(), Some("gp2"));
-    assert_eq!(spec.claim_ref.clone().unwrap().uid, in_tree.metadata.uid);
+    assert_eq!(spec.claim_ref.clone().unwrap().uid, kcm.metadata.uid);
     let terms = spec
         .node_affinity
         .clone()
@@ -160,5 +174,15 @@ async fn in_tree_class_is_provisioned_only_with_migrated_to_and_stored_in_tree()
     assert_eq!(deletes.len(), 1, "{deletes:?}");
     assert_eq!(deletes[0].volume_id, format!("vol-{name}"));
     assert!(!env.mock().created_volumes().contains_key(&name));
+
+    // A claim annotated for the in-tree plugin before migration: ours once the PV controller
+    // marks it migrated-to our driver.
+    env.annotate_pvc("in-tree", MIGRATED_TO_ANNOTATION, EBS)
+        .await;
+    let pv = env.wait_pv(&pv_name(&in_tree)).await;
+    let annotations = pv.metadata.annotations.clone().unwrap();
+    assert_eq!(annotations[PROVISIONED_BY_ANNOTATION], IN_TREE);
+    assert_eq!(annotations[MIGRATED_TO_ANNOTATION], EBS);
+    assert!(pv.spec.unwrap().aws_elastic_block_store.is_some());
     env.stop().await;
 }

@@ -17,7 +17,8 @@ pub enum ClassProvisioner {
     /// An external provisioner (a CSI driver's csi-provisioner, or any other).
     External(String),
     /// An in-tree plugin migrated to a CSI driver (`--feature-gates`): the driver's
-    /// csi-provisioner provisions, the claim gets `migrated-to: <driver>`.
+    /// csi-provisioner provisions; the claim's storage-provisioner names the driver (and,
+    /// as kcm v1.26 writes it, the claim gets no `migrated-to`).
     Migrated { in_tree: String, driver: String },
     /// The in-tree `kubernetes.io/aws-ebs` plugin, not migrated: this controller provisions.
     InTreeAwsEbs,
@@ -32,14 +33,6 @@ impl ClassProvisioner {
             ClassProvisioner::External(p) | ClassProvisioner::Unsupported(p) => p,
             ClassProvisioner::Migrated { driver, .. } => driver,
             ClassProvisioner::InTreeAwsEbs => AWS_EBS_PLUGIN_NAME,
-        }
-    }
-
-    /// The driver a claim of this class is migrated to.
-    pub fn migrated_to(&self) -> Option<&str> {
-        match self {
-            ClassProvisioner::Migrated { driver, .. } => Some(driver),
-            _ => None,
         }
     }
 }
@@ -63,9 +56,12 @@ pub fn class_provisioner(provisioner: &str, migrated: &MigratedPlugins) -> Class
     }
 }
 
-/// The `migrated-to` value a claim should carry: from its storage-provisioner annotation (the
-/// GA one, else the beta one). A claim annotated for an in-tree plugin that is migrated, or
-/// for the CSI driver of a migrated plugin, is migrated; any other has no `migrated-to`.
+/// The `migrated-to` value a claim should carry, as kcm v1.26's `updateMigrationAnnotations`
+/// decides it: from the claim's storage-provisioner annotation (the GA one, else the beta one)
+/// alone. Only a claim annotated for a migrated in-tree plugin (one annotated before the
+/// plugin was migrated) is marked; a claim annotated for the CSI driver, which is what kcm
+/// writes for a migrated class, carries no `migrated-to` (kcm removes it): the CSI
+/// provisioner provisions it because the annotation names its driver.
 pub fn claim_migrated_to(
     claim: &PersistentVolumeClaim,
     migrated: &MigratedPlugins,
@@ -77,33 +73,31 @@ pub fn claim_migrated_to(
     migrated_driver_of(provisioner, migrated)
 }
 
-/// The `migrated-to` value a volume should carry: it was provisioned by a migrated in-tree
-/// plugin (`pv.kubernetes.io/provisioned-by`), or, not provisioned dynamically, it has the
-/// in-tree source of a migrated plugin.
-pub fn volume_migrated_to(volume: &PersistentVolume, migrated: &MigratedPlugins) -> Option<String> {
+/// What kcm v1.26 keeps in a volume's `migrated-to`: `None` leaves the annotation as it is
+/// (a volume without `pv.kubernetes.io/provisioned-by`, i.e. statically provisioned, is
+/// never touched); `Some(Some(driver))` when it was provisioned by a migrated in-tree
+/// plugin; `Some(None)` (remove it) when provisioned by anything else.
+pub fn volume_migrated_to(
+    volume: &PersistentVolume,
+    migrated: &MigratedPlugins,
+) -> Option<Option<String>> {
     let provisioned_by = volume
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(ANN_PROVISIONED_BY));
-    match provisioned_by {
-        Some(p) => migrated_driver_of(p, migrated),
-        None => {
-            let plugin = csi_translation::in_tree_plugin_name_from_spec(Some(volume), None).ok()?;
-            migrated_driver_of(plugin, migrated)
-        }
-    }
+        .and_then(|a| a.get(ANN_PROVISIONED_BY))?;
+    Some(migrated_driver_of(provisioned_by, migrated))
 }
 
-/// The CSI driver of `name` when `name` is a migrated in-tree plugin or that plugin's driver.
+/// The CSI driver of `name` when `name` is an in-tree plugin that is migrated (kcm's
+/// `IsMigrationEnabledForPlugin`, which is false for any CSI driver's name).
 fn migrated_driver_of(name: &str, migrated: &MigratedPlugins) -> Option<String> {
-    if migrated.contains(name) {
-        return csi_translation::csi_name_from_in_tree_name(name)
-            .ok()
-            .map(str::to_string);
+    if !migrated.contains(name) {
+        return None;
     }
-    let in_tree = csi_translation::in_tree_name_from_csi_name(name).ok()?;
-    migrated.contains(in_tree).then(|| name.to_string())
+    csi_translation::csi_name_from_in_tree_name(name)
+        .ok()
+        .map(str::to_string)
 }
 
 /// The `migrated-to` an object carries now.
@@ -165,19 +159,23 @@ mod tests {
     }
 
     #[test]
-    fn claims_and_volumes_follow_the_gates() {
+    fn claims_and_volumes_follow_kcm_v1_26() {
         let on = gates("CSIMigrationAWS=true");
         let off = MigratedPlugins::none();
-        for p in ["kubernetes.io/aws-ebs", "ebs.csi.aws.com"] {
-            assert_eq!(
-                claim_migrated_to(&claim(p), &on).as_deref(),
-                Some("ebs.csi.aws.com"),
-                "{p}"
-            );
-            assert_eq!(claim_migrated_to(&claim(p), &off), None, "{p}");
-        }
+        // A claim annotated for the in-tree plugin (before migration) is marked; one annotated
+        // for the driver (what kcm writes for a migrated class) is not.
+        assert_eq!(
+            claim_migrated_to(&claim("kubernetes.io/aws-ebs"), &on).as_deref(),
+            Some("ebs.csi.aws.com")
+        );
+        assert_eq!(
+            claim_migrated_to(&claim("kubernetes.io/aws-ebs"), &off),
+            None
+        );
+        assert_eq!(claim_migrated_to(&claim("ebs.csi.aws.com"), &on), None);
         assert_eq!(claim_migrated_to(&claim("hostpath.csi.k8s.io"), &on), None);
 
+        // Statically provisioned: left alone, whatever its source.
         let mut pv = PersistentVolume {
             spec: Some(PersistentVolumeSpec {
                 aws_elastic_block_store: Some(AWSElasticBlockStoreVolumeSource {
@@ -188,23 +186,23 @@ mod tests {
             }),
             ..Default::default()
         };
-        assert_eq!(
-            volume_migrated_to(&pv, &on).as_deref(),
-            Some("ebs.csi.aws.com")
-        );
-        assert_eq!(volume_migrated_to(&pv, &off), None);
-        pv.metadata.annotations = Some(BTreeMap::from([(
-            ANN_PROVISIONED_BY.to_string(),
-            "kubernetes.io/aws-ebs".to_string(),
-        )]));
-        assert_eq!(
-            volume_migrated_to(&pv, &on).as_deref(),
-            Some("ebs.csi.aws.com")
-        );
-        pv.metadata.annotations = Some(BTreeMap::from([(
-            ANN_PROVISIONED_BY.to_string(),
-            "hostpath.csi.k8s.io".to_string(),
-        )]));
         assert_eq!(volume_migrated_to(&pv, &on), None);
+        assert_eq!(volume_migrated_to(&pv, &off), None);
+        let by = |pv: &mut PersistentVolume, p: &str| {
+            pv.metadata.annotations = Some(BTreeMap::from([(
+                ANN_PROVISIONED_BY.to_string(),
+                p.to_string(),
+            )]));
+        };
+        by(&mut pv, "kubernetes.io/aws-ebs");
+        assert_eq!(
+            volume_migrated_to(&pv, &on),
+            Some(Some("ebs.csi.aws.com".to_string()))
+        );
+        assert_eq!(volume_migrated_to(&pv, &off), Some(None));
+        by(&mut pv, "ebs.csi.aws.com");
+        assert_eq!(volume_migrated_to(&pv, &on), Some(None));
+        by(&mut pv, "hostpath.csi.k8s.io");
+        assert_eq!(volume_migrated_to(&pv, &on), Some(None));
     }
 }

@@ -137,7 +137,8 @@ async fn in_tree_aws_ebs_class_migrated_and_not() {
     options.migrated = MigratedPlugins::from_feature_gates("CSIMigrationAWS=true").unwrap();
     env.start(options).await;
 
-    // Migrated: the CSI driver provisions; the claim says so twice.
+    // Migrated: the CSI driver provisions; the claim says so twice, and (as kcm v1.26 writes
+    // it) carries no migrated-to: the storage-provisioner already names the driver.
     env.create_pvc("migrated", "1Gi", RWO, Some("ebs")).await;
     assert_eq!(
         env.wait_pvc_annotation("migrated", PROVISIONER).await,
@@ -147,12 +148,24 @@ async fn in_tree_aws_ebs_class_migrated_and_not() {
         env.wait_pvc_annotation("migrated", BETA_PROVISIONER).await,
         "ebs.csi.aws.com"
     );
-    assert_eq!(
-        env.wait_pvc_annotation("migrated", MIGRATED_TO).await,
-        "ebs.csi.aws.com"
-    );
     let msg = env.wait_event(NS, "migrated", "ExternalProvisioning").await;
     assert!(msg.contains("'ebs.csi.aws.com'"), "{msg}");
+    assert_eq!(
+        annotation(&env.pvc("migrated").await.unwrap(), MIGRATED_TO),
+        None
+    );
+
+    // A claim annotated for the in-tree plugin before the upgrade (here one that asks for no
+    // class, so nothing re-annotates it) is the one kcm marks migrated-to.
+    let mut upgraded = pvc_json("upgraded", "1Gi", RWO, Some(""));
+    upgraded["metadata"]["annotations"] = json!({
+        PROVISIONER: "kubernetes.io/aws-ebs", BETA_PROVISIONER: "kubernetes.io/aws-ebs",
+    });
+    env.create_pvc_json(upgraded).await;
+    assert_eq!(
+        env.wait_pvc_annotation("upgraded", MIGRATED_TO).await,
+        "ebs.csi.aws.com"
+    );
 
     // An in-tree PV made by kubernetes.io/aws-ebs is marked migrated as well.
     let mut pv = pv_json("in-tree", "1Gi", RWO, "legacy");
@@ -270,9 +283,10 @@ async fn a_claim_without_a_class_gets_the_default_class_once_there_is_one() {
 }
 
 /// A claim of a native CSI class whose driver is also a migration target (`ebs.csi.aws.com`
-/// with CSIMigrationAWS on) carries the same storage-provisioner as a migrated in-tree claim,
-/// but is not migrated: no `migrated-to`, and the controller leaves it alone while it waits
-/// (it used to add and remove the annotation on every sync, ~10 writes per claim).
+/// with CSIMigrationAWS on) carries the same storage-provisioner as a migrated in-tree claim;
+/// neither gets `migrated-to` (kcm v1.26 writes none on either), and the controller leaves
+/// the native one alone while it waits (it used to add and remove the annotation on every
+/// sync, ~10 writes per claim).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_native_csi_claim_of_a_migration_target_driver_is_not_marked_migrated() {
     let mut env = Env::new().await;
@@ -290,8 +304,14 @@ async fn a_native_csi_claim_of_a_migration_target_driver_is_not_marked_migrated(
         "ebs.csi.aws.com"
     );
     assert_eq!(
-        env.wait_pvc_annotation("migrated", MIGRATED_TO).await,
+        env.wait_pvc_annotation("migrated", PROVISIONER).await,
         "ebs.csi.aws.com"
+    );
+    env.wait_event(NS, "migrated", "ExternalProvisioning").await;
+    env.wait_event(NS, "native", "ExternalProvisioning").await;
+    assert_eq!(
+        annotation(&env.pvc("migrated").await.unwrap(), MIGRATED_TO),
+        None
     );
     let settled = env.pvc("native").await.unwrap();
     assert_eq!(annotation(&settled, MIGRATED_TO), None);

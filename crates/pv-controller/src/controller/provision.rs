@@ -1,6 +1,7 @@
 //! Dynamic provisioning of a claim no volume matched (kcm's `provisionClaim`): the claim is
 //! annotated with who provisions it (`volume.kubernetes.io/storage-provisioner` and its beta
-//! twin; `pv.kubernetes.io/migrated-to` exactly when the class's in-tree plugin is migrated),
+//! twin, the CSI driver's name for a migrated in-tree class; no `pv.kubernetes.io/migrated-to`,
+//! as kcm v1.26 writes them),
 //! then an external provisioner is waited for (`ExternalProvisioning`), or the in-tree aws-ebs
 //! provisioner runs here as an operation and creates the PV, pre-bound to the claim.
 
@@ -17,7 +18,7 @@ use volume_plugins::names::AWS_EBS_PLUGIN_NAME;
 use super::Ctx;
 use super::bind::patch_claim;
 use super::sync_claim::claim_name;
-use crate::migration::{ClassProvisioner, class_provisioner};
+use crate::migration::{ClassProvisioner, claim_migrated_to, class_provisioner};
 use crate::names::{
     ANN_BETA_STORAGE_PROVISIONER, ANN_MIGRATED_TO, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER,
 };
@@ -76,8 +77,9 @@ pub(crate) async fn provision_claim(
     Ok(())
 }
 
-/// The storage-provisioner annotations and `migrated-to` as the class asks (kcm's
-/// `setClaimProvisioner`); nothing is written when they are already so.
+/// The storage-provisioner annotations as the class asks, and `migrated-to` as kcm's
+/// `updateMigrationAnnotations` then leaves it (kcm's `setClaimProvisioner`); nothing is
+/// written when they are already so.
 async fn set_claim_provisioner(
     ctx: &Ctx,
     claim: &PersistentVolumeClaim,
@@ -85,7 +87,16 @@ async fn set_claim_provisioner(
 ) -> Result<Arc<PersistentVolumeClaim>, Error> {
     let ann = claim.metadata.annotations.clone().unwrap_or_default();
     let value = provisioner.annotation_value();
-    let migrated_to = provisioner.migrated_to();
+    // kcm v1.26 runs `updateMigrationAnnotations` on the annotated claim: the annotation now
+    // names the CSI driver (or an in-tree plugin that is not migrated), so no `migrated-to`.
+    let mut annotated = claim.clone();
+    annotated
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ANN_STORAGE_PROVISIONER.to_string(), value.to_string());
+    let migrated_to = claim_migrated_to(&annotated, &ctx.options.migrated);
+    let migrated_to = migrated_to.as_deref();
     if ann.get(ANN_STORAGE_PROVISIONER).map(String::as_str) == Some(value)
         && ann.get(ANN_BETA_STORAGE_PROVISIONER).map(String::as_str) == Some(value)
         && ann.get(ANN_MIGRATED_TO).map(String::as_str) == migrated_to

@@ -13,7 +13,7 @@ use serde_json::json;
 use super::bind::{bind, patch_claim, update_claim_status};
 use super::index::{self, NodeInfo, VolumeIndex};
 use super::{Ctx, provision};
-use crate::migration::{claim_migrated_to, class_provisioner, current_migrated_to};
+use crate::migration::{claim_migrated_to, current_migrated_to};
 use crate::names::{
     ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, ANN_MIGRATED_TO, ANN_SELECTED_NODE,
 };
@@ -53,8 +53,11 @@ pub(crate) async fn sync_claim(
     }
 }
 
-/// `pv.kubernetes.io/migrated-to` on every claim exactly while its storage provisioner is a
-/// migrated in-tree plugin (or that plugin's CSI driver), as kcm keeps it at each sync.
+/// `pv.kubernetes.io/migrated-to` on a claim exactly while its storage-provisioner annotation
+/// names a migrated in-tree plugin (kcm v1.26's `updateClaimMigrationAnnotations` at each
+/// sync): a claim annotated `kubernetes.io/aws-ebs` before the plugin was migrated gets it, a
+/// claim annotated for the CSI driver (what `set_claim_provisioner` writes for a migrated
+/// class, native or in-tree) has none, so the two writers never disagree.
 async fn update_migration_annotation(
     ctx: &Ctx,
     claim: Arc<PersistentVolumeClaim>,
@@ -62,21 +65,7 @@ async fn update_migration_annotation(
     if claim.metadata.deletion_timestamp.is_some() {
         return Ok(claim);
     }
-    // The class decides when it is known: a claim of a native CSI class (`ebs-sc`) and a
-    // claim of a migrated in-tree class (`gp2`) both carry `storage-provisioner:
-    // ebs.csi.aws.com`, and only the second is migrated. Deciding from that annotation alone
-    // (as `set_claim_provisioner` did not) made the two writers flip the annotation on every
-    // sync of a native claim waiting to be bound.
-    let class_name = index::claim_class(&claim);
-    let class = (!class_name.is_empty())
-        .then(|| ctx.caches.classes.get(&class_name))
-        .flatten();
-    let want = match class {
-        Some(class) => class_provisioner(&class.provisioner, &ctx.options.migrated)
-            .migrated_to()
-            .map(str::to_string),
-        None => claim_migrated_to(&claim, &ctx.options.migrated),
-    };
+    let want = claim_migrated_to(&claim, &ctx.options.migrated);
     if current_migrated_to(claim.metadata.annotations.as_ref()) == want.as_deref() {
         return Ok(claim);
     }

@@ -106,14 +106,17 @@ async fn released(ctx: &Arc<Ctx>, volume: &PersistentVolume) -> Result<(), Error
     reclaim::reclaim_volume(ctx, &volume).await
 }
 
-/// `pv.kubernetes.io/migrated-to` present exactly while the volume's in-tree plugin is
-/// migrated (seed 003: the CSI provisioner then deletes it; after a downgrade, this
-/// controller does again).
+/// `pv.kubernetes.io/migrated-to` on a dynamically provisioned volume exactly while the
+/// in-tree plugin that provisioned it is migrated (seed 003: the CSI provisioner then deletes
+/// it; after a downgrade, this controller does again), as kcm v1.26 keeps it.
 async fn update_migration_annotation(
     ctx: &Ctx,
     volume: Arc<PersistentVolume>,
 ) -> Result<Arc<PersistentVolume>, Error> {
-    let want = volume_migrated_to(&volume, &ctx.options.migrated);
+    // Statically provisioned volumes are left as they are, as kcm leaves them.
+    let Some(want) = volume_migrated_to(&volume, &ctx.options.migrated) else {
+        return Ok(volume);
+    };
     let have = current_migrated_to(volume.metadata.annotations.as_ref());
     if have == want.as_deref() {
         return Ok(volume);
