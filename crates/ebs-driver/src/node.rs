@@ -122,6 +122,10 @@ impl Node for CsiNodeSvc {
     ) -> Result<Response<NodePublishVolumeResponse>, Status> {
         let r = request.into_inner();
         required("volume_id", &r.volume_id)?;
+        // The required fields first: a request without them is INVALID_ARGUMENT whatever else
+        // it lacks (csi-sanity sends neither staging nor target path, and no capability).
+        required("target_path", &r.target_path)?;
+        let cap = node_capability(r.volume_capability.as_ref())?;
         if r.staging_target_path.is_empty() {
             // Optional in the message, but this plugin has STAGE_UNSTAGE_VOLUME: the spec's
             // "staging target path not set" row is FAILED_PRECONDITION, not a missing field.
@@ -130,8 +134,6 @@ impl Node for CsiNodeSvc {
             )
             .into());
         }
-        required("target_path", &r.target_path)?;
-        let cap = node_capability(r.volume_capability.as_ref())?;
         self.service
             .publish(PublishRequest {
                 volume_id: r.volume_id,

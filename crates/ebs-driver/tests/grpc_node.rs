@@ -248,6 +248,19 @@ async fn missing_and_bad_fields_are_invalid_argument_naming_the_field() {
         .unwrap_err();
     assert_eq!(s.code(), Code::FailedPrecondition, "{s:?}");
     assert!(s.message().contains("staging_target_path"), "{s:?}");
+    // ...but a request that also lacks a required field is INVALID_ARGUMENT naming it
+    // (csi-sanity's NodePublishVolume "should fail when no target path / no volume capability
+    // is provided" send no staging path either).
+    check(
+        node.node_publish_volume(publish("", "", mount_cap("ext4"), false))
+            .await,
+        "target_path",
+    );
+    check(
+        node.node_publish_volume(publish("", "/t", None, false))
+            .await,
+        "volume_capability",
+    );
     check(
         node.node_unstage_volume(NodeUnstageVolumeRequest {
             volume_id: VOL_A.into(),
