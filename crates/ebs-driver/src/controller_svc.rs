@@ -414,9 +414,8 @@ impl Controller for CsiControllerSvc {
         let deadline = deadline(&request);
         let r = request.into_inner();
         required("volume_id", &r.volume_id)?;
-        if r.mutable_parameters.is_empty() {
-            return Err(Error::invalid("mutable_parameters", "is required").into());
-        }
+        // An empty `mutable_parameters` is checked in the service, after the volume's existence:
+        // a missing volume is NOT_FOUND whatever else the request lacks (csi-sanity).
         self.service
             .modify_volume(&r.volume_id, &r.mutable_parameters, deadline)
             .await?;

@@ -126,6 +126,22 @@ async fn modify_changes_type_iops_throughput_and_tags_idempotently() {
             needle,
         );
     }
+    // A missing volume is NOT_FOUND before anything else is checked: csi-sanity's "should fail
+    // when the volume does not exist" sends no mutable_parameters at all (it was
+    // INVALID_ARGUMENT). An existing volume without them is INVALID_ARGUMENT naming the field.
+    for pairs in [&[][..], &[("type", "gp9")][..]] {
+        expect_code(
+            c.controller_modify_volume(modify_req(ghost, pairs)).await,
+            Code::NotFound,
+            ghost,
+        );
+    }
+    expect_code(
+        c.controller_modify_volume(modify_req(&g.volume_id, &[]))
+            .await,
+        Code::InvalidArgument,
+        "mutable_parameters",
+    );
     assert_eq!(modify_calls(&env), 2);
 }
 

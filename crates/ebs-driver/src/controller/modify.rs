@@ -149,6 +149,13 @@ impl ControllerService {
         mutable_parameters: &HashMap<String, String>,
         deadline: Option<Duration>,
     ) -> Result<()> {
+        // The volume first: the spec's NOT_FOUND row applies to any request for a missing
+        // volume, also one whose `mutable_parameters` would be refused (csi-sanity sends an
+        // empty map for a volume that does not exist and expects NOT_FOUND).
+        self.volume(volume_id).await?;
+        if mutable_parameters.is_empty() {
+            return Err(Error::invalid("mutable_parameters", "is required"));
+        }
         let p = if self.config.warn_on_invalid_tag {
             parse_mutable(
                 "mutable_parameters",
