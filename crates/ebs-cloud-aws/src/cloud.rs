@@ -1,5 +1,7 @@
 //! [`AwsCloud`]: the [`Cloud`] trait over `aws-sdk-ec2`.
 
+mod create;
+
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -8,7 +10,7 @@ use ebs_cloud::batcher::ExecFuture;
 use ebs_cloud::{
     AttachmentState, Batcher, Cloud, CloudError, CloudMetrics, DeviceAllocator, Disk,
     DiskModification, DiskOptions, Instance, SNAPSHOT_NAME_TAG, Snapshot, SnapshotPage,
-    VOLUME_NAME_TAG, VolumeAttachment, client_token,
+    VOLUME_NAME_TAG, VolumeAttachment,
 };
 
 use crate::ec2::{Ec2, Failure, build_client};
@@ -340,62 +342,7 @@ fn attach_failure(f: Failure, volume_id: &str, instance_id: &str) -> CloudError 
 #[async_trait::async_trait]
 impl Cloud for AwsCloud {
     async fn create_disk(&self, name: &str, options: &DiskOptions) -> Result<Disk> {
-        let mut tags: BTreeMap<String, String> = options.tags.clone();
-        tags.insert(VOLUME_NAME_TAG.to_string(), name.to_string());
-        let size = int32("size", options.size_gib)?;
-        let iops = options.iops.map(|v| int32("iops", v)).transpose()?;
-        let throughput = options
-            .throughput
-            .map(|v| int32("throughput", v))
-            .transpose()?;
-        let token = client_token(name);
-        let out = self
-            .ec2
-            .call("CreateVolume", || {
-                self.ec2
-                    .client
-                    .create_volume()
-                    .client_token(&token)
-                    .availability_zone(&options.zone)
-                    .size(size)
-                    .volume_type(types::VolumeType::from(options.volume_type.as_str()))
-                    .set_iops(iops)
-                    .set_throughput(throughput)
-                    .set_encrypted(options.encrypted.then_some(true))
-                    .set_kms_key_id(options.kms_key_id.clone())
-                    .set_snapshot_id(options.snapshot_id.clone())
-                    .set_multi_attach_enabled(options.multi_attach.then_some(true))
-                    .tag_specifications(convert::tag_spec(ResourceType::Volume, &tags))
-                    .send()
-            })
-            .await
-            .map_err(|f| f.into_cloud(name))?;
-        let id = out.volume_id().unwrap_or_default().to_string();
-        if id.is_empty() {
-            return Err(CloudError::other(
-                "CreateVolume",
-                "Empty",
-                "the response has no volume ID",
-            ));
-        }
-        let state = out.state().map(|s| s.as_str()).unwrap_or("");
-        tracing::info!(volume_id = %id, name, state, "CreateVolume");
-        if state == "deleting" || state == "deleted" || state == "error" {
-            // The token names a volume that is gone: the vanished-KMS case on a retry, or a
-            // name reused after its volume was deleted (EC2 remembers tokens for a while).
-            return Err(if options.encrypted {
-                vanished(name, options, &id)
-            } else {
-                CloudError::other(
-                    "CreateVolume",
-                    "VolumeGone",
-                    format!(
-                        "volume {id} created earlier for {name} is {state}; EC2 keeps its client token for a while, so use another name"
-                    ),
-                )
-            });
-        }
-        self.wait_available(name, options, &id).await
+        self.create_for_name(name, options).await
     }
 
     async fn delete_disk(&self, volume_id: &str) -> Result<bool> {

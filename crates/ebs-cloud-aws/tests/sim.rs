@@ -76,10 +76,101 @@ async fn create_is_idempotent_by_name_and_mismatch_is_reported() {
         matches!(err, CloudError::IdempotentParameterMismatch { .. }),
         "{err}"
     );
-    // Still exactly one volume for the name.
+    // Still exactly one volume for the name; the repeats found it by its name tag and sent
+    // no second CreateVolume.
     let counts = env.sim.call_counts();
-    assert_eq!(counts.get("CreateVolume"), Some(&3));
+    assert_eq!(counts.get("CreateVolume"), Some(&1));
     assert!(c.get_disk_by_name("pvc-one").await.unwrap().is_some());
+}
+
+/// Deletes a volume and waits until no live volume carries `name`.
+async fn delete_and_wait(c: &AwsCloud, name: &str, volume_id: &str) {
+    assert!(c.delete_disk(volume_id).await.unwrap());
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while c.get_disk_by_name(name).await.unwrap().is_some() {
+        assert!(std::time::Instant::now() < deadline, "{volume_id} stays");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_name_whose_volume_was_deleted_gets_a_new_volume() {
+    // EC2 remembers the client token of a deleted volume: the same token gives the deleted
+    // volume back, or IdempotentParameterMismatch when a parameter differs. csi-sanity reuses
+    // names that way, so the name's next generation must make a new volume.
+    let env = sim(Timing::Fast, 26).await;
+    let c = cloud(&env, true).await;
+    let a = c.create_disk("pvc-again", &gp3(1)).await.unwrap();
+    delete_and_wait(&c, "pvc-again", &a.volume_id).await;
+    // Same parameters: generation 0's token answers with the deleted volume.
+    let b = c.create_disk("pvc-again", &gp3(1)).await.unwrap();
+    assert_ne!(b.volume_id, a.volume_id);
+    assert_eq!(b.state, "available");
+    // A repeat is the same volume (found by its tag, no CreateVolume).
+    let calls = env.sim.call_counts()["CreateVolume"];
+    assert_eq!(
+        c.create_disk("pvc-again", &gp3(1)).await.unwrap().volume_id,
+        b.volume_id
+    );
+    assert_eq!(env.sim.call_counts()["CreateVolume"], calls);
+    delete_and_wait(&c, "pvc-again", &b.volume_id).await;
+    // Other parameters: generations 0 and 1 answer IdempotentParameterMismatch, and no live
+    // volume carries the name, so they are over; generation 2 makes the volume.
+    let d = c.create_disk("pvc-again", &gp3(2)).await.unwrap();
+    assert!(![&a.volume_id, &b.volume_id].contains(&&d.volume_id));
+    assert_eq!(d.size_gib, 2);
+    let by_name = c.get_disk_by_name("pvc-again").await.unwrap().unwrap();
+    assert_eq!(by_name.volume_id, d.volume_id);
+    // A new process walking the generations again (nothing in memory) ends on the same one.
+    let fresh = cloud(&env, true).await;
+    assert_eq!(
+        fresh
+            .create_disk("pvc-again", &gp3(2))
+            .await
+            .unwrap()
+            .volume_id,
+        d.volume_id
+    );
+    // While it lives the name is taken: other parameters are a mismatch, not a new volume.
+    let err = fresh.create_disk("pvc-again", &gp3(4)).await.unwrap_err();
+    assert!(
+        matches!(err, CloudError::IdempotentParameterMismatch { .. }),
+        "{err}"
+    );
+    assert_eq!(
+        c.get_disk_by_name("pvc-again")
+            .await
+            .unwrap()
+            .unwrap()
+            .volume_id,
+        d.volume_id
+    );
+}
+
+#[tokio::test]
+async fn concurrent_creates_of_a_reused_name_in_separate_processes_make_one_volume() {
+    // Two drivers (separate AwsClouds: no shared memory, no in-process lock) create the same
+    // name at once, after its first volume was deleted: both walk the same generations and
+    // land on the one volume the first free token made.
+    let env = sim(Timing::Fast, 26).await;
+    let first = cloud(&env, true).await;
+    let second = cloud(&env, false).await;
+    let old = first.create_disk("pvc-race", &gp3(1)).await.unwrap();
+    delete_and_wait(&first, "pvc-race", &old.volume_id).await;
+    let options = gp3(1);
+    for round in 0..3 {
+        let (a, b) = tokio::join!(
+            first.create_disk("pvc-race", &options),
+            second.create_disk("pvc-race", &options)
+        );
+        let (a, b) = (a.unwrap(), b.unwrap());
+        assert_eq!(a.volume_id, b.volume_id, "round {round}");
+        assert_ne!(a.volume_id, old.volume_id);
+        // Exactly one live volume carries the name (two would be an "Ambiguous" error).
+        let by_name = first.get_disk_by_name("pvc-race").await.unwrap().unwrap();
+        assert_eq!(by_name.volume_id, a.volume_id);
+        delete_and_wait(&first, "pvc-race", &a.volume_id).await;
+    }
 }
 
 #[tokio::test]
@@ -316,7 +407,8 @@ async fn a_volume_with_an_unusable_kms_key_vanishes_without_a_leak() {
     let err = c.create_disk("pvc-kms", &opts).await.unwrap_err();
     assert!(matches!(err, CloudError::KmsKeyUnavailable { .. }), "{err}");
     assert!(c.get_disk_by_name("pvc-kms").await.unwrap().is_none());
-    // A retry reports the same, and still creates nothing.
+    // A retry reports the same, and leaves nothing behind (its volume, of the name's next
+    // generation, vanishes as well).
     let err = c.create_disk("pvc-kms", &opts).await.unwrap_err();
     assert!(matches!(err, CloudError::KmsKeyUnavailable { .. }), "{err}");
     assert!(c.get_disk_by_name("pvc-kms").await.unwrap().is_none());

@@ -16,7 +16,7 @@ pub use devices::DeviceAllocator;
 pub use metrics::CloudMetrics;
 pub use types::{
     AttachmentState, BlockDevice, Disk, DiskModification, DiskOptions, Instance, Snapshot,
-    SnapshotPage, VolumeAttachment, client_token,
+    SnapshotPage, VolumeAttachment, client_token, volume_client_token,
 };
 
 /// The tag that records which CSI volume name an EBS volume was created for.
@@ -115,9 +115,12 @@ pub type Result<T, E = CloudError> = std::result::Result<T, E>;
 /// the idempotency rules of each are stated on the method.
 #[async_trait::async_trait]
 pub trait Cloud: Send + Sync + std::fmt::Debug {
-    /// Creates a volume for the CSI name, or returns the one already made for it (client token
-    /// derived from the name, plus the [`VOLUME_NAME_TAG`] tag), and waits until it is
-    /// `available`. The vanished-KMS case is [`CloudError::KmsKeyUnavailable`].
+    /// Creates a volume for the CSI name, or returns the live one already made for it (found by
+    /// the [`VOLUME_NAME_TAG`] tag, or by the client token of the name's current generation,
+    /// [`volume_client_token`]), and waits until it is `available`. A name whose earlier volume
+    /// was deleted gets a new volume. A live volume of the name that is smaller than asked, or
+    /// of another type, encryption, snapshot or zone is [`CloudError::IdempotentParameterMismatch`].
+    /// The vanished-KMS case is [`CloudError::KmsKeyUnavailable`].
     async fn create_disk(&self, name: &str, options: &DiskOptions) -> Result<Disk>;
 
     /// Deletes a volume. `Ok(false)` when it did not exist.

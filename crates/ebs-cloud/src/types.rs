@@ -171,6 +171,22 @@ pub fn client_token(name: &str) -> String {
     hex::encode(Sha256::digest(name.as_bytes()))
 }
 
+/// The EC2 client token of generation `generation` of a CSI volume name. EC2 remembers a
+/// token after its volume is deleted (the same call returns the deleted volume, or
+/// IdempotentParameterMismatch), so a name whose volume was deleted needs a token no earlier
+/// volume used: generation 0 is [`client_token`] of the name (what every earlier version of
+/// the driver used, so a create begun by one is found again), generation N > 0 hashes the name,
+/// a NUL and N. A NUL cannot be in a Kubernetes object name, so no other name's generation 0
+/// shares the token. Which generation a name is at is found by walking them in order (see
+/// `ebs-cloud-aws`'s CreateVolume), never stored.
+pub fn volume_client_token(name: &str, generation: u32) -> String {
+    if generation == 0 {
+        client_token(name)
+    } else {
+        client_token(&format!("{name}\u{0}{generation}"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +199,20 @@ mod tests {
         assert_eq!(t, client_token("pvc-0a6c8f6e-aaaa-bbbb-cccc-1234567890ab"));
         assert_ne!(t, client_token("pvc-other"));
         assert_eq!(client_token(&"x".repeat(500)).len(), 64);
+    }
+
+    #[test]
+    fn generation_zero_is_the_names_token_and_later_ones_differ() {
+        let name = "pvc-0a6c8f6e-aaaa-bbbb-cccc-1234567890ab";
+        assert_eq!(volume_client_token(name, 0), client_token(name));
+        let tokens: std::collections::HashSet<String> =
+            (0..50).map(|g| volume_client_token(name, g)).collect();
+        assert_eq!(tokens.len(), 50, "every generation has its own token");
+        assert!(tokens.iter().all(|t| t.len() == 64));
+        assert_eq!(volume_client_token(name, 7), volume_client_token(name, 7));
+        // Generation 1 of "a" is not generation 0 of "a1", nor of "a" followed by "1".
+        assert_ne!(volume_client_token("a", 1), client_token("a1"));
+        assert_ne!(volume_client_token("a", 11), volume_client_token("a1", 1));
     }
 
     #[test]

@@ -207,6 +207,34 @@ async fn create_is_idempotent_and_a_reused_name_is_already_exists() {
 }
 
 #[tokio::test]
+async fn a_name_created_again_after_its_volume_was_deleted_gets_a_new_volume() {
+    // csi-sanity's ModifyVolume specs create, delete and create one name three times, with and
+    // without mutable_parameters; EC2 remembers a deleted volume's client token, and the
+    // second create failed (INTERNAL "VolumeGone", then ALREADY_EXISTS for the changed
+    // parameters) before the name's token generations.
+    let env = env().await;
+    let d = Driver::start(env.driver_config(DriverMode::Controller)).await;
+    let mut c = d.controller();
+    let mut seen = Vec::new();
+    for round in 0..3 {
+        let mut r = create_req("pvc-reused", GIB);
+        if round == 1 {
+            r.mutable_parameters = HashMap::from([("iops".into(), "4000".into())]);
+            r.capacity_range = Some(CapacityRange {
+                required_bytes: 10 * GIB,
+                limit_bytes: 0,
+            });
+        }
+        let v = create(&mut c, r.clone()).await;
+        assert!(!seen.contains(&v.volume_id), "round {round}: {seen:?}");
+        // A repeat while it lives is the same volume.
+        assert_eq!(create(&mut c, r).await.volume_id, v.volume_id);
+        c.delete_volume(delete_req(&v.volume_id)).await.unwrap();
+        seen.push(v.volume_id);
+    }
+}
+
+#[tokio::test]
 async fn zone_follows_accessibility_requirements() {
     let env = env().await;
     let d = Driver::start(env.driver_config(DriverMode::Controller)).await;

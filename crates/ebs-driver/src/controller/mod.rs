@@ -130,7 +130,14 @@ impl ControllerService {
         Ok(())
     }
 
-    /// CreateVolume, idempotent by name; see `docs/ebs-driver.md`.
+    /// CreateVolume, idempotent by name; see `docs/ebs-driver.md` ("Idempotency").
+    ///
+    /// The live volume carrying the name tag is the name's volume: it must match the request
+    /// (else AlreadyExists) and is returned once available. Without one, `create_disk` walks
+    /// the name's client-token generations (`ebs-cloud-aws`, `cloud/create.rs`), so a name
+    /// whose volume was deleted gets a new volume while a retry, a restarted driver or a
+    /// second caller still lands on the one volume a token made. A second call for a name
+    /// already in flight in this process is Aborted.
     pub async fn create_volume(&self, req: CreateVolume) -> Result<CreatedVolume> {
         let (parameters, mutable_parameters) = if self.config.warn_on_invalid_tag {
             (
@@ -204,9 +211,7 @@ impl ControllerService {
                 CloudError::IdempotentParameterMismatch { .. } => Error::AlreadyExists {
                     what: "volume",
                     name: req.name.clone(),
-                    reason:
-                        "EC2 reports that the name's client token was used with other parameters"
-                            .into(),
+                    reason: "a volume of this name appeared meanwhile with other parameters".into(),
                 },
                 CloudError::KmsKeyUnavailable { .. } => {
                     Error::invalid("parameters", format!("kmsKeyId: {e}"))
