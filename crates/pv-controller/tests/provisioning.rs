@@ -127,6 +127,56 @@ async fn wait_for_first_consumer_waits_for_the_selected_node() {
     env.shutdown().await;
 }
 
+/// A WaitForFirstConsumer claim is bound to the volume its provisioner made for it at once,
+/// whatever the selected node's labels: kcm's PV controller never checks a pre-bound volume
+/// against the node (placement is the scheduler's). Ours did, so on kube-apiserver a claim
+/// whose node did not (yet) carry the volume's topology label stayed Pending beside its
+/// volume until the label came and then until the next resync (nodes are not watched).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provisioned_volume_is_bound_whatever_the_selected_node_s_labels() {
+    let mut env = Env::new().await;
+    env.create_class(
+        "late",
+        "hostpath.csi.k8s.io",
+        "WaitForFirstConsumer",
+        json!({}),
+    )
+    .await;
+    let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(env.kube.clone());
+    env.create(nodes, json!({"metadata": {"name": "node-1"}}))
+        .await;
+    env.start(fast_options()).await;
+    env.create_pvc("data", "1Gi", RWO, Some("late")).await;
+    env.pvcs()
+        .patch(
+            "data",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"volume.kubernetes.io/selected-node": "node-1"}}})),
+        )
+        .await
+        .unwrap();
+    env.wait_pvc_annotation("data", PROVISIONER).await;
+    // The provisioner's volume, with the affinity the driver reported for node-1 (a label
+    // node-1 does not have), and the phase kube-apiserver gives a new PV.
+    let pvc = env.pvc("data").await.unwrap();
+    let mut v = pv_json("pvc-data", "1Gi", RWO, "late");
+    v["spec"]["claimRef"] = json!({
+        "kind": "PersistentVolumeClaim", "apiVersion": "v1",
+        "namespace": NS, "name": "data", "uid": pvc.metadata.uid,
+    });
+    v["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.hostpath.csi/node", "operator": "In", "values": ["node-1"]}]}
+    ]}});
+    v["metadata"]["annotations"] =
+        json!({"pv.kubernetes.io/provisioned-by": "hostpath.csi.k8s.io"});
+    v["status"] = json!({"phase": "Pending"});
+    env.create_pv_json(v).await;
+    let pvc = env.wait_pvc_phase("data", "Bound").await;
+    assert_eq!(pvc.spec.unwrap().volume_name.as_deref(), Some("pvc-data"));
+    env.wait_pv_phase("pvc-data", "Bound").await;
+    env.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_tree_aws_ebs_class_migrated_and_not() {
     let mut env = Env::new().await;

@@ -246,9 +246,10 @@ impl VolumeIndex {
         }
     }
 
-    /// kcm's `findBestMatchForClaim`: the volume the claim should bind to, if any. `node`: the
-    /// selected node of a WaitForFirstConsumer claim (its affinity must admit the volume);
-    /// `delay_binding` without a node binds only a volume pre-bound to the claim.
+    /// kcm's `findBestMatchForClaim`: the volume the claim should bind to, if any. A volume
+    /// pre-bound to the claim always wins. `node`: the selected node of a WaitForFirstConsumer
+    /// claim (an unbound volume's affinity must admit it); `delay_binding` without a node
+    /// binds only a volume pre-bound to the claim.
     pub(crate) fn find_best_match(
         &self,
         claim: &PersistentVolumeClaim,
@@ -269,9 +270,12 @@ impl VolumeIndex {
                     continue;
                 }
                 if is_volume_bound_to_claim(volume, claim) {
-                    // Pre-bound: this volume or none (a node it cannot reach means no match).
-                    let reachable = node.is_none_or(|n| node_affinity_matches(volume, n));
-                    return Ok(reachable.then(|| volume.clone()));
+                    // Pre-bound (a provisioner made it for this claim, or the scheduler chose
+                    // it): bound whatever the selected node's labels say, as kcm's PV
+                    // controller does (it never passes a node here; placement is the
+                    // scheduler's). Waiting for the node to match held a just-provisioned
+                    // volume until the next resync after the node's labels caught up.
+                    return Ok(Some(volume.clone()));
                 }
                 if !e.free
                     || (node.is_none() && delay_binding)

@@ -235,6 +235,31 @@ fn delayed_binding_and_node_affinity() {
 }
 
 #[test]
+fn a_pre_bound_volume_is_bound_whatever_the_selected_node_s_labels() {
+    let c = claim("1Gi", &["ReadWriteOnce"], None);
+    let mut pre = avail("provisioned", "1Gi", &["ReadWriteOnce"], "");
+    pre["spec"]["claimRef"] = json!({"namespace": "ns", "name": "c"});
+    pre["status"]["phase"] = json!("Pending");
+    pre["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.hostpath.csi/node", "operator": "In", "values": ["n1"]}]}
+    ]}});
+    // The node's labels have not caught up (no topology label yet): kcm binds anyway.
+    let unlabelled = NodeInfo {
+        name: "n1".into(),
+        labels: BTreeMap::new(),
+    };
+    let volumes = vec![pv(pre)];
+    assert_eq!(
+        best(&c, &volumes, Some(&unlabelled), true).as_deref(),
+        Some("provisioned")
+    );
+    assert_eq!(
+        best(&c, &volumes, None, true).as_deref(),
+        Some("provisioned")
+    );
+}
+
+#[test]
 fn class_is_read_from_the_beta_annotation_first() {
     let mut c = claim("1Gi", &["ReadWriteOnce"], Some("spec-class"));
     assert_eq!(claim_class(&c), "spec-class");

@@ -129,11 +129,18 @@ async fn sync_unbound_claim_without_volume(
         .flatten();
     let delay = delays_binding(class.as_deref());
     let selected = annotation(claim, ANN_SELECTED_NODE).map(str::to_string);
-    let node = match (&selected, delay) {
-        (Some(name), true) => Some(selected_node(ctx, name).await?),
-        _ => None,
+    // A volume pre-bound to the claim (the one a provisioner just made for it) first, without
+    // the node: kcm binds it whatever the node, and a node read that fails or lags must not
+    // hold it. Only then, for a delayed claim, the unbound volumes its selected node reaches.
+    let matched = match volumes.find_best_match(claim, None, delay) {
+        Ok(None) if delay && selected.is_some() => {
+            let name = selected.as_deref().unwrap_or_default();
+            let node = selected_node(ctx, name).await?;
+            volumes.find_best_match(claim, Some(&node), delay)
+        }
+        other => other,
     };
-    let best = match volumes.find_best_match(claim, node.as_ref(), delay) {
+    let best = match matched {
         Ok(v) => v,
         Err(why) => {
             let message = format!("cannot match claim {}: {why}", claim_name(claim));
