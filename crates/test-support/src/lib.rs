@@ -10,6 +10,8 @@
 //! needs `CAP_SYS_RESOURCE`: sandboxes drop it. Tests find that out with [`has_capability`]
 //! (the `CapEff` mask of `/proc/self/status`), never from a command that failed.
 
+pub mod csi_sanity;
+
 /// The environment variable that turns every skip into a failure.
 pub const REQUIRE_ALL: &str = "CSI_RS_REQUIRE_ALL";
 
