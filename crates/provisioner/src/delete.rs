@@ -14,8 +14,20 @@ use crate::{
 #[derive(Debug, Clone, PartialEq)]
 pub struct Target {
     pub volume_handle: String,
-    pub secret: Option<SecretReference>,
+    pub secret: SecretSource,
     pub migrated: bool,
+}
+
+/// Where DeleteVolume's secret comes from, as the Go sidecar decides it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SecretSource {
+    /// The PV carries both `provisioner-deletion-secret-*` annotations (every PV the Go
+    /// sidecar v3+ or we write has them): the secret they name, `None` when they are empty
+    /// (no secret) or only one of them is.
+    Annotated(Option<SecretReference>),
+    /// A PV without them (written by an older provisioner): the provisioner secret of the
+    /// PV's StorageClass, resolved for the claim in its claimRef, if the class still exists.
+    FromClass,
 }
 
 fn annotation<'a>(pv: &'a PersistentVolume, key: &str) -> Option<&'a str> {
@@ -66,11 +78,14 @@ pub fn target(pv: &PersistentVolume, driver: &str) -> Result<Option<Target>, Err
         annotation(pv, DELETION_SECRET_NAME_ANNOTATION),
         annotation(pv, DELETION_SECRET_NAMESPACE_ANNOTATION),
     ) {
-        (Some(name), Some(ns)) => Some(SecretReference {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-        }),
-        _ => None,
+        (Some(name), Some(ns)) if !name.is_empty() && !ns.is_empty() => {
+            SecretSource::Annotated(Some(SecretReference {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+            }))
+        }
+        (Some(_), Some(_)) => SecretSource::Annotated(None),
+        _ => SecretSource::FromClass,
     };
     Ok(Some(Target {
         volume_handle: handle,
@@ -109,6 +124,61 @@ mod tests {
             ]}}}
         }))
         .unwrap()
+    }
+
+    fn released(annotations: serde_json::Value) -> PersistentVolume {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pv", "annotations": annotations},
+            "spec": {"persistentVolumeReclaimPolicy": "Delete",
+                     "csi": {"driver": "d", "volumeHandle": "h"}},
+            "status": {"phase": "Released"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_deletion_secret_comes_from_the_annotations_when_the_pv_has_both() {
+        let secret = |a| target(&released(a), "d").unwrap().unwrap().secret;
+        assert_eq!(
+            secret(serde_json::json!({
+                PROVISIONED_BY_ANNOTATION: "d",
+                DELETION_SECRET_NAME_ANNOTATION: "s",
+                DELETION_SECRET_NAMESPACE_ANNOTATION: "ns",
+            })),
+            SecretSource::Annotated(Some(SecretReference {
+                name: Some("s".into()),
+                namespace: Some("ns".into())
+            }))
+        );
+        // Empty (the Go sidecar's "no secret"), or only one of them: no secret.
+        assert_eq!(
+            secret(serde_json::json!({
+                PROVISIONED_BY_ANNOTATION: "d",
+                DELETION_SECRET_NAME_ANNOTATION: "",
+                DELETION_SECRET_NAMESPACE_ANNOTATION: "",
+            })),
+            SecretSource::Annotated(None)
+        );
+        assert_eq!(
+            secret(serde_json::json!({
+                PROVISIONED_BY_ANNOTATION: "d",
+                DELETION_SECRET_NAME_ANNOTATION: "s",
+                DELETION_SECRET_NAMESPACE_ANNOTATION: "",
+            })),
+            SecretSource::Annotated(None)
+        );
+        // Neither: the class's.
+        assert_eq!(
+            secret(serde_json::json!({PROVISIONED_BY_ANNOTATION: "d"})),
+            SecretSource::FromClass
+        );
+        assert_eq!(
+            secret(serde_json::json!({
+                PROVISIONED_BY_ANNOTATION: "d",
+                DELETION_SECRET_NAME_ANNOTATION: "s",
+            })),
+            SecretSource::FromClass
+        );
     }
 
     #[test]

@@ -54,6 +54,10 @@ pub const DELETION_SECRET_NAME_ANNOTATION: &str =
 /// Namespace of [`DELETION_SECRET_NAME_ANNOTATION`].
 pub const DELETION_SECRET_NAMESPACE_ANNOTATION: &str =
     "volume.kubernetes.io/provisioner-deletion-secret-namespace";
+/// Volume attribute naming the provisioner instance that created a volume
+/// (`<start-up time in ms>-<random 0..9999>-<driver>`, as the Go sidecar writes it). It is
+/// informational: neither Go nor we read it back on delete.
+pub const PROVISIONER_IDENTITY_ATTRIBUTE: &str = "storage.kubernetes.io/csiProvisionerIdentity";
 /// The finalizer on every PV we provision: it goes only after DeleteVolume succeeded.
 pub const PV_FINALIZER: &str = "external-provisioner.volume.kubernetes.io/finalizer";
 

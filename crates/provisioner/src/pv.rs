@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use crate::secrets::SecretKind;
 use crate::{
     DELETION_SECRET_NAME_ANNOTATION, DELETION_SECRET_NAMESPACE_ANNOTATION,
-    PROVISIONED_BY_ANNOTATION, PV_FINALIZER,
+    PROVISIONED_BY_ANNOTATION, PROVISIONER_IDENTITY_ATTRIBUTE, PV_FINALIZER,
 };
 
 /// Everything the PV is made of.
@@ -33,6 +33,22 @@ pub struct Inputs<'a> {
     pub fs_type: Option<String>,
     /// Resolved secret references by kind (the provisioner's becomes the deletion annotations).
     pub secrets: BTreeMap<SecretKindKey, SecretReference>,
+    /// This provisioner's [`identity`], stamped into the volume attributes.
+    pub identity: &'a str,
+}
+
+/// The identity of a provisioner started now for `driver`, as the Go sidecar makes it at
+/// start-up: `<unix time in ms>-<random 0..9999>-<driver>`.
+pub fn identity(driver: &str) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    // RandomState is seeded from the OS per process: enough for a tie-breaker.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(millis);
+    let random = h.finish() % 10_000;
+    format!("{millis}-{random}-{driver}")
 }
 
 /// [`SecretKind`] as a map key.
@@ -75,29 +91,36 @@ pub fn build(i: &Inputs<'_>) -> PersistentVolume {
         i.requested_bytes
     };
     let secret = |kind| i.secrets.get(&key(kind)).cloned();
-    let mut annotations =
-        BTreeMap::from([(PROVISIONED_BY_ANNOTATION.to_string(), i.driver.to_string())]);
-    if let Some(s) = secret(SecretKind::Provisioner) {
-        annotations.insert(
-            DELETION_SECRET_NAME_ANNOTATION.into(),
-            s.name.unwrap_or_default(),
-        );
-        annotations.insert(
-            DELETION_SECRET_NAMESPACE_ANNOTATION.into(),
-            s.namespace.unwrap_or_default(),
-        );
-    }
-    let attributes: BTreeMap<String, String> = i
-        .volume
-        .volume_context
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    // The deletion-secret annotations are written always, empty without a provisioner
+    // secret, as the Go sidecar writes them: a PV with both is deleted from them alone.
+    let deletion = secret(SecretKind::Provisioner).unwrap_or_default();
+    let annotations = BTreeMap::from([
+        (PROVISIONED_BY_ANNOTATION.to_string(), i.driver.to_string()),
+        (
+            DELETION_SECRET_NAME_ANNOTATION.to_string(),
+            deletion.name.unwrap_or_default(),
+        ),
+        (
+            DELETION_SECRET_NAMESPACE_ANNOTATION.to_string(),
+            deletion.namespace.unwrap_or_default(),
+        ),
+    ]);
+    // The identity first: the driver's volume context wins a clash, as in Go.
+    let mut attributes = BTreeMap::from([(
+        PROVISIONER_IDENTITY_ATTRIBUTE.to_string(),
+        i.identity.to_string(),
+    )]);
+    attributes.extend(
+        i.volume
+            .volume_context
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone())),
+    );
     let csi = CSIPersistentVolumeSource {
         driver: i.driver.to_string(),
         volume_handle: i.volume.volume_id.clone(),
         fs_type: i.fs_type.clone().filter(|f| !f.is_empty()),
-        volume_attributes: (!attributes.is_empty()).then_some(attributes),
+        volume_attributes: Some(attributes),
         controller_publish_secret_ref: secret(SecretKind::ControllerPublish),
         node_stage_secret_ref: secret(SecretKind::NodeStage),
         node_publish_secret_ref: secret(SecretKind::NodePublish),
@@ -195,6 +218,17 @@ pub fn is_ours_for(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_identity_is_time_random_driver() {
+        let id = identity("ebs.csi.aws.com");
+        let parts: Vec<&str> = id.splitn(3, '-').collect();
+        assert_eq!(parts.len(), 3, "{id}");
+        let millis: u128 = parts[0].parse().unwrap();
+        assert!(millis > 1_600_000_000_000, "{id}");
+        assert!(parts[1].parse::<u32>().unwrap() < 10_000, "{id}");
+        assert_eq!(parts[2], "ebs.csi.aws.com");
+    }
 
     #[test]
     fn quantities_print_as_binary_si() {

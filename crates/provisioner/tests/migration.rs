@@ -12,7 +12,10 @@ use std::collections::HashMap;
 
 use common::*;
 use csi_mock::{Method, MockConfig};
-use provisioner::BETA_STORAGE_PROVISIONER_ANNOTATION;
+use provisioner::{
+    BETA_STORAGE_PROVISIONER_ANNOTATION, DELETION_SECRET_NAME_ANNOTATION,
+    DELETION_SECRET_NAMESPACE_ANNOTATION,
+};
 
 const EBS: &str = "ebs.csi.aws.com";
 const IN_TREE: &str = "kubernetes.io/aws-ebs";
@@ -109,10 +112,12 @@ async fn in_tree_class_is_provisioned_as_kcm_annotates_it_and_stored_in_tree() {
     assert_eq!(topo.requisite.len(), 1);
     assert_eq!(topo.requisite[0].segments[EBS_ZONE_KEY], "us-east-1a");
 
-    // Stored as the in-tree PV.
+    // Stored as the in-tree PV, with the annotations the Go sidecar writes before translating.
     let annotations = pv.metadata.annotations.clone().unwrap();
     assert_eq!(annotations[PROVISIONED_BY_ANNOTATION], IN_TREE);
     assert_eq!(annotations[MIGRATED_TO_ANNOTATION], EBS);
+    assert_eq!(annotations[DELETION_SECRET_NAME_ANNOTATION], "");
+    assert_eq!(annotations[DELETION_SECRET_NAMESPACE_ANNOTATION], "");
     let spec = pv.spec.clone().unwrap();
     assert!(spec.csi.is_none());
     let ebs = spec.aws_elastic_block_store.clone().unwrap();

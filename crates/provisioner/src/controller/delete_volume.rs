@@ -7,12 +7,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, SecretReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 
 use super::Ctx;
 use super::kube_io;
-use crate::{Error, PV_FINALIZER, delete, events};
+use crate::delete::SecretSource;
+use crate::secrets::{self, SecretKind};
+use crate::{Error, PV_FINALIZER, delete, events, migration};
 use sidecar::workqueue::Outcome;
 
 pub(crate) async fn sync_volume(ctx: &Arc<Ctx>, key: &str, name: &str) -> Outcome {
@@ -101,10 +104,7 @@ async fn sync(ctx: &Ctx, pv: &PersistentVolume) -> Result<bool, Error> {
         return Ok(false);
     }
     if !volume_deleted_before {
-        let secrets: HashMap<String, String> = match &target.secret {
-            Some(r) => kube_io::secret_data(ctx, r).await?,
-            None => HashMap::new(),
-        };
+        let secrets = deletion_secrets(ctx, pv, &target).await?;
         ctx.driver
             .delete_volume(
                 &target.volume_handle,
@@ -128,4 +128,65 @@ async fn sync(ctx: &Ctx, pv: &PersistentVolume) -> Result<bool, Error> {
     kube_io::delete_pv(ctx, &written).await?;
     ctx.pv_delete_accepted.insert(&uid);
     Ok(!volume_deleted_before)
+}
+
+/// DeleteVolume's secrets, as the Go sidecar finds them: from the PV's deletion-secret
+/// annotations when it has them, else from its StorageClass's provisioner secret for the
+/// claim in its claimRef. A secret that cannot be read (deleted before its volume, say) is
+/// logged and the volume deleted without it, as Go does: the driver says whether it needs it.
+async fn deletion_secrets(
+    ctx: &Ctx,
+    pv: &PersistentVolume,
+    target: &delete::Target,
+) -> Result<HashMap<String, String>, Error> {
+    let reference = match &target.secret {
+        SecretSource::Annotated(r) => r.clone(),
+        SecretSource::FromClass => class_secret(ctx, pv, target.migrated)?,
+    };
+    let Some(reference) = reference else {
+        return Ok(HashMap::new());
+    };
+    match kube_io::secret_data(ctx, &reference).await {
+        Ok(data) => Ok(data),
+        Err(e) => {
+            tracing::warn!(pv = ?pv.metadata.name, error = %e, "deleting the volume without its provisioner secret");
+            Ok(HashMap::new())
+        }
+    }
+}
+
+/// The provisioner secret the PV's class names (translated first for a migrated in-tree
+/// class), resolved for the claim of its claimRef; `None` without class or claimRef.
+fn class_secret(
+    ctx: &Ctx,
+    pv: &PersistentVolume,
+    migrated: bool,
+) -> Result<Option<SecretReference>, Error> {
+    let spec = pv.spec.clone().unwrap_or_default();
+    let Some(class) = spec
+        .storage_class_name
+        .filter(|c| !c.is_empty())
+        .and_then(|c| ctx.classes.get(&ObjectRef::new(&c)))
+    else {
+        return Ok(None);
+    };
+    let Some(claim_ref) = spec.claim_ref else {
+        return Ok(None);
+    };
+    let class = if migrated && Some(class.provisioner.as_str()) != Some(ctx.driver.name.as_str()) {
+        migration::translate_class(&class.provisioner, &class)?
+    } else {
+        class.as_ref().clone()
+    };
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: claim_ref.name,
+            namespace: claim_ref.namespace,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let params = class.parameters.unwrap_or_default();
+    let pv_name = pv.metadata.name.clone().unwrap_or_default();
+    secrets::secret_ref(SecretKind::Provisioner, &params, &pv_name, &claim)
 }

@@ -53,6 +53,8 @@ pub(crate) struct Ctx {
     pub classes: Store<StorageClass>,
     pub csinodes: Store<CSINode>,
     pub nodes: Store<Node>,
+    /// `storage.kubernetes.io/csiProvisionerIdentity` of the volumes made by this run.
+    pub identity: String,
     in_progress: Mutex<HashMap<String, InProgress>>,
     /// UIDs of PVs whose volume we deleted: the watch events of our own finalizer removal and
     /// delete must not call DeleteVolume again.
@@ -167,6 +169,7 @@ impl Controller {
         let (csinodes, csinode_writer) = reflector::store();
         let (nodes, node_writer) = reflector::store();
         let component = format!("{}_{}", self.driver.name, sidecar::default_identity());
+        let identity = crate::pv::identity(&self.driver.name);
         let ctx = Arc::new(Ctx {
             recorder: sidecar::EventRecorder::new(self.client.clone(), component),
             queue: self.queue,
@@ -180,6 +183,7 @@ impl Controller {
             classes,
             csinodes,
             nodes,
+            identity,
             in_progress: Mutex::new(HashMap::new()),
             deleted: Remembered::default(),
             pv_delete_accepted: Remembered::default(),

@@ -207,6 +207,7 @@ async fn provision(
         requested_bytes: required,
         fs_type,
         secrets: secret_refs,
+        identity: &ctx.identity,
     });
     if let ClassKind::MigratedInTree { in_tree_plugin } = kind {
         new_pv = migration::to_in_tree(&new_pv, in_tree_plugin, &ctx.driver.name)?;
