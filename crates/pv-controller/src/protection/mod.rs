@@ -19,3 +19,36 @@ pub(crate) fn finalizers_patch(
 ) -> serde_json::Value {
     json!({"metadata": {"finalizers": list, "resourceVersion": resource_version}})
 }
+
+/// A finalizer write's result, with a 404 as `Ok(None)`: the object is already gone, which is
+/// what removing the finalizer was for (and, when adding it, leaves nothing to protect). It is
+/// success, not a failure to retry or warn about.
+pub(crate) fn unless_gone<T>(result: Result<T, kube::Error>) -> Result<Option<T>, kube::Error> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("m", "r")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn an_object_already_gone_is_success() {
+        assert_eq!(unless_gone(Ok::<_, kube::Error>(1)).unwrap(), Some(1));
+        assert_eq!(unless_gone::<i32>(Err(api_error(404))).unwrap(), None);
+        assert!(unless_gone::<i32>(Err(api_error(409))).is_err());
+        assert!(unless_gone::<i32>(Err(api_error(500))).is_err());
+    }
+}

@@ -3,7 +3,7 @@
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Patch, PatchParams};
 
-use super::finalizers_patch;
+use super::{finalizers_patch, unless_gone};
 use crate::Error;
 use crate::controller::Ctx;
 use crate::names::PV_PROTECTION_FINALIZER;
@@ -28,16 +28,20 @@ pub(crate) async fn sync(ctx: &Ctx, volume: &PersistentVolume) -> Result<(), Err
         return Ok(());
     };
     let patch = finalizers_patch(&list, volume.metadata.resource_version.as_deref());
-    let updated = ctx
+    let written = ctx
         .volumes_api()
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| {
-            Error::kube(
-                format!("updating the finalizers of PersistentVolume {name}"),
-                e,
-            )
-        })?;
+        .await;
+    let Some(updated) = unless_gone(written).map_err(|e| {
+        Error::kube(
+            format!("updating the finalizers of PersistentVolume {name}"),
+            e,
+        )
+    })?
+    else {
+        tracing::debug!(volume = %name, "pv-protection finalizer: the volume is already gone");
+        return Ok(());
+    };
     tracing::info!(volume = %name, removed = deleting, "pv-protection finalizer");
     ctx.remember_volume(updated);
     Ok(())

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 
-use super::finalizers_patch;
+use super::{finalizers_patch, unless_gone};
 use crate::Error;
 use crate::controller::Ctx;
 use crate::names::PVC_PROTECTION_FINALIZER;
@@ -70,16 +70,20 @@ pub(crate) async fn sync(
         return Ok(());
     };
     let patch = finalizers_patch(&list, claim.metadata.resource_version.as_deref());
-    let updated = ctx
+    let written = ctx
         .claims_api(&namespace)
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| {
-            Error::kube(
-                format!("updating the finalizers of PersistentVolumeClaim {namespace}/{name}"),
-                e,
-            )
-        })?;
+        .await;
+    let Some(updated) = unless_gone(written).map_err(|e| {
+        Error::kube(
+            format!("updating the finalizers of PersistentVolumeClaim {namespace}/{name}"),
+            e,
+        )
+    })?
+    else {
+        tracing::debug!(claim = %format!("{namespace}/{name}"), "pvc-protection finalizer: the claim is already gone");
+        return Ok(());
+    };
     tracing::info!(claim = %format!("{namespace}/{name}"), removed = deleting, "pvc-protection finalizer");
     ctx.remember_claim(updated);
     Ok(())
