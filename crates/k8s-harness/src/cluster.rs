@@ -132,6 +132,12 @@ impl Cluster {
         let openssl = assets::on_path("openssl", "openssl")?;
         let node_tools = match &options.node {
             Some(_) => {
+                if !rustix::process::geteuid().is_root() {
+                    return Err(Error::Missing(
+                        "root, to run containerd and the kubelet (they mount and make cgroups)"
+                            .into(),
+                    ));
+                }
                 if !assets.pause_image.is_file() {
                     return Err(Error::Missing(format!(
                         "the pause image {} (set {} to a docker-archive of {})",
