@@ -334,7 +334,8 @@ async fn migrated_and_in_tree_provisioning_of_an_aws_ebs_class_agree() {
     let ann = bound.metadata.annotations.clone().unwrap();
     assert_eq!(ann[ANN_STORAGE_PROVISIONER], DRIVER);
     assert_eq!(ann[ANN_BETA_STORAGE_PROVISIONER], DRIVER);
-    assert_eq!(ann[ANN_MIGRATED_TO], DRIVER);
+    // As kube-controller-manager v1.26: no migrated-to on the claim (it is on the PV).
+    assert!(!ann.contains_key(ANN_MIGRATED_TO));
     assert_eq!(
         prov.calls(CREATE_VOLUME, Some(true)),
         1,
@@ -470,6 +471,8 @@ async fn migrated_and_in_tree_provisioning_of_an_aws_ebs_class_agree() {
         "metadata.annotations[kubernetes.io/createdby]",
         "metadata.annotations[pv.kubernetes.io/bound-by-controller]",
         "metadata.annotations[pv.kubernetes.io/migrated-to]",
+        "metadata.annotations[volume.kubernetes.io/provisioner-deletion-secret-name]",
+        "metadata.annotations[volume.kubernetes.io/provisioner-deletion-secret-namespace]",
         "spec.claimRef.resourceVersion",
     ]
     .into();
@@ -485,6 +488,10 @@ async fn migrated_and_in_tree_provisioning_of_an_aws_ebs_class_agree() {
     assert_eq!(
         differences["metadata.annotations[pv.kubernetes.io/migrated-to]"],
         (None, Some(Value::from(DRIVER)))
+    );
+    assert_eq!(
+        differences["metadata.annotations[volume.kubernetes.io/provisioner-deletion-secret-name]"],
+        (None, Some(Value::from("")))
     );
     // Same zone labels and affinity, same fsType, capacity, modes, class, mount options.
     assert_eq!(
