@@ -39,9 +39,11 @@ IMAGES = {
 
 # What mount-utils execs (mount.rs, blkid.rs, format.rs, fsck.rs, resize.rs), found in PATH.
 MOUNT_TOOLS = [
-    "mount", "umount", "blkid", "mkfs.ext4", "mkfs.ext3", "mkfs.xfs", "e2fsck", "resize2fs",
-    "xfs_growfs",
+    "mount", "umount", "blkid", "mkfs.ext2", "mkfs.ext3", "mkfs.ext4", "mkfs.xfs", "e2fsck",
+    "resize2fs", "xfs_growfs",
 ]
+# mke2fs's defaults (filesystem features per type), as Debian's e2fsprogs sets them.
+NODE_CONFIG = ["/etc/mke2fs.conf"]
 # The hostpath driver adds loop devices (loopdev.rs) and copies snapshots (backing.rs).
 NODE_TOOLS = {
     "ebs-csi-driver": MOUNT_TOOLS,
@@ -74,18 +76,18 @@ class Layer:
     """Files of one layer, keyed by their path in the image (no leading slash)."""
 
     def __init__(self):
-        self.entries = {}  # path -> ("dir",) | ("file", host_path) | ("link", target)
+        self.entries = {}  # path -> ("dir", mode) | ("file", host_path) | ("link", target)
 
-    def add_dir(self, path):
+    def add_dir(self, path, mode=0o755):
         path = path.strip("/")
-        while path and path not in self.entries:
-            self.entries[path] = ("dir",)
-            path = os.path.dirname(path)
+        self._add_parents(path)
+        self.entries[path] = ("dir", mode)
 
     def _add_parents(self, path):
         parent = os.path.dirname(path)
-        if parent:
-            self.add_dir(parent)
+        while parent and parent not in self.entries:
+            self.entries[parent] = ("dir", 0o755)
+            parent = os.path.dirname(parent)
 
     def add_file(self, path, host_path):
         path = path.strip("/")
@@ -128,7 +130,7 @@ class Layer:
                 info.uname = info.gname = ""
                 if entry[0] == "dir":
                     info.type = tarfile.DIRTYPE
-                    info.mode = 0o755
+                    info.mode = entry[1]
                     tar.addfile(info)
                 elif entry[0] == "link":
                     info.type = tarfile.SYMTYPE
@@ -177,7 +179,7 @@ def base_layer(binary):
     for link, target in MERGED_USR_LINKS.items():
         layer.add_symlink(link, target)
     layer.add_dir("etc")
-    layer.add_dir("tmp")
+    layer.add_dir("tmp", 0o1777)
     layer.add_dir("usr/bin")
     layer.add_dir("usr/sbin")
     for tool in NODE_TOOLS.get(binary, []):
@@ -186,6 +188,11 @@ def base_layer(binary):
         layer.add_host_path(host)
         for lib in shared_libs(os.path.realpath(host)):
             layer.add_host_path(lib)
+    if binary in NODE_TOOLS:
+        for conf in NODE_CONFIG:
+            if not os.path.isfile(conf):
+                die(f"{conf} missing (apt-get install e2fsprogs)")
+            layer.add_host_path(conf)
     if binary in NEEDS_CA:
         if not os.path.isfile(CA_BUNDLE):
             die(f"{CA_BUNDLE} missing (apt-get install ca-certificates)")
