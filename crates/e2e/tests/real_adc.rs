@@ -1,0 +1,680 @@
+//! Our attach/detach controller against kube-controller-manager's, on real Kubernetes v1.26:
+//! the same scenario runs on two clusters one after the other, (A) with kcm's own
+//! `attachdetach` controller and (B) with kcm's `--controllers=*,-attachdetach` and our
+//! `attach-detach-controller` running as the ServiceAccount `kube-system/attachdetach-controller`
+//! (which the bootstrap ClusterRoleBinding `system:controller:attachdetach-controller` gives
+//! exactly kcm's RBAC). The scenario: `ebs-csi-driver --mode all` on an embedded EC2, our
+//! registrar, csi-attacher and csi-provisioner, deploy/'s CSIDriver and `ebs-sc` class, one
+//! claim and one pod; beside it the skip-attach case, a static hostpath.csi.k8s.io volume whose
+//! CSIDriver says `attachRequired: false`, in a second pod. Both pods get Ready, then are deleted
+//! and the EBS volume detached. What the ADC side wrote (the VolumeAttachment,
+//! node.status.volumesAttached and who wrote it, its Events, the node's controller-managed
+//! annotation, no VolumeAttachment for hostpath) is recorded with the run's volume IDs, names and
+//! instance IDs replaced by placeholders, printed, and the two runs must be equal; the known
+//! differences (field manager name, the Events' reporting fields: docs/attach-detach.md) are
+//! printed, not compared.
+// Test code (helpers included): a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_harness::{Cluster, ClusterOptions};
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use serde_json::{Value, json};
+
+const DRIVER: &str = "ebs.csi.aws.com";
+const NODE: &str = "node-adc";
+const PATIENCE: Duration = Duration::from_secs(90);
+const HOSTPATH: &str = "hostpath.csi.k8s.io";
+const MANAGED: &str = "volumes.kubernetes.io/controller-managed-attach-detach";
+
+/// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn workspace_bin(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.parent()?.join(name)).filter(|p| p.exists())
+}
+
+fn spawn(bin: &Path, args: &[String], log: &Path) -> ChildGuard {
+    let log = std::fs::File::create(log).unwrap();
+    ChildGuard(
+        Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display())),
+    )
+}
+
+/// `probe`'s first `Some` within [`PATIENCE`], polled every 250 ms; on time-out, panics with
+/// `what` and the end of each of `logs`.
+async fn eventually<T, F, Fut>(what: &str, logs: &[PathBuf], mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            let tails: Vec<String> = logs
+                .iter()
+                .map(|p| {
+                    let text = std::fs::read_to_string(p).unwrap_or_default();
+                    let lines: Vec<&str> = text.lines().collect();
+                    format!(
+                        "--- {} ---\n{}",
+                        p.display(),
+                        lines[lines.len().saturating_sub(25)..].join("\n")
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out after {PATIENCE:?} waiting for {what}\n{}",
+                tails.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn repo_file(rel: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+struct Bins {
+    driver: PathBuf,
+    registrar: PathBuf,
+    attacher: PathBuf,
+    provisioner: PathBuf,
+    adc: PathBuf,
+    hostpath: PathBuf,
+}
+
+/// Which attach/detach controller a run has.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Adc {
+    Kcm,
+    Ours,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_attach_detach_controller_writes_what_kcms_writes() {
+    let found: Vec<Option<PathBuf>> = [
+        "ebs-csi-driver",
+        "csi-node-driver-registrar",
+        "csi-attacher",
+        "csi-provisioner",
+        "attach-detach-controller",
+        "hostpath-csi-driver",
+    ]
+    .iter()
+    .map(|b| workspace_bin(b))
+    .collect();
+    let [
+        Some(driver),
+        Some(registrar),
+        Some(attacher),
+        Some(provisioner),
+        Some(adc),
+        Some(hostpath),
+    ] = <[Option<PathBuf>; 6]>::try_from(found).unwrap()
+    else {
+        test_support::skip_or_fail(
+            "the workspace binaries are not built (cargo build --bins -p attach-detach -p ebs-driver -p registrar -p attacher -p provisioner -p hostpath-driver)",
+        );
+        return;
+    };
+    if !Path::new("/dev/loop-control").exists() {
+        test_support::skip_or_fail(
+            "no /dev/loop-control: the embedded EC2 backs volumes with loop devices",
+        );
+        return;
+    }
+    let bins = Bins {
+        driver,
+        registrar,
+        attacher,
+        provisioner,
+        adc,
+        hostpath,
+    };
+    let t0 = Instant::now();
+    let Some(kcm) = scenario(&bins, Adc::Kcm).await else {
+        return;
+    };
+    let Some(ours) = scenario(&bins, Adc::Ours).await else {
+        return;
+    };
+    println!(
+        "kube-controller-manager's attachdetach:\n{}",
+        serde_json::to_string_pretty(&kcm).unwrap()
+    );
+    println!(
+        "attach-detach-controller:\n{}",
+        serde_json::to_string_pretty(&ours).unwrap()
+    );
+    println!("both runs took {:?}", t0.elapsed());
+    // Each field on its own, so a failure names it; `known_differences` is only printed.
+    let keys = kcm.as_object().unwrap().keys();
+    for key in keys.filter(|k| *k != "known_differences") {
+        assert_eq!(ours[key], kcm[key], "{key}: ours differs from kcm's");
+    }
+    // The scenario's own claims, whoever runs the ADC.
+    assert_eq!(kcm["hostpath_volume_attachments"], json!([]));
+    assert_eq!(
+        kcm["volume_attachment"]["name_is_csi_sha256_of_handle_driver_node"],
+        json!(true)
+    );
+    assert_eq!(kcm["node_annotation_controller_managed"], json!("true"));
+}
+
+/// One cluster, one claim + pod, attached, Ready, deleted, detached; what the ADC side wrote,
+/// normalised. `None`: the cluster could not start here (skipped).
+async fn scenario(bins: &Bins, adc: Adc) -> Option<Value> {
+    let controllers = match adc {
+        Adc::Kcm => "*",
+        Adc::Ours => "*,-attachdetach",
+    };
+    let cluster = Cluster::start_or_skip(ClusterOptions::full(controllers, NODE)).await?;
+    let root = cluster.kubelet_root_dir().unwrap().to_path_buf();
+    let work = tempfile::tempdir().unwrap();
+    let log = |name: &str| work.path().join(format!("{name}.log"));
+    let plugin_dir = root.join("plugins").join(DRIVER);
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    let socket = plugin_dir.join("csi.sock");
+
+    for file in [
+        "deploy/kubernetes/base/serviceaccounts.yaml",
+        "deploy/kubernetes/rbac/attacher/rbac-attacher.yaml",
+        "deploy/kubernetes/rbac/provisioner/rbac-provisioner.yaml",
+        "deploy/kubernetes/base/csidriver.yaml",
+        "deploy/kubernetes/overlays/ebs/storageclass.yaml",
+    ] {
+        cluster
+            .apply(&repo_file(file))
+            .unwrap_or_else(|e| panic!("applying {file}: {e}"));
+    }
+    let sa = cluster
+        .service_account_kubeconfig("kube-system", "ebs-csi-controller-sa")
+        .await
+        .unwrap();
+    let mut children = vec![
+        spawn(
+            &bins.driver,
+            &[
+                "--mode=all".into(),
+                format!("--endpoint=unix://{}", socket.display()),
+                format!("--embedded-ec2={}", work.path().join("ec2").display()),
+            ],
+            &log("ebs-plugin"),
+        ),
+        spawn(
+            &bins.registrar,
+            &[
+                format!("--csi-address={}", socket.display()),
+                format!("--kubelet-registration-path={}", socket.display()),
+                format!(
+                    "--plugin-registration-path={}",
+                    root.join("plugins_registry").display()
+                ),
+            ],
+            &log("registrar"),
+        ),
+    ];
+    // The skip-attach case: hostpath.csi.k8s.io, whose CSIDriver says attachRequired: false.
+    // Its pod names its node: kube-scheduler would otherwise race kcm's binding of the static
+    // claim and retry up to 30 s later ("unbound immediate PersistentVolumeClaims").
+    let hp_dir = root.join("plugins").join(HOSTPATH);
+    std::fs::create_dir_all(&hp_dir).unwrap();
+    let hp_socket = hp_dir.join("csi.sock");
+    children.push(spawn(
+        &bins.hostpath,
+        &[
+            format!("--endpoint=unix://{}", hp_socket.display()),
+            format!("--node-id={NODE}"),
+            format!("--state-dir={}", work.path().join("hostpath").display()),
+            "--capacity=1Gi".into(),
+        ],
+        &log("hostpath-plugin"),
+    ));
+    children.push(spawn(
+        &bins.registrar,
+        &[
+            format!("--csi-address={}", hp_socket.display()),
+            format!("--kubelet-registration-path={}", hp_socket.display()),
+            format!(
+                "--plugin-registration-path={}",
+                root.join("plugins_registry").display()
+            ),
+        ],
+        &log("hostpath-registrar"),
+    ));
+    for (bin, name) in [
+        (&bins.attacher, "csi-attacher"),
+        (&bins.provisioner, "csi-provisioner"),
+    ] {
+        let mut args = vec![
+            format!("--csi-address={}", socket.display()),
+            format!("--kubeconfig={}", sa.display()),
+            "--timeout=60s".into(),
+            "--v=4".into(),
+        ];
+        if name == "csi-provisioner" {
+            args.extend([
+                "--feature-gates=Topology=true".into(),
+                "--extra-create-metadata".into(),
+                "--default-fstype=ext4".into(),
+            ]);
+        }
+        children.push(spawn(bin, &args, &log(name)));
+    }
+    if adc == Adc::Ours {
+        // The account kcm's own controller runs as (--use-service-account-credentials): the
+        // bootstrap policy binds it to system:controller:attachdetach-controller.
+        let adc_sa = cluster
+            .service_account_kubeconfig("kube-system", "attachdetach-controller")
+            .await
+            .unwrap();
+        children.push(spawn(
+            &bins.adc,
+            &[format!("--kubeconfig={}", adc_sa.display()), "--v=4".into()],
+            &log("attach-detach-controller"),
+        ));
+    }
+    let mut logs = vec![
+        log("ebs-plugin"),
+        log("csi-attacher"),
+        log("csi-provisioner"),
+        cluster.log_path("kubelet"),
+        cluster.log_path("kube-controller-manager"),
+    ];
+    if adc == Adc::Ours {
+        logs.push(log("attach-detach-controller"));
+    }
+
+    let admin = cluster.admin_client().await.unwrap();
+    let hp_handle = hostpath_volume(&hp_socket).await;
+    cluster
+        .apply(&repo_file(
+            "deploy/kubernetes/overlays/hostpath/csidriver.yaml",
+        ))
+        .unwrap();
+    cluster
+        .apply(&format!(
+            r#"apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: hostpath-pv}}
+spec:
+  capacity: {{storage: 1Mi}}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  csi: {{driver: {HOSTPATH}, volumeHandle: "{hp_handle}"}}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions: [{{key: topology.hostpath.csi/node, operator: In, values: [{NODE}]}}]
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: local, namespace: default}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  volumeName: hostpath-pv
+  resources: {{requests: {{storage: 1Mi}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: local-writer, namespace: default}}
+spec:
+  nodeName: {NODE}
+  hostNetwork: true
+  containers:
+  - name: app
+    image: {image}
+    imagePullPolicy: Never
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {{claimName: local}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data, namespace: default}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ebs-sc
+  resources: {{requests: {{storage: 1Gi}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: writer, namespace: default}}
+spec:
+  hostNetwork: true
+  containers:
+  - name: app
+    image: {image}
+    imagePullPolicy: Never
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {{claimName: data}}
+"#,
+            image = k8s_harness::PAUSE_IMAGE,
+        ))
+        .unwrap();
+    let start = Instant::now();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    for pod in ["writer", "local-writer"] {
+        eventually(&format!("pod {pod} Ready"), &logs, || {
+            let pods = pods.clone();
+            async move {
+                let p = pods.get(pod).await.ok()?;
+                p.status
+                    .as_ref()?
+                    .conditions
+                    .as_ref()?
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+                    .then_some(())
+            }
+        })
+        .await;
+        println!(
+            "{adc:?}: pod {pod} Ready {:?} after it was created",
+            start.elapsed()
+        );
+    }
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
+    let pv_name = claims.get("data").await.unwrap().spec.unwrap().volume_name;
+    let pv_name = pv_name.expect("claim data bound");
+    let pvs: Api<PersistentVolume> = Api::all(admin.clone());
+    let handle = pvs.get(&pv_name).await.unwrap().spec.unwrap().csi.unwrap();
+    let handle = handle.volume_handle;
+    let instance = Api::<CSINode>::all(admin.clone())
+        .get(NODE)
+        .await
+        .unwrap()
+        .spec
+        .drivers
+        .into_iter()
+        .find(|d| d.name == DRIVER)
+        .unwrap()
+        .node_id;
+    let normalise = |s: &str| {
+        s.replace(&pv_name, "<pv>")
+            .replace(&handle, "<volume-id>")
+            .replace(&hp_handle, "<hostpath-volume-id>")
+            .replace(&instance, "<instance-id>")
+    };
+
+    // The VolumeAttachment, as the ADC created it and csi-attacher marked it attached.
+    let vas: Api<VolumeAttachment> = Api::all(admin.clone());
+    let va = vas
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|v| v.spec.source.persistent_volume_name.as_deref() == Some(pv_name.as_str()))
+        .expect("a VolumeAttachment for the PV");
+    let va_name = va.metadata.name.clone().unwrap();
+    let managers: BTreeSet<String> = va
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|m| {
+            format!(
+                "{} {} {}",
+                m.manager.as_deref().unwrap_or(""),
+                m.operation.as_deref().unwrap_or(""),
+                m.subresource.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    let hostpath_vas: Vec<String> = vas
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|v| v.spec.attacher == HOSTPATH)
+        .map(|v| v.metadata.name.clone().unwrap_or_default())
+        .collect();
+    let va_record = json!({
+        "name_is_csi_sha256_of_handle_driver_node":
+            va_name == volume_plugins::names::volume_attachment_name(&handle, DRIVER, NODE),
+        "labels": va.metadata.labels,
+        "annotations": va.metadata.annotations.iter().flatten()
+            .map(|(k, v)| format!("{k}={}", normalise(v)))
+            .collect::<Vec<_>>(),
+        "finalizers": va.metadata.finalizers,
+        "owner_references": va.metadata.owner_references,
+        "spec": normalise(&serde_json::to_string(&va.spec).unwrap()),
+        "status_attached": va.status.as_ref().map(|s| s.attached),
+        "managers": managers.iter().map(|m| as_adc(m)).collect::<BTreeSet<_>>(),
+    });
+
+    // node.status.volumesAttached once the kubelet mounted (the kubelet waits for it).
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let node = nodes.get(NODE).await.unwrap();
+    let attached: Vec<Value> = node
+        .status
+        .as_ref()
+        .and_then(|s| s.volumes_attached.clone())
+        .unwrap_or_default()
+        .iter()
+        .map(|v| json!({"name": normalise(&v.name), "devicePath": v.device_path}))
+        .collect();
+    // Who wrote volumesAttached, and how (the status subresource).
+    let status_writers: BTreeSet<String> = node
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.to_string().contains("f:volumesAttached"))
+        })
+        .map(|m| {
+            format!(
+                "{} {} {}",
+                m.manager.as_deref().unwrap_or(""),
+                m.operation.as_deref().unwrap_or(""),
+                m.subresource.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    let annotation = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(MANAGED))
+        .cloned();
+
+    // Delete the pod: the kubelet unmounts, the ADC detaches and deletes the VolumeAttachment.
+    for pod in ["writer", "local-writer"] {
+        pods.delete(pod, &DeleteParams::default().grace_period(0))
+            .await
+            .unwrap();
+    }
+    let detach_start = Instant::now();
+    eventually(&format!("VolumeAttachment {va_name} gone"), &logs, || {
+        let vas = vas.clone();
+        let name = va_name.clone();
+        async move { vas.get_opt(&name).await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    let after = eventually("node.status.volumesAttached empty", &logs, || {
+        let nodes = nodes.clone();
+        async move {
+            let n = nodes.get(NODE).await.ok()?;
+            let list = n.status?.volumes_attached.unwrap_or_default();
+            list.is_empty().then_some(list.len())
+        }
+    })
+    .await;
+    println!(
+        "{adc:?}: detached {:?} after the pod's delete",
+        detach_start.elapsed()
+    );
+
+    // The ADC's Events: everything about attaching and detaching, whoever wrote it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let events: BTreeSet<String> = Api::<Event>::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|e| {
+            let reason = e.reason.as_deref().unwrap_or("");
+            let component = e.source.as_ref().and_then(|s| s.component.as_deref());
+            reason.contains("Attach")
+                || reason.contains("Detach")
+                || component == Some(attach_detach::COMPONENT)
+        })
+        .map(|e| {
+            format!(
+                "{} {} {}/{} source={} count>0={}: {}",
+                e.type_.as_deref().unwrap_or(""),
+                e.reason.as_deref().unwrap_or(""),
+                e.involved_object.kind.as_deref().unwrap_or(""),
+                e.involved_object.name.as_deref().unwrap_or(""),
+                e.source
+                    .as_ref()
+                    .and_then(|s| s.component.as_deref())
+                    .unwrap_or(""),
+                e.count.unwrap_or(0) > 0,
+                normalise(e.message.as_deref().unwrap_or("")),
+            )
+        })
+        .collect();
+
+    // Known differences, printed and not compared (docs/attach-detach.md).
+    let reporting: BTreeSet<String> = Api::<Event>::all(admin.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|e| {
+            e.source.as_ref().and_then(|s| s.component.as_deref()) == Some(attach_detach::COMPONENT)
+        })
+        .map(|e| {
+            format!(
+                "reportingComponent={:?} reportingInstance={:?} source.host={:?}",
+                e.reporting_component.as_deref().unwrap_or(""),
+                e.reporting_instance.as_deref().unwrap_or(""),
+                e.source
+                    .as_ref()
+                    .and_then(|s| s.host.as_deref())
+                    .unwrap_or("")
+            )
+        })
+        .collect();
+    let differences = json!({
+        "volume_attachment_managers": managers,
+        "node_volumes_attached_writers": status_writers,
+        "event_reporting": reporting,
+    });
+
+    // Clean up the EC2 volume (loop device) through the provisioner before the cluster goes.
+    claims
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(&format!("PV {pv_name} deleted"), &logs, || {
+        let pvs = pvs.clone();
+        let name = pv_name.clone();
+        async move { pvs.get_opt(&name).await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    if adc == Adc::Ours {
+        let text = std::fs::read_to_string(log("attach-detach-controller")).unwrap();
+        assert!(
+            !text.contains("forbidden"),
+            "our ADC was refused something by kcm's RBAC:\n{text}"
+        );
+    }
+    drop(children);
+    Some(json!({
+        "known_differences": differences,
+        "volume_attachment": va_record,
+        "node_volumes_attached": attached,
+        "node_volumes_attached_after_detach": after,
+        "node_annotation_controller_managed": annotation,
+        "node_volumes_attached_writers":
+            status_writers.iter().map(|m| as_adc(m)).collect::<BTreeSet<_>>(),
+        "hostpath_volume_attachments": hostpath_vas,
+        "events": events,
+    }))
+}
+
+/// A 1 MiB volume on the hostpath driver at `socket` (CreateVolume), waiting for the socket;
+/// its volume ID.
+async fn hostpath_volume(socket: &Path) -> String {
+    use csi_spec::v1::controller_client::ControllerClient;
+    use csi_spec::v1::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
+    use csi_spec::v1::{CapacityRange, CreateVolumeRequest, VolumeCapability};
+    let endpoint = format!("unix://{}", socket.display());
+    let channel = eventually("the hostpath driver's socket", &[], || {
+        let endpoint = endpoint.clone();
+        async move { csi_spec::connect_unix(&endpoint).await.ok() }
+    })
+    .await;
+    ControllerClient::new(channel)
+        .create_volume(CreateVolumeRequest {
+            name: "real-adc-local".into(),
+            capacity_range: Some(CapacityRange {
+                required_bytes: 1 << 20,
+                limit_bytes: 0,
+            }),
+            volume_capabilities: vec![VolumeCapability {
+                access_type: Some(AccessType::Mount(MountVolume::default())),
+                access_mode: Some(AccessMode {
+                    mode: access_mode::Mode::SingleNodeWriter.into(),
+                }),
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap()
+        .volume_id
+}
+
+/// A field manager line with the attach/detach controller's name (kcm's or ours) as `<adc>`.
+fn as_adc(line: &str) -> String {
+    ["kube-controller-manager ", "attach-detach-controller "]
+        .iter()
+        .fold(line.to_owned(), |l, name| l.replace(name, "<adc> "))
+}
