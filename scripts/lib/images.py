@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -54,6 +55,8 @@ NEEDS_CA = {"ebs-csi-driver"}
 
 TOOL_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 MERGED_USR_LINKS = {"bin": "usr/bin", "sbin": "usr/sbin", "lib": "usr/lib", "lib64": "usr/lib64"}
+# uname -m -> the image config's architecture (OCI/Go names).
+ARCHITECTURES = {"x86_64": "amd64", "aarch64": "arm64"}
 
 
 def die(msg):
@@ -200,11 +203,24 @@ def base_layer(binary):
     return layer
 
 
+def check_host():
+    """The layout above copies this system's merged /usr; say so when it is not one."""
+    for link, target in MERGED_USR_LINKS.items():
+        if link == "lib64" and not os.path.lexists("/lib64"):
+            continue
+        if os.path.realpath("/" + link) != "/" + target:
+            die(f"/{link} is not a symlink to /{target}: scripts/images needs a merged-/usr system (Debian 12)")
+    machine = platform.machine()
+    if machine not in ARCHITECTURES:
+        die(f"architecture {machine}: not one of {', '.join(ARCHITECTURES)}")
+    return ARCHITECTURES[machine]
+
+
 def sha256(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def build_image(binary, binary_path, tag, out_dir, mtime):
+def build_image(binary, binary_path, tag, out_dir, mtime, arch):
     base = base_layer(binary)
     for lib in shared_libs(binary_path):
         base.add_host_path(lib)
@@ -217,7 +233,7 @@ def build_image(binary, binary_path, tag, out_dir, mtime):
     if binary in NEEDS_CA:
         env.append(f"SSL_CERT_FILE={CA_BUNDLE}")
     config = {
-        "architecture": "amd64",
+        "architecture": arch,
         "os": "linux",
         "created": created,
         "config": {"Entrypoint": [f"/{binary}"], "Env": env, "WorkingDir": "/"},
@@ -292,6 +308,7 @@ def main():
         mtime = int(epoch)
     except ValueError:
         die(f"SOURCE_DATE_EPOCH={epoch!r}: not an integer")
+    arch = check_host()
     version = "v" + workspace_version()
     os.makedirs(args.out, exist_ok=True)
     for n in names:
@@ -299,7 +316,7 @@ def main():
         if not os.path.isfile(binary_path):
             die(f"{binary_path}: not built (drop --no-build, or build with --profile {args.profile})")
         tag = f"{args.tag_prefix}{n}:{version}"
-        path, config_digest = build_image(n, binary_path, tag, args.out, mtime)
+        path, config_digest = build_image(n, binary_path, tag, args.out, mtime, arch)
         size = os.path.getsize(path)
         print(f"{tag}\t{path}\t{size / 1048576:.1f} MiB\tsha256:{config_digest}")
 
