@@ -1,0 +1,405 @@
+//! `csi-node-agent` as a node of a real control plane: kube-apiserver, kube-controller-manager
+//! (its own attach/detach and PV controllers) and kube-scheduler v1.26, no kubelet. Our agent
+//! registers the Node and its Lease, is the plugin watcher for `csi-node-driver-registrar`,
+//! writes CSINode, volumesInUse and the pod's status; kcm's ADC attaches through our
+//! csi-attacher, our agent stages and publishes through `ebs-csi-driver` on an embedded EC2,
+//! and tears down and removes the pod when it is deleted.
+// Test code (helpers included): a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_harness::{Cluster, ClusterOptions};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+
+const DRIVER: &str = "ebs.csi.aws.com";
+const NODE: &str = "agent-node";
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
+struct ChildGuard(Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn workspace_bin(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.parent()?.join(name)).filter(|p| p.exists())
+}
+
+fn spawn(bin: &Path, args: &[String], log: &Path) -> ChildGuard {
+    let log = std::fs::File::create(log).unwrap();
+    ChildGuard(
+        Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display())),
+    )
+}
+
+/// `probe`'s first `Some` within `timeout`, polled every 250 ms; on time-out, panics with
+/// `what` and the logs `logs` names (the end of each).
+async fn eventually<T, F, Fut>(what: &str, logs: &[&Path], mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            let tails: Vec<String> = logs
+                .iter()
+                .map(|p| {
+                    let text = std::fs::read_to_string(p).unwrap_or_default();
+                    let lines: Vec<&str> = text.lines().collect();
+                    format!(
+                        "--- {} ---\n{}",
+                        p.display(),
+                        lines[lines.len().saturating_sub(25)..].join("\n")
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out after {PATIENCE:?} waiting for {what}\n{}",
+                tails.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn is_mount_point(path: &Path) -> bool {
+    let want = path.to_str().unwrap();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some(want))
+}
+
+fn repo_file(rel: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The agent's credentials: admin for now. With the node's own identity (user
+/// `system:node:agent-node`, group `system:nodes`) the Node authorizer refuses the agent's
+/// cluster-wide list/watch of PersistentVolumes, PersistentVolumeClaims and VolumeAttachments
+/// (tried: a 403 on each, and the Node never Ready); the kubelet gets only the objects of its
+/// own pods. Scoping the agent to its node (issue 23) lets it run as the node.
+fn agent_identity(cluster: &Cluster) -> PathBuf {
+    cluster.admin_kubeconfig().to_path_buf()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_agent_serves_a_pod_under_real_kcm_and_scheduler() {
+    let bins: Vec<Option<PathBuf>> = [
+        "ebs-csi-driver",
+        "csi-node-driver-registrar",
+        "csi-attacher",
+        "csi-provisioner",
+        "csi-node-agent",
+    ]
+    .iter()
+    .map(|b| workspace_bin(b))
+    .collect();
+    let [
+        Some(driver_bin),
+        Some(registrar_bin),
+        Some(attacher_bin),
+        Some(provisioner_bin),
+        Some(agent_bin),
+    ] = <[Option<PathBuf>; 5]>::try_from(bins).unwrap()
+    else {
+        test_support::skip_or_fail(
+            "the workspace binaries are not built (cargo build --workspace --bins)",
+        );
+        return;
+    };
+    if !Path::new("/dev/loop-control").exists() {
+        test_support::skip_or_fail(
+            "no /dev/loop-control: the embedded EC2 backs volumes with loop devices",
+        );
+        return;
+    }
+    let options = ClusterOptions::control_plane()
+        .controller_manager("*")
+        .scheduler();
+    let Some(cluster) = Cluster::start_or_skip(options).await else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("kubelet");
+    let log = |name: &str| work.path().join(format!("{name}.log"));
+    let plugin_dir = root.join("plugins").join(DRIVER);
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    let socket = plugin_dir.join("csi.sock");
+    let endpoint = format!("unix://{}", socket.display());
+    for file in [
+        "deploy/kubernetes/base/serviceaccounts.yaml",
+        "deploy/kubernetes/rbac/attacher/rbac-attacher.yaml",
+        "deploy/kubernetes/rbac/provisioner/rbac-provisioner.yaml",
+        "deploy/kubernetes/base/csidriver.yaml",
+        "deploy/kubernetes/overlays/ebs/storageclass.yaml",
+    ] {
+        cluster
+            .apply(&repo_file(file))
+            .unwrap_or_else(|e| panic!("applying {file}: {e}"));
+    }
+    let sa = cluster
+        .service_account_kubeconfig("kube-system", "ebs-csi-controller-sa")
+        .await
+        .unwrap();
+    let agent_kubeconfig = agent_identity(&cluster);
+
+    let _driver = spawn(
+        &driver_bin,
+        &[
+            "--mode=all".into(),
+            format!("--endpoint={endpoint}"),
+            format!("--embedded-ec2={}", work.path().join("ec2").display()),
+        ],
+        &log("ebs-plugin"),
+    );
+    let _agent = spawn(
+        &agent_bin,
+        &[
+            format!("--node-name={NODE}"),
+            format!("--kubeconfig={}", agent_kubeconfig.display()),
+            format!("--root-dir={}", root.display()),
+            "--v=4".into(),
+        ],
+        &log("node-agent"),
+    );
+    let _registrar = spawn(
+        &registrar_bin,
+        &[
+            format!("--csi-address={}", socket.display()),
+            format!("--kubelet-registration-path={}", socket.display()),
+            format!(
+                "--plugin-registration-path={}",
+                root.join("plugins_registry").display()
+            ),
+        ],
+        &log("registrar"),
+    );
+    let common = |bin_log: &str| -> Vec<String> {
+        let _ = bin_log;
+        vec![
+            format!("--csi-address={}", socket.display()),
+            format!("--kubeconfig={}", sa.display()),
+            "--timeout=60s".into(),
+            "--leader-election".into(),
+            "--leader-election-namespace=kube-system".into(),
+        ]
+    };
+    let _attacher = spawn(&attacher_bin, &common("csi-attacher"), &log("csi-attacher"));
+    let mut provisioner_args = common("csi-provisioner");
+    provisioner_args.extend([
+        "--feature-gates=Topology=true".into(),
+        "--default-fstype=ext4".into(),
+    ]);
+    let _provisioner = spawn(&provisioner_bin, &provisioner_args, &log("csi-provisioner"));
+    let kcm_log = cluster.log_path("kube-controller-manager");
+    let sched_log = cluster.log_path("kube-scheduler");
+    let logs = [
+        log("node-agent"),
+        log("ebs-plugin"),
+        log("csi-attacher"),
+        log("csi-provisioner"),
+        kcm_log,
+        sched_log,
+    ];
+    let logs: Vec<&Path> = logs.iter().map(PathBuf::as_path).collect();
+
+    let admin = cluster.admin_client().await.unwrap();
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let node = eventually(
+        "our agent's Node Ready with the driver's zone label",
+        &logs,
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let n = nodes.get_opt(NODE).await.ok().flatten()?;
+                let ready = n
+                    .status
+                    .as_ref()?
+                    .conditions
+                    .as_ref()?
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                let zoned = n
+                    .metadata
+                    .labels
+                    .as_ref()?
+                    .contains_key("topology.ebs.csi.aws.com/zone");
+                (ready && zoned).then_some(n)
+            }
+        },
+    )
+    .await;
+    let annotations = node.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("volumes.kubernetes.io/controller-managed-attach-detach")
+            .map(String::as_str),
+        Some("true")
+    );
+    let csinode = Api::<CSINode>::all(admin.clone()).get(NODE).await.unwrap();
+    assert!(
+        csinode
+            .spec
+            .drivers
+            .iter()
+            .any(|d| d.name == DRIVER && d.node_id.starts_with("i-"))
+    );
+
+    cluster
+        .apply(&format!(
+            r#"
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: data, namespace: default}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ebs-sc
+  resources: {{requests: {{storage: 1Gi}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: app, namespace: default}}
+spec:
+  containers:
+  - name: app
+    image: {image}
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {{claimName: data}}
+"#,
+            image = k8s_harness::PAUSE_IMAGE,
+        ))
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let t0 = Instant::now();
+    let pod = eventually("pod app Ready on our agent's node", &logs, || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get("app").await.ok()?;
+            p.status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+                .then_some(p)
+        }
+    })
+    .await;
+    println!("pod Ready {:?} after it was created", t0.elapsed());
+    assert_eq!(
+        pod.spec.as_ref().unwrap().node_name.as_deref(),
+        Some(NODE),
+        "kube-scheduler placed it"
+    );
+    let pv_name = Api::<PersistentVolumeClaim>::namespaced(admin.clone(), "default")
+        .get("data")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .volume_name
+        .expect("bound by kcm");
+    let pv = Api::<PersistentVolume>::all(admin.clone())
+        .get(&pv_name)
+        .await
+        .unwrap();
+    let handle = pv
+        .spec
+        .as_ref()
+        .unwrap()
+        .csi
+        .as_ref()
+        .unwrap()
+        .volume_handle
+        .clone();
+    let unique = format!("kubernetes.io/csi/{DRIVER}^{handle}");
+    let status = nodes.get(NODE).await.unwrap().status.unwrap();
+    assert!(
+        status.volumes_in_use.unwrap_or_default().contains(&unique),
+        "our agent reports {unique} in volumesInUse"
+    );
+    assert!(
+        status
+            .volumes_attached
+            .unwrap_or_default()
+            .iter()
+            .any(|v| v.name == unique),
+        "kcm's ADC reports {unique} in volumesAttached"
+    );
+    let uid = pod.metadata.uid.clone().unwrap();
+    let mount = root.join(format!(
+        "pods/{uid}/volumes/kubernetes.io~csi/{pv_name}/mount"
+    ));
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = mountinfo
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(mount.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("{} is not mounted", mount.display()));
+    assert!(line.contains(" - ext4 /dev/loop"), "{line}");
+
+    // Delete: our agent unpublishes, unstages and removes the pod; kcm detaches.
+    pods.delete("app", &DeleteParams::default()).await.unwrap();
+    eventually("pod app removed by our agent", &logs, || {
+        let pods = pods.clone();
+        async move { pods.get_opt("app").await.ok()?.is_none().then_some(()) }
+    })
+    .await;
+    let vas: Api<VolumeAttachment> = Api::all(admin.clone());
+    eventually("every VolumeAttachment gone (detached)", &logs, || {
+        let vas = vas.clone();
+        async move {
+            vas.list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .is_empty()
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(!is_mount_point(&mount), "unpublished");
+    let stage_dir = root.join("plugins/kubernetes.io/csi").join(DRIVER);
+    let staged: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| {
+            l.split(' ')
+                .nth(4)
+                .is_some_and(|m| m.starts_with(stage_dir.to_str().unwrap()))
+        })
+        .map(str::to_owned)
+        .collect();
+    assert!(staged.is_empty(), "unstaged: {staged:?}");
+    let agent_log = std::fs::read_to_string(log("node-agent")).unwrap();
+    assert!(
+        !agent_log.contains("forbidden"),
+        "our agent was refused something:\n{agent_log}"
+    );
+}
