@@ -10,8 +10,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
@@ -19,86 +18,11 @@ use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
+mod real_support;
+use real_support::{eventually, is_mount_point, repo_file, spawn, workspace_bin};
+
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "node-ebs";
-const PATIENCE: Duration = Duration::from_secs(90);
-
-/// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn workspace_bin(name: &str) -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.parent()?.join(name)).filter(|p| p.exists())
-}
-
-fn spawn(bin: &Path, args: &[String], log: &Path) -> ChildGuard {
-    let log = std::fs::File::create(log).unwrap();
-    ChildGuard(
-        Command::new(bin)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display())),
-    )
-}
-
-/// `probe`'s first `Some` within `timeout`, polled every 250 ms; on time-out, panics with
-/// `what` and the logs `logs` names (the end of each).
-async fn eventually<T, F, Fut>(what: &str, logs: &[&Path], mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            let tails: Vec<String> = logs
-                .iter()
-                .map(|p| {
-                    let text = std::fs::read_to_string(p).unwrap_or_default();
-                    let lines: Vec<&str> = text.lines().collect();
-                    format!(
-                        "--- {} ---\n{}",
-                        p.display(),
-                        lines[lines.len().saturating_sub(25)..].join("\n")
-                    )
-                })
-                .collect();
-            panic!(
-                "timed out after {PATIENCE:?} waiting for {what}\n{}",
-                tails.join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-fn is_mount_point(path: &Path) -> bool {
-    let want = path.to_str().unwrap();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .any(|l| l.split(' ').nth(4) == Some(want))
-}
-
-fn repo_file(rel: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(rel);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ebs_claim_provisioned_attached_and_mounted_under_real_kcm_and_kubelet() {

@@ -6,9 +6,7 @@
 // Test code (helpers included): a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use csi_spec::v1::controller_client::ControllerClient;
 use csi_spec::v1::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
@@ -19,71 +17,11 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::Api;
 use kube::api::DeleteParams;
 
+mod real_support;
+use real_support::{eventually, is_mount_point, spawn, workspace_bin};
+
 const DRIVER: &str = "hostpath.csi.k8s.io";
 const NODE: &str = "node-a";
-
-/// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A workspace binary beside this test executable (scripts/test builds every binary).
-fn workspace_bin(name: &str) -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.parent()?.join(name)).filter(|p| p.exists())
-}
-
-fn spawn(bin: &Path, args: &[String], log: &Path) -> ChildGuard {
-    let log = std::fs::File::create(log).unwrap();
-    ChildGuard(
-        Command::new(bin)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display())),
-    )
-}
-
-async fn eventually<T, F, Fut>(what: &str, timeout: Duration, probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    within(timeout, probe)
-        .await
-        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
-}
-
-/// `probe`'s first `Some` within `timeout`, polled every 250 ms.
-async fn within<T, F, Fut>(timeout: Duration, mut probe: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = probe().await {
-            return Some(v);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-fn is_mount_point(path: &Path) -> bool {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    let want = path.to_str().unwrap();
-    mountinfo.lines().any(|l| l.split(' ').nth(4) == Some(want))
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -144,21 +82,21 @@ async fn registrar_registers_hostpath_with_the_real_kubelet_and_a_pod_reaches_it
     let admin = cluster.admin_client().await.unwrap();
     let csinodes: Api<CSINode> = Api::all(admin.clone());
     let t0 = Instant::now();
-    let csinode = within(Duration::from_secs(60), || {
+    let kubelet_log_path = cluster.log_path("kubelet");
+    let logs_owned = [
+        kubelet_log_path.clone(),
+        work.path().join("registrar.log"),
+        work.path().join("driver.log"),
+    ];
+    let logs: Vec<&std::path::Path> = logs_owned.iter().map(|p| p.as_path()).collect();
+    let csinode = eventually(&format!("CSINode {NODE} to list {DRIVER}"), &logs, || {
         let csinodes = csinodes.clone();
         async move {
             let n = csinodes.get_opt(NODE).await.ok().flatten()?;
             n.spec.drivers.iter().any(|d| d.name == DRIVER).then_some(n)
         }
     })
-    .await
-    .unwrap_or_else(|| {
-        panic!(
-            "CSINode {NODE} does not list {DRIVER} after 60 s; the kubelet's log ends:\n{}\nthe registrar's:\n{}",
-            cluster.log_tail("kubelet", 30),
-            std::fs::read_to_string(work.path().join("registrar.log")).unwrap_or_default()
-        )
-    });
+    .await;
     println!(
         "registered with the kubelet {:?} after both processes started",
         t0.elapsed()
@@ -205,22 +143,18 @@ async fn registrar_registers_hostpath_with_the_real_kubelet_and_a_pod_reaches_it
     );
 
     // The kubelet told the registrar it registered: its /healthz says so.
-    let health = eventually(
-        "the registrar's /healthz to be 200",
-        Duration::from_secs(20),
-        || async move {
-            use std::io::{Read, Write};
-            let mut conn = std::net::TcpStream::connect(("127.0.0.1", health_port)).ok()?;
-            conn.write_all(b"GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n")
-                .ok()?;
-            let mut answer = String::new();
-            conn.read_to_string(&mut answer).ok()?;
-            answer
-                .starts_with("HTTP/1.0 200")
-                .then_some(())
-                .or_else(|| answer.starts_with("HTTP/1.1 200").then_some(()))
-        },
-    )
+    let health = eventually("the registrar's /healthz to be 200", &logs, || async move {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", health_port)).ok()?;
+        conn.write_all(b"GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .ok()?;
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).ok()?;
+        answer
+            .starts_with("HTTP/1.0 200")
+            .then_some(())
+            .or_else(|| answer.starts_with("HTTP/1.1 200").then_some(()))
+    })
     .await;
     let () = health;
 
@@ -299,7 +233,7 @@ spec:
 
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let t0 = Instant::now();
-    let pod = eventually("pod app Ready", Duration::from_secs(120), || {
+    let pod = eventually("pod app Ready", &logs, || {
         let pods = pods.clone();
         async move {
             let p = pods.get("app").await.ok()?;
@@ -336,12 +270,12 @@ spec:
     pods.delete("app", &DeleteParams::default().grace_period(0))
         .await
         .unwrap();
-    eventually("pod app gone", Duration::from_secs(90), || {
+    eventually("pod app gone", &logs, || {
         let pods = pods.clone();
         async move { pods.get_opt("app").await.ok()?.is_none().then_some(()) }
     })
     .await;
-    eventually("the pod's mount gone", Duration::from_secs(30), || {
+    eventually("the pod's mount gone", &logs, || {
         let mount = mount.clone();
         async move { (!is_mount_point(&mount)).then_some(()) }
     })

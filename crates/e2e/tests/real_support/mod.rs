@@ -1,0 +1,98 @@
+//! What the real-Kubernetes e2e tests (`real_*.rs`) share: our binaries as host processes,
+//! waiting with the components' logs at hand, and mountinfo.
+// Each test binary uses a part of this module.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long one step may take before the test fails with the logs' ends.
+pub const PATIENCE: Duration = Duration::from_secs(90);
+
+/// `path`'s line in /proc/self/mountinfo when it is a mount point.
+pub fn mountinfo_line(path: &Path) -> Option<String> {
+    let want = path.to_str()?;
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()?
+        .lines()
+        .find(|l| l.split(' ').nth(4) == Some(want))
+        .map(str::to_owned)
+}
+
+/// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A workspace binary beside the test executable (scripts/test builds every binary).
+pub fn workspace_bin(name: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.parent()?.join(name)).filter(|p| p.exists())
+}
+
+/// Starts `bin` with `args`, stdout and stderr to `log`.
+pub fn spawn(bin: &Path, args: &[String], log: &Path) -> ChildGuard {
+    let log = std::fs::File::create(log).unwrap();
+    ChildGuard(
+        Command::new(bin)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display())),
+    )
+}
+
+/// `probe`'s first `Some` within `timeout`, polled every 250 ms; on time-out, panics with
+/// `what` and the logs `logs` names (the end of each).
+pub async fn eventually<T, F, Fut>(what: &str, logs: &[&Path], mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        if Instant::now() >= deadline {
+            let tails: Vec<String> = logs
+                .iter()
+                .map(|p| {
+                    let text = std::fs::read_to_string(p).unwrap_or_default();
+                    let lines: Vec<&str> = text.lines().collect();
+                    format!(
+                        "--- {} ---\n{}",
+                        p.display(),
+                        lines[lines.len().saturating_sub(25)..].join("\n")
+                    )
+                })
+                .collect();
+            panic!(
+                "timed out after {PATIENCE:?} waiting for {what}\n{}",
+                tails.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Whether `path` is a mount point.
+pub fn is_mount_point(path: &Path) -> bool {
+    mountinfo_line(path).is_some()
+}
+
+/// A file of this repository (deploy/ manifests), by its path from the root.
+pub fn repo_file(rel: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
