@@ -32,6 +32,8 @@ const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "node-adc";
 const PATIENCE: Duration = Duration::from_secs(90);
 const HOSTPATH: &str = "hostpath.csi.k8s.io";
+/// A volume ID EC2 does not know: its attach fails.
+const MISSING: &str = "vol-0123456789abcdef0";
 const MANAGED: &str = "volumes.kubernetes.io/controller-managed-attach-detach";
 
 /// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
@@ -316,6 +318,18 @@ async fn scenario(bins: &Bins, adc: Adc) -> Option<Value> {
 
     let admin = cluster.admin_client().await.unwrap();
     let hp_handle = hostpath_volume(&hp_socket).await;
+    // Both drivers registered with the kubelet before any pod: a pod that names its node would
+    // otherwise race the registration (csi-attacher: "CSINode has no entry for driver").
+    let csinodes: Api<CSINode> = Api::all(admin.clone());
+    eventually("CSINode to list both drivers", &logs, || {
+        let csinodes = csinodes.clone();
+        async move {
+            let n = csinodes.get_opt(NODE).await.ok().flatten()?;
+            let has = |name: &str| n.spec.drivers.iter().any(|d| d.name == name);
+            (has(DRIVER) && has(HOSTPATH)).then_some(())
+        }
+    })
+    .await;
     cluster
         .apply(&repo_file(
             "deploy/kubernetes/overlays/hostpath/csidriver.yaml",
@@ -360,6 +374,40 @@ spec:
   volumes:
   - name: data
     persistentVolumeClaim: {{claimName: local}}
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: missing-pv}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  csi: {{driver: {DRIVER}, volumeHandle: "{MISSING}", fsType: ext4}}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata: {{name: missing, namespace: default}}
+spec:
+  accessModes: [ReadWriteOnce]
+  storageClassName: ""
+  volumeName: missing-pv
+  resources: {{requests: {{storage: 1Gi}}}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: missing-reader, namespace: default}}
+spec:
+  nodeName: {NODE}
+  hostNetwork: true
+  containers:
+  - name: app
+    image: {image}
+    imagePullPolicy: Never
+    volumeMounts: [{{name: data, mountPath: /data}}]
+  volumes:
+  - name: data
+    persistentVolumeClaim: {{claimName: missing}}
 ---
 apiVersion: v1
 kind: PersistentVolumeClaim
@@ -518,8 +566,29 @@ spec:
         .and_then(|a| a.get(MANAGED))
         .cloned();
 
-    // Delete the pod: the kubelet unmounts, the ADC detaches and deletes the VolumeAttachment.
-    for pod in ["writer", "local-writer"] {
+    // The failing case: an EBS volume EC2 does not have; the ADC reports the attacher's error.
+    let events_api: Api<Event> = Api::namespaced(admin.clone(), "default");
+    eventually(
+        "a FailedAttachVolume Event on pod missing-reader",
+        &logs,
+        || {
+            let events_api = events_api.clone();
+            async move {
+                let list = events_api.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .iter()
+                    .any(|e| {
+                        e.reason.as_deref() == Some("FailedAttachVolume")
+                            && e.involved_object.name.as_deref() == Some("missing-reader")
+                    })
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+
+    // Delete the pods: the kubelet unmounts, the ADC detaches and deletes the VolumeAttachments.
+    for pod in ["writer", "local-writer", "missing-reader"] {
         pods.delete(pod, &DeleteParams::default().grace_period(0))
             .await
             .unwrap();
@@ -545,8 +614,27 @@ spec:
         detach_start.elapsed()
     );
 
-    // The ADC's Events: everything about attaching and detaching, whoever wrote it.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The ADC's Events: everything about attaching and detaching, whoever wrote it; and the
+    // failed attach's VolumeAttachment (kcm leaves it behind after its pod goes).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let missing_vas: Vec<Value> = vas
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|v| {
+            json!({
+                "spec": normalise(&serde_json::to_string(&v.spec).unwrap()),
+                "deleting": v.metadata.deletion_timestamp.is_some(),
+                "attached": v.status.as_ref().map(|s| s.attached),
+                "attach_error": v.status.as_ref()
+                    .and_then(|s| s.attach_error.as_ref())
+                    .and_then(|e| e.message.clone())
+                    .map(|m| normalise(&m)),
+            })
+        })
+        .collect();
     let events: BTreeSet<String> = Api::<Event>::all(admin.clone())
         .list(&ListParams::default())
         .await
@@ -603,6 +691,7 @@ spec:
         "volume_attachment_managers": managers,
         "node_volumes_attached_writers": status_writers,
         "event_reporting": reporting,
+        "volume_attachments_after_pods_deleted": missing_vas,
     });
 
     // Clean up the EC2 volume (loop device) through the provisioner before the cluster goes.
@@ -633,6 +722,7 @@ spec:
         "node_volumes_attached_writers":
             status_writers.iter().map(|m| as_adc(m)).collect::<BTreeSet<_>>(),
         "hostpath_volume_attachments": hostpath_vas,
+
         "events": events,
     }))
 }
