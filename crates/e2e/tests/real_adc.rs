@@ -352,6 +352,33 @@ spec:
       - matchExpressions: [{{key: topology.hostpath.csi/node, operator: In, values: [{NODE}]}}]
 ---
 apiVersion: v1
+kind: PersistentVolume
+metadata: {{name: missing-pv}}
+spec:
+  capacity: {{storage: 1Gi}}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  csi: {{driver: {DRIVER}, volumeHandle: "{MISSING}", fsType: ext4}}
+"#
+        ))
+        .unwrap();
+    // The static PVs in kcm's PV controller's cache before their claims: a claim created with
+    // them can miss its PV and wait for the controller's 15 s resync (and the kubelet's retry).
+    let pvs: Api<PersistentVolume> = Api::all(admin.clone());
+    for pv in ["hostpath-pv", "missing-pv"] {
+        eventually(&format!("PV {pv} Available"), &logs, || {
+            let pvs = pvs.clone();
+            async move {
+                let v = pvs.get(pv).await.ok()?;
+                (v.status?.phase.as_deref() == Some("Available")).then_some(())
+            }
+        })
+        .await;
+    }
+    cluster
+        .apply(&format!(
+            r#"apiVersion: v1
 kind: PersistentVolumeClaim
 metadata: {{name: local, namespace: default}}
 spec:
@@ -374,16 +401,6 @@ spec:
   volumes:
   - name: data
     persistentVolumeClaim: {{claimName: local}}
----
-apiVersion: v1
-kind: PersistentVolume
-metadata: {{name: missing-pv}}
-spec:
-  capacity: {{storage: 1Gi}}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  storageClassName: ""
-  csi: {{driver: {DRIVER}, volumeHandle: "{MISSING}", fsType: ext4}}
 ---
 apiVersion: v1
 kind: PersistentVolumeClaim
@@ -460,7 +477,6 @@ spec:
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(admin.clone(), "default");
     let pv_name = claims.get("data").await.unwrap().spec.unwrap().volume_name;
     let pv_name = pv_name.expect("claim data bound");
-    let pvs: Api<PersistentVolume> = Api::all(admin.clone());
     let handle = pvs.get(&pv_name).await.unwrap().spec.unwrap().csi.unwrap();
     let handle = handle.volume_handle;
     let instance = Api::<CSINode>::all(admin.clone())
