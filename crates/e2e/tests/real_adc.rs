@@ -18,7 +18,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_harness::{Cluster, ClusterOptions};
@@ -28,82 +27,15 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 
+mod real_support;
+use real_support::{eventually, repo_file, spawn, workspace_bin};
+
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "node-adc";
-const PATIENCE: Duration = Duration::from_secs(90);
 const HOSTPATH: &str = "hostpath.csi.k8s.io";
 /// A volume ID EC2 does not know: its attach fails.
 const MISSING: &str = "vol-0123456789abcdef0";
 const MANAGED: &str = "volumes.kubernetes.io/controller-managed-attach-detach";
-
-/// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn workspace_bin(name: &str) -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.parent()?.join(name)).filter(|p| p.exists())
-}
-
-fn spawn(bin: &Path, args: &[String], log: &Path) -> ChildGuard {
-    let log = std::fs::File::create(log).unwrap();
-    ChildGuard(
-        Command::new(bin)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display())),
-    )
-}
-
-/// `probe`'s first `Some` within [`PATIENCE`], polled every 250 ms; on time-out, panics with
-/// `what` and the end of each of `logs`.
-async fn eventually<T, F, Fut>(what: &str, logs: &[PathBuf], mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            let tails: Vec<String> = logs
-                .iter()
-                .map(|p| {
-                    let text = std::fs::read_to_string(p).unwrap_or_default();
-                    let lines: Vec<&str> = text.lines().collect();
-                    format!(
-                        "--- {} ---\n{}",
-                        p.display(),
-                        lines[lines.len().saturating_sub(25)..].join("\n")
-                    )
-                })
-                .collect();
-            panic!(
-                "timed out after {PATIENCE:?} waiting for {what}\n{}",
-                tails.join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-fn repo_file(rel: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(rel);
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 struct Bins {
     driver: PathBuf,
@@ -750,7 +682,7 @@ async fn hostpath_volume(socket: &Path) -> String {
     use csi_spec::v1::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
     use csi_spec::v1::{CapacityRange, CreateVolumeRequest, VolumeCapability};
     let endpoint = format!("unix://{}", socket.display());
-    let channel = eventually("the hostpath driver's socket", &[], || {
+    let channel = eventually("the hostpath driver's socket", &[] as &[&Path], || {
         let endpoint = endpoint.clone();
         async move { csi_spec::connect_unix(&endpoint).await.ok() }
     })

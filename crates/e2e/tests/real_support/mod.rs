@@ -52,8 +52,9 @@ pub fn spawn(bin: &Path, args: &[String], log: &Path) -> ChildGuard {
 
 /// `probe`'s first `Some` within `timeout`, polled every 250 ms; on time-out, panics with
 /// `what` and the logs `logs` names (the end of each).
-pub async fn eventually<T, F, Fut>(what: &str, logs: &[&Path], mut probe: F) -> T
+pub async fn eventually<T, F, Fut, P>(what: &str, logs: &[P], mut probe: F) -> T
 where
+    P: AsRef<Path>,
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
@@ -66,6 +67,7 @@ where
             let tails: Vec<String> = logs
                 .iter()
                 .map(|p| {
+                    let p = p.as_ref();
                     let text = std::fs::read_to_string(p).unwrap_or_default();
                     let lines: Vec<&str> = text.lines().collect();
                     format!(
