@@ -28,7 +28,7 @@ use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 mod real_support;
-use real_support::{eventually, repo_file, spawn, workspace_bin};
+use real_support::{eventually, repo_file, spawn};
 
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "node-adc";
@@ -55,35 +55,19 @@ enum Adc {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_attach_detach_controller_writes_what_kcms_writes() {
-    let found: Vec<Option<PathBuf>> = [
-        "ebs-csi-driver",
-        "csi-node-driver-registrar",
-        "csi-attacher",
-        "csi-provisioner",
-        "attach-detach-controller",
-        "hostpath-csi-driver",
-    ]
-    .iter()
-    .map(|b| workspace_bin(b))
-    .collect();
-    let [
-        Some(driver),
-        Some(registrar),
-        Some(attacher),
-        Some(provisioner),
-        Some(adc),
-        Some(hostpath),
-    ] = <[Option<PathBuf>; 6]>::try_from(found).unwrap()
+    let Some([driver, registrar, attacher, provisioner, adc, hostpath]) =
+        real_support::bins_or_skip([
+            "ebs-csi-driver",
+            "csi-node-driver-registrar",
+            "csi-attacher",
+            "csi-provisioner",
+            "attach-detach-controller",
+            "hostpath-csi-driver",
+        ])
     else {
-        test_support::skip_or_fail(
-            "the workspace binaries are not built (cargo build --bins -p attach-detach -p ebs-driver -p registrar -p attacher -p provisioner -p hostpath-driver)",
-        );
         return;
     };
-    if !Path::new("/dev/loop-control").exists() {
-        test_support::skip_or_fail(
-            "no /dev/loop-control: the embedded EC2 backs volumes with loop devices",
-        );
+    if !real_support::loop_devices_or_skip() {
         return;
     }
     let bins = Bins {

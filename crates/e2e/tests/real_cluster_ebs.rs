@@ -19,38 +19,24 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
 mod real_support;
-use real_support::{eventually, is_mount_point, repo_file, spawn, workspace_bin};
+use real_support::{eventually, is_mount_point, repo_file, spawn};
 
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "node-ebs";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ebs_claim_provisioned_attached_and_mounted_under_real_kcm_and_kubelet() {
-    let bins: Vec<Option<PathBuf>> = [
-        "ebs-csi-driver",
-        "csi-node-driver-registrar",
-        "csi-attacher",
-        "csi-provisioner",
-    ]
-    .iter()
-    .map(|b| workspace_bin(b))
-    .collect();
-    let [
-        Some(driver_bin),
-        Some(registrar_bin),
-        Some(attacher_bin),
-        Some(provisioner_bin),
-    ] = <[Option<PathBuf>; 4]>::try_from(bins).unwrap()
+    let Some([driver_bin, registrar_bin, attacher_bin, provisioner_bin]) =
+        real_support::bins_or_skip([
+            "ebs-csi-driver",
+            "csi-node-driver-registrar",
+            "csi-attacher",
+            "csi-provisioner",
+        ])
     else {
-        test_support::skip_or_fail(
-            "the workspace binaries are not built (cargo build --workspace --bins)",
-        );
         return;
     };
-    if !Path::new("/dev/loop-control").exists() {
-        test_support::skip_or_fail(
-            "no /dev/loop-control: the embedded EC2 backs volumes with loop devices",
-        );
+    if !real_support::loop_devices_or_skip() {
         return;
     }
     let Some(cluster) = Cluster::start_or_skip(ClusterOptions::full("*", NODE)).await else {

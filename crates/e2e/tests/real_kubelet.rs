@@ -18,7 +18,7 @@ use kube::Api;
 use kube::api::DeleteParams;
 
 mod real_support;
-use real_support::{eventually, is_mount_point, spawn, workspace_bin};
+use real_support::{eventually, is_mount_point, spawn};
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
 const NODE: &str = "node-a";
@@ -33,13 +33,9 @@ fn free_port() -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registrar_registers_hostpath_with_the_real_kubelet_and_a_pod_reaches_its_data() {
-    let (Some(driver_bin), Some(registrar_bin)) = (
-        workspace_bin("hostpath-csi-driver"),
-        workspace_bin("csi-node-driver-registrar"),
-    ) else {
-        test_support::skip_or_fail(
-            "hostpath-csi-driver / csi-node-driver-registrar not built (cargo build --workspace --bins)",
-        );
+    let Some([driver_bin, registrar_bin]) =
+        real_support::bins_or_skip(["hostpath-csi-driver", "csi-node-driver-registrar"])
+    else {
         return;
     };
     let Some(cluster) = Cluster::start_or_skip(ClusterOptions::full("*", NODE)).await else {

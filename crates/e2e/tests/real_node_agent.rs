@@ -17,7 +17,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
 mod real_support;
-use real_support::{eventually, is_mount_point, repo_file, spawn, workspace_bin};
+use real_support::{eventually, is_mount_point, repo_file, spawn};
 
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "agent-node";
@@ -33,33 +33,25 @@ fn agent_identity(cluster: &Cluster) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_agent_serves_a_pod_under_real_kcm_and_scheduler() {
-    let bins: Vec<Option<PathBuf>> = [
+    let Some(
+        [
+            driver_bin,
+            registrar_bin,
+            attacher_bin,
+            provisioner_bin,
+            agent_bin,
+        ],
+    ) = real_support::bins_or_skip([
         "ebs-csi-driver",
         "csi-node-driver-registrar",
         "csi-attacher",
         "csi-provisioner",
         "csi-node-agent",
-    ]
-    .iter()
-    .map(|b| workspace_bin(b))
-    .collect();
-    let [
-        Some(driver_bin),
-        Some(registrar_bin),
-        Some(attacher_bin),
-        Some(provisioner_bin),
-        Some(agent_bin),
-    ] = <[Option<PathBuf>; 5]>::try_from(bins).unwrap()
+    ])
     else {
-        test_support::skip_or_fail(
-            "the workspace binaries are not built (cargo build --workspace --bins)",
-        );
         return;
     };
-    if !Path::new("/dev/loop-control").exists() {
-        test_support::skip_or_fail(
-            "no /dev/loop-control: the embedded EC2 backs volumes with loop devices",
-        );
+    if !real_support::loop_devices_or_skip() {
         return;
     }
     let options = ClusterOptions::control_plane()

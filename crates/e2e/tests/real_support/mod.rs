@@ -98,3 +98,35 @@ pub fn repo_file(rel: &str) -> String {
         .join(rel);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
+
+/// The workspace binaries `names`, in order; when one is not built, says which through
+/// `test_support::skip_or_fail` (a failure under CSI_RS_REQUIRE_ALL) and gives `None`.
+pub fn bins_or_skip<const N: usize>(names: [&str; N]) -> Option<[PathBuf; N]> {
+    let found = names.map(workspace_bin);
+    let missing: Vec<&str> = names
+        .iter()
+        .zip(&found)
+        .filter(|(_, p)| p.is_none())
+        .map(|(n, _)| *n)
+        .collect();
+    if !missing.is_empty() {
+        test_support::skip_or_fail(&format!(
+            "workspace binaries not built: {} (cargo build --workspace --bins)",
+            missing.join(", ")
+        ));
+        return None;
+    }
+    Some(found.map(|p| p.expect("checked above: none is missing")))
+}
+
+/// Whether loop devices can be had (the embedded EC2 backs volumes with them); says why not
+/// through `test_support::skip_or_fail`.
+pub fn loop_devices_or_skip() -> bool {
+    let ok = Path::new("/dev/loop-control").exists();
+    if !ok {
+        test_support::skip_or_fail(
+            "no /dev/loop-control: the embedded EC2 backs volumes with loop devices",
+        );
+    }
+    ok
+}
