@@ -176,24 +176,10 @@ async fn csi_sanity_passes_against_mode_all_on_the_embedded_ec2() {
     })
     .await
     .unwrap();
-    let summary = outcome.summary.unwrap_or_else(|| {
-        panic!(
-            "csi-sanity printed no summary:\n{}\ndriver log:\n{}",
-            outcome.output,
-            std::fs::read_to_string(dir.join("driver.log")).unwrap_or_default()
-        )
-    });
-    println!("csi-sanity against ebs-csi-driver --mode all --embedded-ec2: {summary}");
-    assert!(
-        outcome.success && summary.failed == 0,
-        "csi-sanity failed ({summary}); failed specs:\n{}\n\n{}",
-        outcome.failures().join("\n"),
-        outcome.output
-    );
-    assert!(
-        summary.passed > MIN_PASSED,
-        "only {} specs passed, expected more than {MIN_PASSED} ({summary})",
-        summary.passed
+    outcome.assert_clean(
+        "ebs-csi-driver --mode all --embedded-ec2",
+        &dir.join("driver.log"),
+        MIN_PASSED,
     );
 
     // csi-sanity deletes what it made: once the driver has stopped no loop device of its

@@ -105,24 +105,10 @@ async fn sanity(enable_attach: bool) {
     } else {
         ""
     };
-    let summary = outcome.summary.unwrap_or_else(|| {
-        panic!(
-            "csi-sanity printed no summary:\n{}\ndriver log:\n{}",
-            outcome.output,
-            std::fs::read_to_string(scratch.path("driver.log")).unwrap_or_default()
-        )
-    });
-    println!("csi-sanity against hostpath-csi-driver{flags}: {summary}");
-    assert!(
-        outcome.success && summary.failed == 0,
-        "csi-sanity failed ({summary}); failed specs:\n{}\n\n{}",
-        outcome.failures().join("\n"),
-        outcome.output
-    );
-    assert!(
-        summary.passed > MIN_PASSED,
-        "only {} specs passed, expected more than {MIN_PASSED} ({summary})",
-        summary.passed
+    outcome.assert_clean(
+        &format!("hostpath-csi-driver{flags}"),
+        &scratch.path("driver.log"),
+        MIN_PASSED,
     );
 
     // csi-sanity deletes what it made: once the driver has stopped no loop device over the

@@ -102,6 +102,33 @@ impl Outcome {
             .filter(|l| l.trim_start().starts_with("[FAIL]"))
             .collect()
     }
+
+    /// Asserts a clean run: a summary, exit 0, no failed spec and more than `min_passed` passed
+    /// specs; prints the summary for `against` (the driver and its flags) and returns it. A
+    /// failure carries csi-sanity's output (and the failed specs) and the driver's log.
+    pub fn assert_clean(self, against: &str, driver_log: &Path, min_passed: u32) -> Summary {
+        let log = || std::fs::read_to_string(driver_log).unwrap_or_default();
+        let Some(summary) = self.summary else {
+            panic!(
+                "csi-sanity printed no summary:\n{}\ndriver log:\n{}",
+                self.output,
+                log()
+            );
+        };
+        println!("csi-sanity against {against}: {summary}");
+        assert!(
+            self.success && summary.failed == 0,
+            "csi-sanity failed ({summary}); failed specs:\n{}\n\n{}",
+            self.failures().join("\n"),
+            self.output
+        );
+        assert!(
+            summary.passed > min_passed,
+            "only {} specs passed, expected more than {min_passed} ({summary})",
+            summary.passed
+        );
+        summary
+    }
 }
 
 /// Kills the csi-sanity process on drop (a panic while it runs leaves nothing behind).
