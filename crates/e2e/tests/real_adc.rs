@@ -370,20 +370,7 @@ spec:
     let start = Instant::now();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     for pod in ["writer", "local-writer"] {
-        eventually(&format!("pod {pod} Ready"), &logs, || {
-            let pods = pods.clone();
-            async move {
-                let p = pods.get(pod).await.ok()?;
-                p.status
-                    .as_ref()?
-                    .conditions
-                    .as_ref()?
-                    .iter()
-                    .any(|c| c.type_ == "Ready" && c.status == "True")
-                    .then_some(())
-            }
-        })
-        .await;
+        real_support::ready_pod(&pods, pod, &logs).await;
         println!(
             "{adc:?}: pod {pod} Ready {:?} after it was created",
             start.elapsed()

@@ -267,20 +267,7 @@ async fn check_pod(admin: &kube::Client, logs: &[&Path], case: &Case<'_>) {
         t0,
     } = *case;
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
-    let ready = eventually(&format!("pod {pod} Ready"), logs, || {
-        let pods = pods.clone();
-        async move {
-            let p = pods.get(pod).await.ok()?;
-            p.status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-                .then_some(p)
-        }
-    })
-    .await;
+    let ready = real_support::ready_pod(&pods, pod, logs).await;
     println!(
         "pod {pod} (claim of class {class}) Ready {:?} after it was created",
         t0.elapsed()

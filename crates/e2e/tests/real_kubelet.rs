@@ -229,21 +229,7 @@ spec:
 
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let t0 = Instant::now();
-    let pod = eventually("pod app Ready", &logs, || {
-        let pods = pods.clone();
-        async move {
-            let p = pods.get("app").await.ok()?;
-            let ready = p
-                .status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True");
-            ready.then_some(p)
-        }
-    })
-    .await;
+    let pod = real_support::ready_pod(&pods, "app", &logs).await;
     println!("pod Ready {:?} after it was created", t0.elapsed());
     let uid = pod.metadata.uid.clone().unwrap();
     let mount = root.join(format!(

@@ -214,20 +214,7 @@ spec:
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let t0 = Instant::now();
-    let pod = eventually("pod app Ready on our agent's node", &logs, || {
-        let pods = pods.clone();
-        async move {
-            let p = pods.get("app").await.ok()?;
-            p.status
-                .as_ref()?
-                .conditions
-                .as_ref()?
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-                .then_some(p)
-        }
-    })
-    .await;
+    let pod = real_support::ready_pod(&pods, "app", &logs).await;
     println!("pod Ready {:?} after it was created", t0.elapsed());
     assert_eq!(
         pod.spec.as_ref().unwrap().node_name.as_deref(),

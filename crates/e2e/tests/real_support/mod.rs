@@ -130,3 +130,22 @@ pub fn loop_devices_or_skip() -> bool {
     }
     ok
 }
+
+/// The pod `name` once its Ready condition is True (see [`eventually`]).
+pub async fn ready_pod<P: AsRef<Path>>(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    name: &str,
+    logs: &[P],
+) -> k8s_openapi::api::core::v1::Pod {
+    eventually(&format!("pod {name} Ready"), logs, || async move {
+        let p = pods.get(name).await.ok()?;
+        p.status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .then_some(p)
+    })
+    .await
+}
