@@ -453,6 +453,7 @@ impl Cluster {
 
         std::fs::create_dir_all(&root_dir)
             .map_err(|e| Error::io(format!("creating {}", root_dir.display()), e))?;
+        share_mount(&root_dir)?;
         let cert = self.pki.issue(
             &format!("kubelet-{name}"),
             &format!("system:node:{name}"),
@@ -912,6 +913,34 @@ fn ignore_conflict(r: Result<(), kube::Error>) -> Result<(), kube::Error> {
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
         other => other,
     }
+}
+
+/// Makes `dir` a mount point of its own in a shared peer group, as systemd makes `/` on a
+/// normal host. Node plugins in containers mount into the kubelet's root dir with
+/// `mountPropagation: Bidirectional`, and a mount made in a container reaches the host only
+/// through a shared mount; the sandboxes this runs in often have a private `/`. Teardown's
+/// unmount of everything below the temp dir removes it.
+fn share_mount(dir: &Path) -> Result<(), Error> {
+    use rustix::mount::{MountPropagationFlags, mount_bind, mount_change};
+    mount_bind(dir, dir).map_err(|e| {
+        Error::io(
+            format!(
+                "bind-mounting the kubelet root {} onto itself",
+                dir.display()
+            ),
+            e.into(),
+        )
+    })?;
+    mount_change(
+        dir,
+        MountPropagationFlags::SHARED | MountPropagationFlags::REC,
+    )
+    .map_err(|e| {
+        Error::io(
+            format!("making the kubelet root {} a shared mount", dir.display()),
+            e.into(),
+        )
+    })
 }
 
 #[cfg(test)]
