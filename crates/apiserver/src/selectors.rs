@@ -44,12 +44,21 @@ fn split_top(s: &str) -> Vec<String> {
     out
 }
 
-fn parse_set(rest: &str, whole: &str) -> Result<Vec<String>, String> {
+/// The `( v1, v2 )` after `in`/`notin`; errors name the token found as the real lexer does.
+fn parse_set(rest: &str) -> Result<Vec<String>, String> {
     let rest = rest.trim();
-    let inner = rest
-        .strip_prefix('(')
-        .and_then(|r| r.strip_suffix(')'))
-        .ok_or_else(|| format!("unable to parse requirement: found '{whole}', expected: '('"))?;
+    let Some(open) = rest.strip_prefix('(') else {
+        let token: String = rest
+            .chars()
+            .take_while(|c| !c.is_whitespace() && *c != ',' && *c != ')')
+            .collect();
+        return Err(format!(
+            "unable to parse requirement: found '{token}', expected: '('"
+        ));
+    };
+    let inner = open
+        .strip_suffix(')')
+        .ok_or_else(|| "unable to parse requirement: found '', expected: ',' or ')'".to_string())?;
     Ok(inner
         .split(',')
         .map(|v| v.trim().to_string())
@@ -79,9 +88,9 @@ impl LabelSelector {
             } else if let Some((k, v)) = p.split_once('=') {
                 LabelReq::Eq(check_key(k.trim())?, v.trim().to_string())
             } else if let Some(idx) = p.find(" notin ") {
-                LabelReq::NotIn(check_key(p[..idx].trim())?, parse_set(&p[idx + 7..], p)?)
+                LabelReq::NotIn(check_key(p[..idx].trim())?, parse_set(&p[idx + 7..])?)
             } else if let Some(idx) = p.find(" in ") {
-                LabelReq::In(check_key(p[..idx].trim())?, parse_set(&p[idx + 4..], p)?)
+                LabelReq::In(check_key(p[..idx].trim())?, parse_set(&p[idx + 4..])?)
             } else if let Some((k, v)) = p.split_once('>') {
                 LabelReq::Gt(check_key(k.trim())?, parse_int(v, p)?)
             } else if let Some((k, v)) = p.split_once('<') {
@@ -236,7 +245,15 @@ mod tests {
         assert!(t("app in (web,db),tier in (front)"));
         assert!(t(""));
         assert!(LabelSelector::parse("a b c").is_err());
-        assert!(LabelSelector::parse("x in web").is_err());
+        // kube-apiserver v1.26's words for an unopened and an unclosed set.
+        assert_eq!(
+            LabelSelector::parse("x in web").unwrap_err(),
+            "unable to parse requirement: found 'web', expected: '('"
+        );
+        assert_eq!(
+            LabelSelector::parse("a in (b").unwrap_err(),
+            "unable to parse requirement: found '', expected: ',' or ')'"
+        );
     }
 
     #[test]

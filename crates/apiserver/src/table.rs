@@ -83,6 +83,27 @@ pub(crate) fn human_duration(secs: i64) -> String {
     }
 }
 
+/// `<ready>/<total>` of a pod's readiness gates (their conditions True), `<none>` without.
+fn readiness_gates(o: &Value) -> Value {
+    let Some(gates) = o["spec"]["readinessGates"]
+        .as_array()
+        .filter(|g| !g.is_empty())
+    else {
+        return json!("<none>");
+    };
+    let conditions = o["status"]["conditions"].as_array();
+    let ready = gates
+        .iter()
+        .filter(|g| {
+            conditions
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == g["conditionType"] && c["status"].as_str() == Some("True"))
+        })
+        .count();
+    json!(format!("{ready}/{}", gates.len()))
+}
+
 fn join_strings(v: Option<&Value>) -> String {
     v.and_then(Value::as_array)
         .map(|a| {
@@ -251,7 +272,17 @@ fn columns(def: &ResourceDef) -> Vec<Column> {
                 ..col("StorageCapacity", |o| o["spec"]["storageCapacity"].clone())
             });
             cols.push(col("TokenRequests", |o| {
-                or_none(path_str(o, "spec.tokenRequests"))
+                let audiences: Vec<&str> = o["spec"]["tokenRequests"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|t| t["audience"].as_str())
+                    .collect();
+                json!(if audiences.is_empty() {
+                    "<unset>".to_string()
+                } else {
+                    audiences.join(",")
+                })
             }));
             cols.push(Column {
                 kind: "boolean",
@@ -300,6 +331,16 @@ fn columns(def: &ResourceDef) -> Vec<Column> {
         cols.push(Column {
             priority: 1,
             ..col("Node", |o| or_none(path_str(o, "spec.nodeName")))
+        });
+        cols.push(Column {
+            priority: 1,
+            ..col("Nominated Node", |o| {
+                or_none(path_str(o, "status.nominatedNodeName"))
+            })
+        });
+        cols.push(Column {
+            priority: 1,
+            ..col("Readiness Gates", readiness_gates)
         });
     }
     cols

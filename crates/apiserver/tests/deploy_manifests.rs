@@ -12,6 +12,8 @@
 mod common;
 #[path = "common/manifests.rs"]
 mod manifests;
+#[path = "common/target.rs"]
+mod target;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -24,6 +26,16 @@ use manifests::{
     subset, volume_holding, volumes,
 };
 use serde_json::Value;
+use target::Target;
+
+/// apiserver-lite, or the real kube-apiserver (`None`: skipped, its binaries are missing).
+async fn target(real: bool) -> Option<Target> {
+    if real {
+        Target::real().await
+    } else {
+        Some(Target::lite().await)
+    }
+}
 
 /// Every overlay's render, or `None` (skipped) without kubectl.
 fn renders() -> Option<Vec<(&'static str, Vec<Doc>)>> {
@@ -68,10 +80,21 @@ fn every_manifest_file_is_part_of_an_overlay() {
 
 #[tokio::test]
 async fn overlays_create_through_kube_and_read_back() {
+    overlays_create(false).await;
+}
+
+#[tokio::test]
+async fn overlays_create_real_kube_apiserver() {
+    overlays_create(true).await;
+}
+
+async fn overlays_create(real: bool) {
     let Some(renders) = renders() else { return };
     for (overlay, docs) in renders {
         // One server per overlay: each installs alone.
-        let server = common::start().await;
+        let Some(server) = target(real).await else {
+            return;
+        };
         let client = server.client();
         let discovery = Discovery::new(client.clone()).run().await.unwrap();
         for doc in &docs {
@@ -94,13 +117,25 @@ async fn overlays_create_through_kube_and_read_back() {
             let obj: DynamicObject = serde_json::from_value(doc.obj.clone()).unwrap();
             api.create(&PostParams::default(), &obj)
                 .await
-                .unwrap_or_else(|e| panic!("{}: create {} failed: {e}", doc.origin, doc.name()));
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{}: {} refused to create {}: {e}",
+                        doc.origin,
+                        server.name(),
+                        doc.name()
+                    )
+                });
             let back = serde_json::to_value(api.get(doc.name()).await.unwrap()).unwrap();
             if let Err(diff) = subset(&doc.obj, &back, "") {
-                panic!("{}: read back differs: {diff}", doc.origin);
+                panic!(
+                    "{}: read back from {} differs: {diff}",
+                    doc.origin,
+                    server.name()
+                );
             }
         }
-        // Everything is stored once: listing each kind finds what the render defines.
+        // Everything is stored once: listing each kind finds what the render defines (the
+        // real server also holds its bootstrap objects: system ClusterRoles and the like).
         let mut per_kind: BTreeMap<String, usize> = BTreeMap::new();
         for doc in &docs {
             *per_kind.entry(doc.kind().to_string()).or_default() += 1;
@@ -108,7 +143,14 @@ async fn overlays_create_through_kube_and_read_back() {
         for doc in &docs {
             let (ar, _) = discovery.resolve_gvk(&gvk(&doc.obj)).unwrap();
             let all: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
-            let n = all.list(&ListParams::default()).await.unwrap().items.len();
+            let n = all
+                .list(&ListParams::default())
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .filter(|o| rendered(&docs, doc.kind(), o))
+                .count();
             assert_eq!(n, per_kind[doc.kind()], "{overlay}: {} objects", doc.kind());
         }
         for kind in ["CSIDriver", "StorageClass", "ServiceAccount", "ClusterRole"] {
@@ -117,17 +159,37 @@ async fn overlays_create_through_kube_and_read_back() {
     }
 }
 
+/// Whether the listed object `o` of `kind` is one the render defines.
+fn rendered(docs: &[Doc], kind: &str, o: &DynamicObject) -> bool {
+    docs.iter().any(|d| {
+        d.kind() == kind
+            && Some(d.name()) == o.metadata.name.as_deref()
+            && d.namespace() == o.metadata.namespace.as_deref()
+    })
+}
+
 /// `kubectl apply` (client-side: create, then strategic merge patches) of each rendered
 /// overlay creates every object; applying it again, and then through `-k` as the README says,
 /// changes nothing.
 #[tokio::test]
 async fn kubectl_applies_each_overlay_and_again_changes_nothing() {
+    kubectl_applies(false).await;
+}
+
+#[tokio::test]
+async fn kubectl_applies_each_overlay_real_kube_apiserver() {
+    kubectl_applies(true).await;
+}
+
+async fn kubectl_applies(real: bool) {
     let Some(bin) = kubectl_or_skip() else { return };
     for overlay in OVERLAYS {
         let (yaml, docs) = render(&bin, overlay);
-        let server = common::start().await;
+        let Some(server) = target(real).await else {
+            return;
+        };
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("kubeconfig"), server.kubeconfig_yaml()).unwrap();
+        server.write_kubeconfig(&dir.path().join("kubeconfig"));
 
         // A server-side dry run validates everything and stores nothing.
         let dry = kubectl(
@@ -151,6 +213,7 @@ async fn kubectl_applies_each_overlay_and_again_changes_nothing() {
             None,
         )
         .await;
+        // (The real server without kcm has no ServiceAccount or StorageClass of its own.)
         assert!(
             stored.trim().is_empty(),
             "{overlay}: the dry run stored\n{stored}"
@@ -235,10 +298,21 @@ async fn kubectl_applies_each_overlay_and_again_changes_nothing() {
 /// are (they are the same objects) and creates everything else.
 #[tokio::test]
 async fn both_overlays_install_side_by_side() {
+    both_overlays(false).await;
+}
+
+#[tokio::test]
+async fn both_overlays_side_by_side_real_kube_apiserver() {
+    both_overlays(true).await;
+}
+
+async fn both_overlays(real: bool) {
     let Some(bin) = kubectl_or_skip() else { return };
-    let server = common::start().await;
+    let Some(server) = target(real).await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("kubeconfig"), server.kubeconfig_yaml()).unwrap();
+    server.write_kubeconfig(&dir.path().join("kubeconfig"));
     let (ebs_yaml, ebs) = render(&bin, "ebs");
     let (hostpath_yaml, hostpath) = render(&bin, "hostpath");
     kubectl(&bin, dir.path(), &["apply", "-f", "-"], Some(&ebs_yaml)).await;

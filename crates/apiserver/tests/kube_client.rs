@@ -246,14 +246,15 @@ async fn update_uses_optimistic_concurrency() {
 async fn status_subresource_rules() {
     let server = start().await;
     let vas: Api<VolumeAttachment> = Api::all(server.client());
-    // Status in a create is dropped: controllers own it.
+    // Status in a create is dropped: controllers own it (kube-apiserver answers
+    // `attached: false`, as for any VolumeAttachment without a status).
     let mut with_status = va("va-1", "node-1");
     with_status.status = Some(serde_json::from_value(json!({"attached": true})).unwrap());
     let created = vas
         .create(&PostParams::default(), &with_status)
         .await
         .unwrap();
-    assert!(created.status.is_none());
+    assert!(!created.status.as_ref().unwrap().attached);
 
     // A status patch touches only status...
     let st = vas
@@ -375,7 +376,7 @@ async fn patches_merge_json_and_declined_types() {
     );
     assert_eq!(e.code, 409);
 
-    // attachRequired is immutable.
+    // attachRequired is immutable; kube-apiserver names the field `spec.attachedRequired` (sic).
     let e = api_err(
         drivers
             .patch(
@@ -386,7 +387,7 @@ async fn patches_merge_json_and_declined_types() {
             .await,
     );
     assert_eq!(e.code, 422);
-    assert_eq!(e.details.unwrap().causes[0].field, "spec.attachRequired");
+    assert_eq!(e.details.unwrap().causes[0].field, "spec.attachedRequired");
 
     // Strategic merge: maps merge, finalizers merge as a set.
     drivers

@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "common/target.rs"]
+mod target;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -13,6 +15,8 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
+
+use target::Target;
 
 fn kubectl_path() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -155,9 +159,9 @@ spec:
     ),
 ];
 
-fn setup(server: &apiserver::RunningApiServer, dir: &Path, bin: PathBuf) -> Kubectl {
+fn setup(target: &Target, dir: &Path, bin: PathBuf) -> Kubectl {
     let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    target.write_kubeconfig(&kubeconfig);
     Kubectl {
         bin,
         kubeconfig,
@@ -172,7 +176,21 @@ async fn kubectl_create_get_patch_delete_watch() {
         test_support::skip_or_fail("no kubectl on PATH (scripts/setup installs it)");
         return;
     };
-    scenario(bin, false).await;
+    scenario(Target::lite().await, bin, false).await;
+}
+
+/// The same steps against the real kube-apiserver v1.26: every answer kubectl prints must be
+/// the same as apiserver-lite's.
+#[tokio::test]
+async fn kubectl_scenario_real_kube_apiserver() {
+    let Some(bin) = kubectl_path() else {
+        test_support::skip_or_fail("no kubectl on PATH (scripts/setup installs it)");
+        return;
+    };
+    let Some(target) = Target::real().await else {
+        return;
+    };
+    scenario(target, bin, false).await;
 }
 
 /// Debian's `kubernetes-client` (kubectl 1.20, the one a machine without kubectl gets), which
@@ -182,14 +200,27 @@ async fn kubectl_1_20_from_debian_create_get_patch_delete_watch() {
     let Some(bin) = test_support::kubectl_1_20() else {
         return;
     };
-    scenario(bin, true).await;
+    scenario(Target::lite().await, bin, true).await;
 }
 
-/// Every step with kubectl `bin`; `legacy` (1.20) leaves out the client flags it predates.
-async fn scenario(bin: PathBuf, legacy: bool) {
-    let server = common::start().await;
+/// kubectl 1.20 against the real kube-apiserver v1.26.
+#[tokio::test]
+async fn kubectl_1_20_from_debian_real_kube_apiserver() {
+    let Some(bin) = test_support::kubectl_1_20() else {
+        return;
+    };
+    let Some(target) = Target::real().await else {
+        return;
+    };
+    scenario(target, bin, true).await;
+}
+
+/// Every step with kubectl `bin` against `target`; `legacy` (1.20) leaves out the client flags
+/// it predates.
+async fn scenario(target: Target, bin: PathBuf, legacy: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let k = setup(&server, dir.path(), bin);
+    let k = setup(&target, dir.path(), bin);
+    target.prepare_namespace("default").await;
 
     // create -f of each kind.
     for (file, text) in MANIFESTS {
@@ -310,8 +341,10 @@ async fn scenario(bin: PathBuf, legacy: bool) {
         .await;
     assert!(!invalid.ok);
     assert!(
-        invalid.stderr.contains("spec.attachRequired")
-            && invalid.stderr.contains("field is immutable"),
+        // `attachedRequired` (sic) is the path kube-apiserver names.
+        invalid
+            .stderr
+            .contains("spec.attachedRequired: Invalid value: false: field is immutable"),
         "{}",
         invalid.stderr
     );
@@ -335,23 +368,33 @@ async fn scenario(bin: PathBuf, legacy: bool) {
     assert!(read_line(&mut lines).await.contains("false"));
     // kubectl prints the object from a GET, then watches (1.20: from resourceVersion 0, whose
     // replayed ADDED event it does not print). Change the object only once its watch is open,
-    // or the change arrives as that ADDED event, as it would from a real server.
-    let open = tokio::time::timeout(Duration::from_secs(30), async {
-        while server.watcher_count() == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    // or the change arrives as that ADDED event. apiserver-lite says when the watch is open;
+    // against the real server the change is repeated (a new annotation each time) until the
+    // watcher prints it.
+    target.watch_opened().await;
+    let vas: Api<VolumeAttachment> = Api::all(target.client());
+    let mut changed = None;
+    for attempt in 0..15 {
+        vas.patch_status(
+            "csi-0123",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"attached": true}})),
+        )
+        .await
+        .unwrap();
+        vas.patch(
+            "csi-0123",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"attempt": attempt.to_string()}}})),
+        )
+        .await
+        .unwrap();
+        if let Ok(line) = tokio::time::timeout(Duration::from_secs(2), lines.next_line()).await {
+            changed = Some(line.unwrap().expect("output"));
+            break;
         }
-    })
-    .await;
-    assert!(open.is_ok(), "kubectl get -w opened its watch within 30s");
-    let vas: Api<VolumeAttachment> = Api::all(server.client());
-    vas.patch_status(
-        "csi-0123",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"attached": true}})),
-    )
-    .await
-    .unwrap();
-    let changed = read_line(&mut lines).await;
+    }
+    let changed = changed.expect("kubectl get -w printed the change within 30s");
     assert!(
         changed.starts_with("csi-0123") && changed.contains("true"),
         "{changed}"
@@ -450,7 +493,7 @@ async fn scenario(bin: PathBuf, legacy: bool) {
     );
     let version = k.ok(&["version", "-o", "json"]).await;
     let version: Value = serde_json::from_str(&version).unwrap();
-    assert_eq!(version["serverVersion"]["minor"], "34");
+    assert_eq!(version["serverVersion"]["minor"], target.minor());
 
     // Pods bound to a node are deleted gracefully; --grace-period=0 --force plays the kubelet.
     let out = k

@@ -248,10 +248,11 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> ApiResult<Target> 
 }
 
 pub(crate) fn selectors(def: &ResourceDef, req: &Req) -> ApiResult<Selectors> {
+    // kube-apiserver answers the selectors' own errors, unprefixed.
     let labels = LabelSelector::parse(req.param("labelSelector").unwrap_or(""))
-        .map_err(|e| ApiError::bad_request(format!("unable to parse labelSelector: {e}")))?;
+        .map_err(ApiError::bad_request)?;
     let fields = FieldSelector::parse(req.param("fieldSelector").unwrap_or(""), def)
-        .map_err(|e| ApiError::bad_request(format!("unable to parse fieldSelector: {e}")))?;
+        .map_err(ApiError::bad_request)?;
     Ok(Selectors { labels, fields })
 }
 

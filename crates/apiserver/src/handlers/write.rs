@@ -185,7 +185,12 @@ fn commit_create(app: &App, t: &Target, req: &Req, mut obj: Value) -> ApiResult<
     meta.insert("name".into(), json!(name));
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), json!(now_rfc3339()));
-    meta.insert("generation".into(), json!(1));
+    // Only the kinds whose spec a controller follows carry a generation (as in v1.26).
+    if tracks_generation(def) {
+        meta.insert("generation".into(), json!(1));
+    } else {
+        meta.remove("generation");
+    }
     for k in [
         "deletionTimestamp",
         "deletionGracePeriodSeconds",
@@ -199,6 +204,10 @@ fn commit_create(app: &App, t: &Target, req: &Req, mut obj: Value) -> ApiResult<
         if let Some(m) = obj.as_object_mut() {
             m.remove("status");
         }
+    }
+    if def.group == "apps" && def.plural == "daemonsets" {
+        // A new DaemonSet's template is generation 1, whatever the client sent.
+        obj["metadata"]["annotations"][validation::DS_TEMPLATE_GENERATION] = json!("1");
     }
     validation::apply_defaults(def, &mut obj);
     super::admission::on_create(app, def, &mut obj);
@@ -306,9 +315,19 @@ fn prepare_update(
     if !errs.is_empty() {
         return Err(ApiError::invalid(def, &name, &errs));
     }
-    if !status_only && spec_changed(old, &new) {
+    if !status_only && tracks_generation(def) && spec_changed(old, &new) {
         let g = old["metadata"]["generation"].as_i64().unwrap_or(1);
         meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+    }
+    if !status_only && def.group == "apps" && def.plural == "daemonsets" {
+        // The template generation counts the pod template's changes, whatever the client sent.
+        let key = validation::DS_TEMPLATE_GENERATION;
+        let was = old["metadata"]["annotations"][key]
+            .as_str()
+            .and_then(|g| g.parse::<i64>().ok())
+            .unwrap_or(1);
+        let bump = i64::from(old["spec"]["template"] != new["spec"]["template"]);
+        new["metadata"]["annotations"][key] = json!((was + bump).to_string());
     }
     let grace_pending = new["metadata"]["deletionGracePeriodSeconds"]
         .as_i64()
@@ -318,6 +337,12 @@ fn prepare_update(
         return Ok(Mutation::PutThenDelete(new));
     }
     Ok(Mutation::Put(new))
+}
+
+/// Whether objects of `def` carry `metadata.generation`: the apps workloads; kube-apiserver
+/// v1.26 sets none on the other kinds served here (pods, volumes, storage, RBAC, leases).
+fn tracks_generation(def: &ResourceDef) -> bool {
+    def.group == "apps"
 }
 
 /// Whether anything outside metadata and status changed (what bumps metadata.generation).

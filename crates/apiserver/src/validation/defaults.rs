@@ -146,7 +146,56 @@ pub(crate) fn apply_defaults(def: &ResourceDef, obj: &mut Value) {
         ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
             rbac_binding_defaults(obj)
         }
+        // The real server always answers `status.attached` (a plain bool there).
+        ("storage.k8s.io", "volumeattachments") => {
+            if let Some(status) = obj_at(obj, "status") {
+                default(status, "attached", json!(false));
+            }
+        }
         _ => {}
+    }
+    // The workloads' status fields that kube-apiserver always answers (not `omitempty`
+    // there), so a new workload reads back with zero counts, as from the real server.
+    let zeros: &[&str] = match (def.group, def.plural) {
+        ("apps", "deployments") => &[],
+        ("apps", "daemonsets") => &[
+            "currentNumberScheduled",
+            "numberMisscheduled",
+            "desiredNumberScheduled",
+            "numberReady",
+        ],
+        ("apps", "statefulsets") => &["replicas", "availableReplicas"],
+        _ => return,
+    };
+    if let Some(status) = obj_at(obj, "status") {
+        for f in zeros {
+            default(status, f, json!(0));
+        }
+    }
+    if def.plural == "daemonsets" {
+        if let Some(meta) = obj_at(obj, "metadata") {
+            if let Some(annotations) = obj_at_map(meta, "annotations") {
+                default_str(annotations, DS_TEMPLATE_GENERATION, "1");
+            }
+        }
+    }
+}
+
+/// The annotation through which apps/v1 DaemonSets carry their template generation; the real
+/// server sets it on create and counts it up when the pod template changes.
+pub(crate) const DS_TEMPLATE_GENERATION: &str = "deprecated.daemonset.template.generation";
+
+fn obj_at_map<'a>(m: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
+    let entry = m.entry(key).or_insert_with(|| json!({}));
+    if entry.is_null() {
+        *entry = json!({});
+    }
+    entry.as_object_mut()
+}
+
+fn default_str(m: &mut Map<String, Value>, key: &str, value: &str) {
+    if m.get(key).and_then(Value::as_str).is_none() {
+        m.insert(key.to_string(), json!(value));
     }
 }
 
@@ -194,6 +243,32 @@ fn pod_defaults(obj: &mut Value) {
     if let Some(spec) = obj_at(obj, "spec") {
         pod_spec_defaults(spec);
         default(spec, "enableServiceLinks", json!(true));
+        // A pod's (not a template's) containers request what they limit, unless they say.
+        for list in ["containers", "initContainers"] {
+            for c in spec
+                .get_mut(list)
+                .and_then(Value::as_array_mut)
+                .into_iter()
+                .flatten()
+            {
+                let Some(limits) = c
+                    .pointer("/resources/limits")
+                    .and_then(Value::as_object)
+                    .cloned()
+                else {
+                    continue;
+                };
+                if let Some(requests) = c
+                    .get_mut("resources")
+                    .and_then(Value::as_object_mut)
+                    .and_then(|r| obj_at_map(r, "requests"))
+                {
+                    for (k, v) in limits {
+                        requests.entry(k).or_insert(v);
+                    }
+                }
+            }
+        }
     }
     if let Some(status) = obj_at(obj, "status") {
         default(status, "phase", json!("Pending"));
@@ -201,6 +276,17 @@ fn pod_defaults(obj: &mut Value) {
 }
 
 fn pod_spec_defaults(spec: &mut Map<String, Value>) {
+    // `serviceAccount` is the deprecated alias of `serviceAccountName`: the real server fills
+    // either from the other and answers both.
+    let named = |v: Option<&Value>| {
+        v.and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
+    if let Some(sa) = named(spec.get("serviceAccountName")).or(named(spec.get("serviceAccount"))) {
+        spec.insert("serviceAccountName".into(), json!(sa));
+        spec.insert("serviceAccount".into(), json!(sa));
+    }
     default(spec, "restartPolicy", json!("Always"));
     default(spec, "dnsPolicy", json!("ClusterFirst"));
     default(spec, "schedulerName", json!("default-scheduler"));

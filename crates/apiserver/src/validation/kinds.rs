@@ -381,8 +381,10 @@ pub(super) fn validate_update(def: &ResourceDef, old: &Value, new: &Value) -> Ve
             ));
         }
         ("storage.k8s.io", "csidrivers") => {
+            // The real server names the field `spec.attachedRequired` in this error (sic):
+            // kubectl users see that path from kube-apiserver v1.26, so they see it here too.
             immutable(
-                "spec.attachRequired",
+                "spec.attachedRequired",
                 s(old, &["spec", "attachRequired"]),
                 s(new, &["spec", "attachRequired"]),
                 &mut errs,
@@ -524,7 +526,7 @@ mod tests {
         let errs = validate_update(d, &old, &new);
         assert_eq!(
             errs[0].to_string(),
-            "spec.attachRequired: Invalid value: false: field is immutable"
+            "spec.attachedRequired: Invalid value: false: field is immutable"
         );
         let bad = json!({"spec": {"volumeLifecycleModes": ["Forever"]}});
         assert_eq!(

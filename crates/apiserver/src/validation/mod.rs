@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::resources::ResourceDef;
 use crate::status::FieldError;
 
-pub(crate) use defaults::apply_defaults;
+pub(crate) use defaults::{DS_TEMPLATE_GENERATION, apply_defaults};
 
 /// Validates a new object (already defaulted, name and namespace settled).
 pub(crate) fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {

@@ -26,6 +26,34 @@ pub(crate) fn dns1123_label(s: &str) -> Vec<String> {
     out
 }
 
+/// An IANA service name (a container port's name, a probe's named port): problems, empty
+/// when valid. kube-apiserver refuses a 16-character port name that apiserver-lite once took.
+pub(crate) fn port_name(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if s.len() > 15 {
+        out.push("must be no more than 15 characters".to_string());
+    }
+    if !s
+        .bytes()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        || s.is_empty()
+    {
+        out.push(
+            "must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)".to_string(),
+        );
+    }
+    if !s.bytes().any(|c| c.is_ascii_lowercase()) {
+        out.push("must contain at least one letter (a-z)".to_string());
+    }
+    if s.contains("--") {
+        out.push("must not contain consecutive hyphens".to_string());
+    }
+    if s.starts_with('-') || s.ends_with('-') {
+        out.push("must not begin or end with a hyphen".to_string());
+    }
+    out
+}
+
 /// RFC 1123 subdomain (most object names): problems, empty when valid.
 pub(crate) fn dns1123_subdomain(s: &str) -> Vec<String> {
     let mut out = Vec::new();

@@ -202,6 +202,16 @@ fn container(
     }
     for (j, p) in list(c, "ports").iter().enumerate() {
         let pat = format!("{at}.ports[{j}]");
+        let port = str_of(p, "name");
+        if !port.is_empty() {
+            for problem in names::port_name(port) {
+                errs.push(FieldError::invalid(
+                    format!("{pat}.name"),
+                    json!(port),
+                    problem,
+                ));
+            }
+        }
         match p.get("containerPort").and_then(Value::as_i64) {
             Some(1..=65535) => {}
             Some(n) => errs.push(FieldError::invalid(
@@ -238,15 +248,37 @@ fn container(
                     }
                 }
             }
-            if let Some(get) = p.get("httpGet").filter(|g| !g.is_null()) {
-                if get.get("port").is_none_or(Value::is_null) {
-                    errs.push(FieldError::required(
-                        format!("{at}.{probe}.httpGet.port"),
-                        "",
-                    ));
+            for handler in ["httpGet", "tcpSocket"] {
+                if let Some(h) = p.get(handler).filter(|g| !g.is_null()) {
+                    port_num_or_name(&format!("{at}.{probe}.{handler}.port"), h.get("port"), errs);
                 }
             }
         }
+    }
+}
+
+/// A probe's port: a number in 1..=65535 or a valid port name, as kube-apiserver checks it.
+fn port_num_or_name(field: &str, port: Option<&Value>, errs: &mut Vec<FieldError>) {
+    match port {
+        None | Some(Value::Null) => errs.push(FieldError::required(field, "")),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(1..=65535) => {}
+            _ => errs.push(FieldError::invalid(
+                field,
+                Value::Number(n.clone()),
+                "must be between 1 and 65535, inclusive",
+            )),
+        },
+        Some(Value::String(name)) => {
+            for problem in names::port_name(name) {
+                errs.push(FieldError::invalid(field, json!(name), problem));
+            }
+        }
+        Some(other) => errs.push(FieldError::invalid(
+            field,
+            other.clone(),
+            "must contain a valid port number",
+        )),
     }
 }
 
@@ -297,5 +329,33 @@ mod tests {
             fields(json!({})),
             vec!["spec.template.spec.containers: Required value"]
         );
+    }
+
+    /// kube-apiserver v1.26 refused the `http-provisioner` port of deploy/kubernetes that
+    /// apiserver-lite had taken; these are its messages.
+    #[test]
+    fn port_names_are_iana_service_names() {
+        let spec = json!({"containers": [{"name": "a", "image": "x:1",
+            "ports": [{"name": "http-provisioner", "containerPort": 8080},
+                      {"name": "ok-name", "containerPort": 8081}],
+            "livenessProbe": {"httpGet": {"path": "/", "port": "http-provisioner"}},
+            "readinessProbe": {"tcpSocket": {"port": 0}}}]});
+        assert_eq!(
+            fields(spec),
+            vec![
+                "spec.template.spec.containers[0].ports[0].name: Invalid value: \"http-provisioner\": must be no more than 15 characters",
+                "spec.template.spec.containers[0].livenessProbe.httpGet.port: Invalid value: \"http-provisioner\": must be no more than 15 characters",
+                "spec.template.spec.containers[0].readinessProbe.tcpSocket.port: Invalid value: 0: must be between 1 and 65535, inclusive",
+            ]
+        );
+        assert_eq!(
+            names::port_name("-8--"),
+            vec![
+                "must contain at least one letter (a-z)",
+                "must not contain consecutive hyphens",
+                "must not begin or end with a hyphen",
+            ]
+        );
+        assert!(names::port_name("metrics").is_empty());
     }
 }
