@@ -19,6 +19,7 @@ pub(crate) const CLAIM_LOST: &str = "ClaimLost";
 pub(crate) const CLAIM_MISBOUND: &str = "ClaimMisbound";
 pub(crate) const EXTERNAL_PROVISIONING: &str = "ExternalProvisioning";
 pub(crate) const WAIT_FOR_FIRST_CONSUMER: &str = "WaitForFirstConsumer";
+pub(crate) const WAIT_FOR_POD_SCHEDULED: &str = "WaitForPodScheduled";
 pub(crate) const PROVISIONING_FAILED: &str = "ProvisioningFailed";
 pub(crate) const PROVISIONING_SUCCEEDED: &str = "ProvisioningSucceeded";
 pub(crate) const VOLUME_FAILED_DELETE: &str = "VolumeFailedDelete";
@@ -32,6 +33,15 @@ pub(crate) fn external_provisioning(provisioner: &str) -> String {
     format!(
         "Waiting for a volume to be created either by the external provisioner '{provisioner}' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered."
     )
+}
+
+/// `WaitForPodScheduled`'s message: the pods that name the claim and have no node yet
+/// (sorted; kcm lists them in its index's order).
+pub(crate) fn waiting_for_pods_scheduled(pods: &[String]) -> String {
+    match pods {
+        [one] => format!("waiting for pod {one} to be scheduled"),
+        many => format!("waiting for pods {} to be scheduled", many.join(",")),
+    }
 }
 
 pub(crate) const WAITING_FOR_FIRST_CONSUMER: &str =

@@ -55,9 +55,10 @@ pub(crate) fn find_deleter(volume: &PersistentVolume, migrated: &MigratedPlugins
             nobody()
         };
     }
-    if annotations.contains_key(ANN_MIGRATED_TO)
-        || volume.spec.as_ref().is_some_and(|s| s.csi.is_some())
-    {
+    // A `csi` source alone names no deleter: kcm v1.26 has no deletable plugin for it and
+    // fails the volume (the external provisioner only deletes what its `provisioned-by`
+    // names), as tests/real_pv_controller.rs shows on a real kcm.
+    if annotations.contains_key(ANN_MIGRATED_TO) {
         return Deleter::External;
     }
     if is_aws_source {
@@ -242,6 +243,18 @@ mod tests {
             "spec": {"csi": {"driver": "hostpath.csi.k8s.io", "volumeHandle": "h"}}
         }));
         assert_eq!(find_deleter(&csi, &off), Deleter::External);
+        // Static (no provisioned-by): no deleter, as kcm v1.26 decides.
+        let static_csi = pv(json!({
+            "metadata": {"name": "sc"},
+            "spec": {"csi": {"driver": "hostpath.csi.k8s.io", "volumeHandle": "h"}}
+        }));
+        match find_deleter(&static_csi, &off) {
+            Deleter::Nobody(m) => assert!(
+                m.contains("\"sc\": no deletable volume plugin matched"),
+                "{m}"
+            ),
+            other => panic!("{other:?}"),
+        }
         let static_ebs =
             pv(json!({"metadata": {"name": "s"}, "spec": {"awsElasticBlockStore": ebs}}));
         assert_eq!(find_deleter(&static_ebs, &off), Deleter::InTreeAwsEbs);

@@ -161,14 +161,32 @@ async fn sync_unbound_claim_without_volume(
                 return Ok(());
             }
             if delay && selected.is_none() {
-                ctx.events
-                    .claim(
-                        claim,
-                        false,
-                        events::WAIT_FOR_FIRST_CONSUMER,
-                        events::WAITING_FOR_FIRST_CONSUMER,
-                    )
-                    .await;
+                // kcm's emitEventForUnboundDelayBindingClaim: once a pod uses the claim, the
+                // wait is for the scheduler.
+                let pods = crate::protection::pvc::unscheduled_pods_of(
+                    &ctx.caches.pods.list(),
+                    claim.metadata.namespace.as_deref().unwrap_or_default(),
+                    claim.metadata.name.as_deref().unwrap_or_default(),
+                );
+                if pods.is_empty() {
+                    ctx.events
+                        .claim(
+                            claim,
+                            false,
+                            events::WAIT_FOR_FIRST_CONSUMER,
+                            events::WAITING_FOR_FIRST_CONSUMER,
+                        )
+                        .await;
+                } else {
+                    ctx.events
+                        .claim(
+                            claim,
+                            false,
+                            events::WAIT_FOR_POD_SCHEDULED,
+                            &events::waiting_for_pods_scheduled(&pods),
+                        )
+                        .await;
+                }
             } else if !class_name.is_empty() {
                 provision::provision_claim(ctx, claim, &class_name, class.as_deref()).await?;
             } else {

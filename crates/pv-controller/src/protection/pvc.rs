@@ -33,6 +33,36 @@ fn claims_of(pod: &Pod) -> impl Iterator<Item = (String, String)> + '_ {
         .map(move |c| (namespace.clone(), c.claim_name.clone()))
 }
 
+/// Names of the pods in the claim's namespace that use it (a `persistentVolumeClaim` volume,
+/// or a generic ephemeral volume, whose claim is `<pod>-<volume>`) and are not scheduled yet:
+/// kcm's `findNonScheduledPodsByPVC`, for the `WaitForPodScheduled` Event. Sorted.
+pub(crate) fn unscheduled_pods_of(pods: &[Arc<Pod>], namespace: &str, claim: &str) -> Vec<String> {
+    let mut names: Vec<String> = pods
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_none_or(str::is_empty)
+        })
+        .filter(|p| {
+            let pod_name = p.metadata.name.as_deref().unwrap_or_default();
+            p.spec
+                .iter()
+                .flat_map(|s| s.volumes.iter().flatten())
+                .any(|v| match (&v.persistent_volume_claim, &v.ephemeral) {
+                    (Some(c), _) => c.claim_name == claim,
+                    (None, Some(_)) => format!("{pod_name}-{}", v.name) == claim,
+                    (None, None) => false,
+                })
+        })
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
 /// `(namespace, claim)` of every claim a pod holds.
 pub(crate) fn claims_in_use(pods: &[Arc<Pod>]) -> HashSet<(String, String)> {
     pods.iter()
@@ -121,6 +151,41 @@ mod tests {
             }))
             .unwrap(),
         )
+    }
+
+    #[test]
+    fn unscheduled_pods_are_found_by_claim_and_ephemeral_volume() {
+        let mk = |name: &str, node: Option<&str>, volumes: serde_json::Value| -> Arc<Pod> {
+            Arc::new(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": name, "namespace": "ns"},
+                    "spec": {"nodeName": node, "containers": [], "volumes": volumes}
+                }))
+                .unwrap(),
+            )
+        };
+        let uses = serde_json::json!([{"name": "v", "persistentVolumeClaim": {"claimName": "c"}}]);
+        let pods = vec![
+            mk("b", None, uses.clone()),
+            mk("a", Some(""), uses.clone()),
+            mk("on-node", Some("n1"), uses.clone()),
+            mk(
+                "other",
+                None,
+                serde_json::json!([{"name": "v", "persistentVolumeClaim": {"claimName": "x"}}]),
+            ),
+            mk(
+                "eph",
+                None,
+                serde_json::json!([{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]),
+            ),
+        ];
+        assert_eq!(unscheduled_pods_of(&pods, "ns", "c"), ["a", "b"]);
+        assert_eq!(
+            unscheduled_pods_of(&pods, "other-ns", "c"),
+            Vec::<String>::new()
+        );
+        assert_eq!(unscheduled_pods_of(&pods, "ns", "eph-scratch"), ["eph"]);
     }
 
     #[test]
