@@ -369,6 +369,10 @@ async fn our_pv_controller_writes_what_kcms_writes() {
     assert_eq!(kcm["static/claims"]["st-c-none"]["phase"], json!("Pending"));
     assert_eq!(kcm["protect/while-pod"]["claim"]["deleting"], json!(true));
     assert_eq!(kcm["protect/while-pod"]["pv"]["phase"], json!("Bound"));
+    assert_eq!(
+        kcm["protect/while-pod"]["pr-pending"]["phase"],
+        json!("Released")
+    );
     assert_eq!(kcm["wffc/after-pod"]["wf-c-local"]["phase"], json!("Bound"));
     assert_eq!(
         kcm["wffc/after-pod"]["wf-c-ext"]["annotations"]["volume.kubernetes.io/selected-node"],
@@ -797,29 +801,33 @@ async fn reclaim(ctx: &Ctx) {
 }
 
 /// A claim a running pod uses is deleted, then its volume: both stay (finalizers) until the
-/// pod is gone; an unused claim goes at once.
+/// pod is gone; an unused claim, and one only an unschedulable pod names, go at once.
 async fn protect(ctx: &Ctx) {
     let ns = "protect";
     let pvs = ctx.pvs();
-    for n in ["pr-used", "pr-idle"] {
+    for n in ["pr-used", "pr-idle", "pr-pending"] {
         create(
             &pvs,
             pv(n, "1Gi", RWO, n, "Retain", host_path(&ctx.host.join(n))),
         )
         .await;
     }
-    for n in ["pr-used", "pr-idle"] {
+    for n in ["pr-used", "pr-idle", "pr-pending"] {
         ctx.pv_phase(n, "Available").await;
     }
     let pvcs = ctx.pvcs(ns);
-    for n in ["pr-used", "pr-idle"] {
+    for n in ["pr-used", "pr-idle", "pr-pending"] {
         create(&pvcs, pvc(ns, &format!("{n}-c"), "1Gi", RWO, Some(n))).await;
     }
-    for n in ["pr-used", "pr-idle"] {
+    for n in ["pr-used", "pr-idle", "pr-pending"] {
         ctx.pvc_phase(ns, &format!("{n}-c"), "Bound").await;
     }
     let pods = ctx.pods(ns);
     create(&pods, pod(ns, "pr-pod", "pr-used-c")).await;
+    // A pod no node takes does not hold its claim (the kubelet never starts it).
+    let mut pending = pod(ns, "pr-pod-pending", "pr-pending-c");
+    pending["spec"]["nodeSelector"] = json!({"example.com/no-such-node": "x"});
+    create(&pods, pending).await;
     ctx.pod_running(ns, "pr-pod").await;
 
     let mut bound = BTreeMap::new();
@@ -830,10 +838,11 @@ async fn protect(ctx: &Ctx) {
     pvcs.delete("pr-used-c", &DeleteParams::default())
         .await
         .unwrap();
-    pvcs.delete("pr-idle-c", &DeleteParams::default())
-        .await
-        .unwrap();
+    for c in ["pr-idle-c", "pr-pending-c"] {
+        pvcs.delete(c, &DeleteParams::default()).await.unwrap();
+    }
     ctx.pvc_gone(ns, "pr-idle-c").await;
+    ctx.pvc_gone(ns, "pr-pending-c").await;
     pvs.delete("pr-used", &DeleteParams::default())
         .await
         .unwrap();
@@ -842,6 +851,7 @@ async fn protect(ctx: &Ctx) {
     during.insert("claim", ctx.snap_pvc(ns, "pr-used-c").await);
     during.insert("pv", ctx.snap_pv("pr-used").await);
     during.insert("pr-idle", ctx.snap_pv("pr-idle").await);
+    during.insert("pr-pending", ctx.snap_pv("pr-pending").await);
     ctx.put("protect/while-pod", json!(during));
 
     pods.delete("pr-pod", &DeleteParams::default())
