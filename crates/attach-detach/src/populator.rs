@@ -208,10 +208,11 @@ pub(crate) fn actual_state(ctx: &Ctx) -> ActualStateOfWorld {
         let attached = va.status.as_ref().is_some_and(|s| s.attached);
         let mut attachment =
             Attachment::new(DetachHow::Csi { driver, handle }, String::new(), attached);
-        attachment.mounted = attached
-            && node
-                .as_ref()
-                .is_some_and(|n| volumes_in_use(n).contains(&unique));
+        // Attached or uncertain, the node's word decides whether it is mounted: an uncertain
+        // attachment the node uses waits for it like an attached one.
+        attachment.mounted = node
+            .as_ref()
+            .is_some_and(|n| volumes_in_use(n).contains(&unique));
         tracing::info!(va = ?va.metadata.name, volume = %unique, node = %node_name, attached, "VolumeAttachment found at start");
         if attached {
             asw.mark_attached(&unique, &node_name, attachment);

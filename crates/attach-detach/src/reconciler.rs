@@ -1,6 +1,8 @@
-//! One reconcile pass (kube-controller-manager's reconciler): detach what is attached but no
-//! longer desired (once the node stops reporting it in `status.volumesInUse`, or after
-//! `--max-wait-for-unmount` on a node that is not Ready), then attach what is desired but not
+//! One reconcile pass (kube-controller-manager's reconciler): detach what is attached (or
+//! uncertain) but no longer desired (once the node stops reporting it in `status.volumesInUse`,
+//! checked again against the API server right before the detach; or forced, after
+//! `--max-wait-for-unmount` on a node that is not Ready, or at once on an out-of-service node),
+//! then attach what is desired but not
 //! attached (refusing a second node for a volume that is not multi-attachable), then write the
 //! node status that changed. Every few passes' worth of cache changes, attachments are checked
 //! against the plugins (`VolumesAreAttached`): a CSI volume whose VolumeAttachment went away
@@ -21,10 +23,18 @@ use crate::operations::{attach_no_op, is_no_op, spawn_success_events, start_atta
 use crate::populator::{self, Desired};
 use crate::statusupdater::NodeStatusUpdater;
 
+/// A detach one pass decided to start.
+struct Detach {
+    volume: String,
+    node: String,
+    attachment: Attachment,
+    mode: DetachMode,
+}
+
 /// What one pass decided under the state lock.
 #[derive(Default)]
 struct Plan {
-    detaches: Vec<(String, String, Attachment, bool)>,
+    detaches: Vec<Detach>,
     attaches: Vec<(VolumeToAttach, String, Vec<PodRef>)>,
     /// (pod, message) of Multi-Attach errors not reported before.
     multi_attach_events: Vec<(PodRef, String)>,
@@ -63,6 +73,37 @@ fn out_of_service(node: Option<&Node>) -> bool {
 /// `--disable-force-detach-on-timeout`), or at once from an out-of-service node.
 fn force_detach(node: Option<&Node>, waited_out: bool, disabled: bool) -> bool {
     out_of_service(node) || (waited_out && !disabled && !node_healthy(node))
+}
+
+/// How a volume that is no longer desired leaves its node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DetachMode {
+    /// The node still reports the volume in use and it goes anyway (metric, node Event).
+    forced: bool,
+    /// Read the node from the API server right before the detach and refuse it if the node
+    /// lists the volume in `status.volumesInUse` (Kubernetes' `verifySafeToDetach`); skipped
+    /// only when a forced detach is allowed (the outcome would not change).
+    verify_safe: bool,
+}
+
+/// Whether (and how) a volume that is no longer desired is detached now; `None`: it waits for
+/// the node to stop using it. `mounted` is the cached `status.volumesInUse` of the node, for
+/// confirmed and uncertain attachments alike (an uncertain one may be attached, so it is
+/// treated as attached).
+fn detach_mode(
+    mounted: bool,
+    node: Option<&Node>,
+    waited_out: bool,
+    disabled: bool,
+) -> Option<DetachMode> {
+    let force = force_detach(node, waited_out, disabled);
+    if mounted && !force {
+        return None;
+    }
+    Some(DetachMode {
+        forced: mounted,
+        verify_safe: !force,
+    })
 }
 
 impl Reconciler {
@@ -171,20 +212,20 @@ impl Reconciler {
                 continue;
             }
             let since = *a.detach_requested.get_or_insert(now);
-            let mut forced = false;
-            if a.confirmed && a.mounted {
-                let waited_out = now.duration_since(since) >= max_wait;
-                let node = ctx.caches.nodes.get(n);
-                let disabled = ctx.options.disable_force_detach_on_timeout;
-                if !force_detach(node.as_deref(), waited_out, disabled) {
-                    continue;
-                }
-                forced = true;
-            }
+            let waited_out = now.duration_since(since) >= max_wait;
+            let node = ctx.caches.nodes.get(n);
+            let disabled = ctx.options.disable_force_detach_on_timeout;
+            let Some(mode) = detach_mode(a.mounted, node.as_deref(), waited_out, disabled) else {
+                continue;
+            };
             a.report = false;
             ops.start(v, n, a.multi_attach);
-            plan.detaches
-                .push((v.clone(), n.clone(), a.clone(), forced));
+            plan.detaches.push(Detach {
+                volume: v.clone(),
+                node: n.clone(),
+                attachment: a.clone(),
+                mode,
+            });
         }
     }
 
@@ -226,16 +267,11 @@ impl Reconciler {
     /// Writes the nodes' status without the volumes first (as Kubernetes does: the kubelet
     /// must not see a volume as attached while it is being detached), then starts the
     /// detaches whose node status was written.
-    async fn detach(
-        &mut self,
-        ctx: &Arc<Ctx>,
-        tasks: &mut JoinSet<()>,
-        detaches: Vec<(String, String, Attachment, bool)>,
-    ) {
+    async fn detach(&mut self, ctx: &Arc<Ctx>, tasks: &mut JoinSet<()>, detaches: Vec<Detach>) {
         if detaches.is_empty() {
             return;
         }
-        let nodes: BTreeSet<String> = detaches.iter().map(|(_, n, _, _)| n.clone()).collect();
+        let nodes: BTreeSet<String> = detaches.iter().map(|d| d.node.clone()).collect();
         let mut failed_nodes = BTreeSet::new();
         for node in nodes {
             if ctx.caches.nodes.get(&node).is_none() {
@@ -247,7 +283,13 @@ impl Reconciler {
                 failed_nodes.insert(node);
             }
         }
-        for (volume, node, attachment, forced) in detaches {
+        for Detach {
+            volume,
+            node,
+            attachment,
+            mode,
+        } in detaches
+        {
             if failed_nodes.contains(&node) {
                 let mut state = ctx.state();
                 state.ops.finish(&volume, &node, attachment.multi_attach);
@@ -256,7 +298,7 @@ impl Reconciler {
                 }
                 continue;
             }
-            if forced {
+            if mode.forced {
                 ctx.metrics.forced_detach();
                 let max_wait = ctx.options.max_wait_for_unmount;
                 tracing::warn!(volume = %volume, node = %node, ?max_wait, "forced detach: the node still reports the volume in use");
@@ -276,7 +318,7 @@ impl Reconciler {
                     )
                     .await;
             }
-            start_detach(ctx, tasks, volume, node, attachment);
+            start_detach(ctx, tasks, volume, node, attachment, mode.verify_safe);
         }
     }
 
@@ -354,6 +396,47 @@ mod tests {
         ];
         for (i, (n, waited, disabled, want)) in rows.into_iter().enumerate() {
             assert_eq!(force_detach(n, waited, disabled), want, "row {i}");
+        }
+    }
+
+    #[test]
+    fn detach_waits_for_the_node_and_is_verified_unless_forced() {
+        let ready = node(true, false);
+        let not_ready = node(false, false);
+        let tainted = node(true, true);
+        let normal = Some(DetachMode {
+            forced: false,
+            verify_safe: true,
+        });
+        let forced = Some(DetachMode {
+            forced: true,
+            verify_safe: false,
+        });
+        // Not mounted, force allowed: no in-use check (the detach would go ahead anyway).
+        let unchecked = Some(DetachMode {
+            forced: false,
+            verify_safe: false,
+        });
+        // (mounted per cache, node, waited out, disabled) → mode
+        type Row<'a> = (bool, Option<&'a Node>, bool, bool, Option<DetachMode>);
+        let rows: [Row; 12] = [
+            (true, Some(&ready), false, false, None),
+            (true, Some(&ready), true, false, None),
+            (false, Some(&ready), false, false, normal),
+            // A Ready node's volume is checked against the API server also after the wait
+            // (Kubernetes v1.26 skips the check once the wait is over).
+            (false, Some(&ready), true, false, normal),
+            (true, Some(&not_ready), false, false, None),
+            (true, Some(&not_ready), true, false, forced),
+            (true, Some(&not_ready), true, true, None),
+            (false, Some(&not_ready), true, true, normal),
+            (false, Some(&not_ready), true, false, unchecked),
+            (true, None, true, false, forced),
+            (true, Some(&tainted), false, true, forced),
+            (false, Some(&tainted), false, false, unchecked),
+        ];
+        for (i, (mounted, n, waited, disabled, want)) in rows.into_iter().enumerate() {
+            assert_eq!(detach_mode(mounted, n, waited, disabled), want, "row {i}");
         }
     }
 }

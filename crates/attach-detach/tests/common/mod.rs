@@ -161,6 +161,31 @@ impl Env {
         self.adc = Some(Task { stop, task });
     }
 
+    /// Starts the controller alone on `client` (a client the test built, e.g. with a layer
+    /// that holds back some responses), without the binary's clients and leader election.
+    pub fn start_adc_on(&mut self, client: Client, options: Options) {
+        assert!(self.adc.is_none(), "controller already running");
+        let mut registry = prometheus_client::registry::Registry::default();
+        let controller = attach_detach::Controller::new(client, options, None, &mut registry);
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(controller.run(stop.clone()));
+        self.adc = Some(Task { stop, task });
+    }
+
+    /// A config for the controller's own client: the server's kubeconfig with the controller's
+    /// User-Agent (so the audit trail names its requests).
+    pub async fn adc_config(&self) -> kube::Config {
+        let kc = kube::config::Kubeconfig::from_yaml(&self.server.kubeconfig_yaml()).unwrap();
+        let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_str(&format!("{ADC_UA}test")).unwrap(),
+        ));
+        config
+    }
+
     /// Stops the controller and checks it ended without error.
     pub async fn stop_adc(&mut self) {
         if let Some(t) = self.adc.take() {
