@@ -18,7 +18,8 @@
 //! - `protect`: a claim a running pod uses and its PV are deleted and stay until the pod goes;
 //! - `migrate`: an in-tree `kubernetes.io/aws-ebs` class and a PV "provisioned" by it;
 //! - `default-class`: a claim without a class gets the default class once there is one
-//!   (RetroactiveDefaultStorageClass, beta and on in v1.26); one that asks for "" does not.
+//!   (RetroactiveDefaultStorageClass, beta and on in v1.26); one that asks for "" does not;
+//! - `lost`: a bound claim whose PV is removed (finalizer taken off, deleted) is Lost.
 //!
 //! What the controller side wrote (phases, claimRef, volumeName, annotations, finalizers, the
 //! Events on claims and volumes with their reasons, messages and source) is recorded at fixed
@@ -45,7 +46,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 const NODE: &str = "node-pv";
-const NAMESPACES: [&str; 7] = [
+const NAMESPACES: [&str; 8] = [
     "static",
     "prebound",
     "wffc",
@@ -53,9 +54,10 @@ const NAMESPACES: [&str; 7] = [
     "protect",
     "migrate",
     "default-class",
+    "lost",
 ];
 /// PV names start with their scenario's prefix.
-const PV_PREFIXES: [&str; 6] = ["st-", "pb-", "wf-", "rc-", "pr-", "mg-"];
+const PV_PREFIXES: [&str; 7] = ["st-", "pb-", "wf-", "rc-", "pr-", "mg-", "ls-"];
 /// How long one step may take before the test fails with the logs' ends.
 const PATIENCE: Duration = Duration::from_secs(60);
 /// How long a state that should last is watched before it is recorded.
@@ -473,6 +475,7 @@ async fn run(side: Side) -> Option<BTreeMap<String, Value>> {
         timed(side, "protect", protect(&ctx)),
         timed(side, "migrate", migrate(&ctx)),
         timed(side, "default-class", default_class(&ctx)),
+        timed(side, "lost", lost(&ctx)),
     );
     // Events are written after the objects: give the last ones a moment.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -944,4 +947,39 @@ async fn default_class(ctx: &Ctx) {
         after.insert(c, snap);
     }
     ctx.put("default-class/after", json!(after));
+}
+
+/// A bound claim whose volume goes (its pv-protection finalizer taken off by hand, then
+/// deleted): the claim is Lost, with a Warning Event.
+async fn lost(ctx: &Ctx) {
+    let ns = "lost";
+    let pvs = ctx.pvs();
+    create(
+        &pvs,
+        pv(
+            "ls-pv",
+            "1Gi",
+            RWO,
+            "ls",
+            "Retain",
+            host_path(&ctx.host.join("ls-pv")),
+        ),
+    )
+    .await;
+    ctx.pv_phase("ls-pv", "Available").await;
+    create(&ctx.pvcs(ns), pvc(ns, "ls-c", "1Gi", RWO, Some("ls"))).await;
+    ctx.pvc_phase(ns, "ls-c", "Bound").await;
+    ctx.pv_phase("ls-pv", "Bound").await;
+    pvs.delete("ls-pv", &DeleteParams::default()).await.unwrap();
+    pvs.patch(
+        "ls-pv",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    ctx.pv_gone("ls-pv").await;
+    ctx.pvc_phase(ns, "ls-c", "Lost").await;
+    tokio::time::sleep(SETTLE).await;
+    ctx.put("lost", ctx.snap_pvc(ns, "ls-c").await);
 }
