@@ -25,7 +25,7 @@ use volume_plugins::names::volume_attachment_name;
 use super::cache::{
     ActualStateOfWorld, DesiredStateOfWorld, MountedVolume, PodToMount, StagedVolume, VolumeHandle,
 };
-use super::operations::{self, MountRequest, Mounted, OpContext, OpError, PodInfo};
+use super::operations::{self, MountFailure, MountRequest, Mounted, OpContext, OpError, PodInfo};
 use super::pod_events::PodEvents;
 use super::volume_spec::{MountKind, VolumeToMount};
 use crate::metrics::Metrics;
@@ -37,7 +37,7 @@ pub enum OpOutcome {
         pod_uid: String,
         unique_name: String,
         started: Instant,
-        result: Result<Mounted, OpError>,
+        result: Result<Mounted, MountFailure>,
     },
     Unpublish {
         volume: MountedVolume,
@@ -166,22 +166,40 @@ impl Reconciler {
         }
     }
 
+    /// Whether the attach/detach controller manages the volume behind `handle` now.
+    fn adc_manages_handle(&self, handle: &VolumeHandle) -> bool {
+        match handle {
+            VolumeHandle::AwsEbs { .. } => true,
+            VolumeHandle::Csi {
+                driver, ephemeral, ..
+            } => !ephemeral && self.ctx.csi.attach_path(driver).adc_manages(),
+        }
+    }
+
     /// `node.status.volumesInUse` as it should be: every wanted volume the attach/detach
-    /// controller manages, and every one still staged or published.
+    /// controller manages, and every one staged or published (also uncertain) that it managed
+    /// when it was mounted or manages now, whatever the desired state says: a volume stays
+    /// listed until it is unmounted, also when its pod is gone or its CSIDriver was turned
+    /// `attachRequired: false` in the meantime.
     pub fn volumes_in_use(&self, dsw: &DesiredStateOfWorld) -> BTreeSet<String> {
-        // A wanted volume counts as the attach/detach controller sees it now; one no pod
-        // wants any more stays listed, as it was mounted, until it is unmounted.
         let mut set: BTreeSet<String> = dsw
             .volumes()
             .filter(|(_, v)| self.adc_manages(v))
             .map(|(_, v)| v.unique_name.clone())
             .collect();
-        set.extend(
-            self.asw
-                .in_use()
-                .filter(|u| !dsw.wants_volume(u))
-                .map(str::to_string),
-        );
+        let staged = self
+            .asw
+            .all_staged()
+            .map(|s| (&s.unique_name, &s.handle, s.reported_in_use));
+        let mounted = self
+            .asw
+            .all_mounted()
+            .map(|m| (&m.unique_name, &m.handle, m.reported_in_use));
+        for (name, handle, reported) in staged.chain(mounted) {
+            if reported || self.adc_manages_handle(handle) {
+                set.insert(name.clone());
+            }
+        }
         set
     }
 
@@ -474,7 +492,11 @@ impl Reconciler {
                         self.asw.add_staged(m.staged);
                         self.asw.add_mounted(m.mounted);
                     }
-                    Err(e) => {
+                    Err(MountFailure {
+                        error: e,
+                        staged,
+                        published,
+                    }) => {
                         self.metrics.operation(
                             "volume_mount",
                             &unique_name,
@@ -482,6 +504,18 @@ impl Reconciler {
                             started.elapsed(),
                             false,
                         );
+                        // What the failed mount left: a stage (certain, or uncertain after a
+                        // non-final error) and an uncertain publish. An entry already uncertain
+                        // stays so after a final error: only NodeUnstage/NodeUnpublish prove
+                        // nothing is left (the kubelet forgets it; a leftover mount would then
+                        // leave volumesInUse and be detached under it).
+                        if let Some(s) = staged {
+                            tracing::info!(volume = %unique_name, uncertain = s.uncertain, "recording the stage of a failed mount");
+                            self.asw.add_staged(s);
+                        }
+                        if let Some(m) = published {
+                            self.asw.add_mounted(m);
+                        }
                         self.back_off(key.clone());
                         let volume = dsw
                             .pod(&pod_uid)

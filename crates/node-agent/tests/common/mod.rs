@@ -327,6 +327,20 @@ impl Env {
     /// A hostpath volume (CreateVolume on node `i`'s driver), its PV and a PVC bound to it
     /// (as the PV controller would bind them). Returns the volume handle.
     pub async fn create_bound_claim(&self, i: usize, pv: &str, pvc: &str, block: bool) -> String {
+        self.create_bound_claim_with(i, pv, pvc, block, json!({}))
+            .await
+    }
+
+    /// [`Env::create_bound_claim`] with `csi_extra`'s fields added to the PV's `spec.csi`
+    /// (secret references, say).
+    pub async fn create_bound_claim_with(
+        &self,
+        i: usize,
+        pv: &str,
+        pvc: &str,
+        block: bool,
+        csi_extra: Value,
+    ) -> String {
         use csi_spec::v1::controller_client::ControllerClient;
         use csi_spec::v1::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
         use csi_spec::v1::{CapacityRange, CreateVolumeRequest, VolumeCapability};
@@ -367,6 +381,11 @@ impl Env {
                 }),
             )
             .await;
+        let mut csi = json!({"driver": DRIVER, "volumeHandle": created.volume_id,
+                             "volumeAttributes": created.volume_context});
+        if let (Some(csi), Some(extra)) = (csi.as_object_mut(), csi_extra.as_object()) {
+            csi.extend(extra.clone());
+        }
         self.create::<PersistentVolume>(
             Api::all(self.kube.clone()),
             json!({
@@ -376,8 +395,7 @@ impl Env {
                     "capacity": {"storage": "16Mi"},
                     "volumeMode": if block { "Block" } else { "Filesystem" },
                     "claimRef": {"name": pvc, "namespace": NS, "uid": claim.metadata.uid},
-                    "csi": {"driver": DRIVER, "volumeHandle": created.volume_id,
-                            "volumeAttributes": created.volume_context},
+                    "csi": csi,
                 },
             }),
         )

@@ -106,20 +106,6 @@ impl ActualStateOfWorld {
         self.mounted.keys().any(|(_, p)| p == uid)
     }
 
-    /// Unique names to report in `node.status.volumesInUse`.
-    pub fn in_use(&self) -> impl Iterator<Item = &str> {
-        self.staged
-            .values()
-            .filter(|v| v.reported_in_use)
-            .map(|v| v.unique_name.as_str())
-            .chain(
-                self.mounted
-                    .values()
-                    .filter(|v| v.reported_in_use)
-                    .map(|v| v.unique_name.as_str()),
-            )
-    }
-
     pub fn mounted_count(&self) -> usize {
         self.mounted.len()
     }
@@ -139,7 +125,7 @@ mod tests {
     }
 
     #[test]
-    fn published_anywhere_and_in_use_follow_the_entries() {
+    fn published_anywhere_follows_the_entries() {
         let mut asw = ActualStateOfWorld::default();
         asw.add_staged(StagedVolume {
             unique_name: "v1".into(),
@@ -161,11 +147,10 @@ mod tests {
         });
         assert!(asw.is_published_anywhere("v1") && asw.pod_has_volumes("p1"));
         assert!(!asw.is_published_anywhere("v2") && !asw.pod_has_volumes("p2"));
-        assert_eq!(asw.in_use().collect::<Vec<_>>(), vec!["v1", "v1"]);
         asw.remove_mounted("v1", "p1");
         assert!(!asw.is_published_anywhere("v1"));
-        assert_eq!(asw.in_use().collect::<Vec<_>>(), vec!["v1"]);
+        assert_eq!(asw.all_staged().count(), 1);
         asw.remove_staged("v1");
-        assert_eq!(asw.in_use().count(), 0);
+        assert_eq!(asw.all_staged().count(), 0);
     }
 }

@@ -2,11 +2,26 @@
 //! migrated: wait for the device the attach/detach controller reported, mount it at the
 //! plugin's staging path (formatting a blank device), bind it into the pod.
 
-use super::{MountRequest, Mounted, OpContext, OpError, Step, make_dir, remove_empty_dirs};
+use super::{
+    MountFailure, MountRequest, Mounted, OpContext, OpError, Progress, Step, make_dir,
+    remove_empty_dirs,
+};
 use crate::volumemanager::cache::{MountedVolume, StagedVolume, VolumeHandle};
 use crate::volumemanager::volume_spec::MountKind;
 
-pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted, OpError> {
+pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted, MountFailure> {
+    let mut progress = Progress::default();
+    match mount_steps(ctx, req, &mut progress).await {
+        Ok(m) => Ok(m),
+        Err(e) => Err(progress.fail(e)),
+    }
+}
+
+async fn mount_steps(
+    ctx: &OpContext,
+    req: &MountRequest,
+    progress: &mut Progress,
+) -> Result<Mounted, OpError> {
     let v = &req.volume;
     let MountKind::AwsEbs {
         volume_id,
@@ -32,7 +47,17 @@ pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted
             )
             .await
             .map_err(|e| OpError::new(Step::WaitForAttach, e.to_string()))?;
-            volume_plugins::aws_ebs::mount_device(
+            let staged = StagedVolume {
+                unique_name: v.unique_name.clone(),
+                spec_name: v.spec_name.clone(),
+                handle: handle.clone(),
+                staging_path: Some(staging.clone()),
+                reported_in_use: req.reported_in_use,
+                uncertain: false,
+            };
+            // A failed format-and-mount may have mounted (a fsck or a mount that timed out):
+            // uncertain, so the staging path is unmounted when no pod wants the volume.
+            if let Err(e) = volume_plugins::aws_ebs::mount_device(
                 &device,
                 &staging,
                 fs_type,
@@ -41,17 +66,17 @@ pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted
                 ctx.attach_timeout,
             )
             .await
-            .map_err(|e| OpError::new(Step::MountDevice, e.to_string()))?;
-            StagedVolume {
-                unique_name: v.unique_name.clone(),
-                spec_name: v.spec_name.clone(),
-                handle: handle.clone(),
-                staging_path: Some(staging.clone()),
-                reported_in_use: req.reported_in_use,
-                uncertain: false,
+            {
+                progress.staged = Some(StagedVolume {
+                    uncertain: true,
+                    ..staged
+                });
+                return Err(OpError::new(Step::MountDevice, e.to_string()));
             }
+            staged
         }
     };
+    progress.staged = Some(staged.clone());
     let target = ctx.paths.aws_ebs_pod_path(&req.pod.uid, &v.spec_name);
     make_dir(&target, Step::SetUp).await?;
     let table = mount_utils::findmnt::read()

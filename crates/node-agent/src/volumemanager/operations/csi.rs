@@ -17,7 +17,8 @@ use csi_spec::v1::{
 
 use super::vol_data::{self, VolData};
 use super::{
-    MountRequest, Mounted, OpContext, OpError, Step, make_dir, read_secret, remove_empty_dirs,
+    MountFailure, MountRequest, Mounted, OpContext, OpError, Progress, Step, is_final, make_dir,
+    read_secret, remove_empty_dirs,
 };
 use crate::drivers::RegisteredDriver;
 use crate::volumemanager::cache::{MountedVolume, StagedVolume, VolumeHandle};
@@ -77,7 +78,19 @@ fn path_str(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
 
-pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted, OpError> {
+pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted, MountFailure> {
+    let mut progress = Progress::default();
+    match mount_steps(ctx, req, &mut progress).await {
+        Ok(m) => Ok(m),
+        Err(e) => Err(progress.fail(e)),
+    }
+}
+
+async fn mount_steps(
+    ctx: &OpContext,
+    req: &MountRequest,
+    progress: &mut Progress,
+) -> Result<Mounted, OpError> {
     let v = &req.volume;
     let Some(c) = v.csi() else {
         return Err(OpError::new(Step::MountDevice, "not a CSI volume"));
@@ -148,7 +161,7 @@ pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted
                     None => HashMap::new(),
                 };
                 let started = std::time::Instant::now();
-                client
+                let staged = client
                     .node_stage_volume(request(
                         ctx,
                         NodeStageVolumeRequest {
@@ -160,8 +173,20 @@ pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted
                             volume_context: c.volume_context.clone().into_iter().collect(),
                         },
                     ))
-                    .await
-                    .map_err(|s| OpError::new(Step::MountDevice, rpc_error(&s)))?;
+                    .await;
+                if let Err(s) = staged {
+                    if !is_final(&s) {
+                        progress.staged = Some(StagedVolume {
+                            unique_name: v.unique_name.clone(),
+                            spec_name: v.spec_name.clone(),
+                            handle: handle.clone(),
+                            staging_path: Some(staging.clone()),
+                            reported_in_use: req.reported_in_use,
+                            uncertain: true,
+                        });
+                    }
+                    return Err(OpError::new(Step::MountDevice, rpc_error(&s)));
+                }
                 tracing::info!(volume = %v.unique_name, staging = %staging.display(), elapsed_ms = started.elapsed().as_millis() as u64, "MountVolume.MountDevice succeeded (NodeStageVolume)");
                 Some(staging)
             } else {
@@ -177,6 +202,9 @@ pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted
             }
         }
     };
+    // Staged: whatever fails from here on, the stage is recorded (and torn down when no pod
+    // wants the volume any more).
+    progress.staged = Some(staged.clone());
 
     // SetUp = NodePublish into the pod.
     let (target, data_file, host_path) = if c.block {
@@ -223,8 +251,18 @@ pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted
             req.pod.service_account.clone(),
         );
     }
+    let published = MountedVolume {
+        unique_name: v.unique_name.clone(),
+        pod_uid: req.pod.uid.clone(),
+        outer_name: v.outer_name.clone(),
+        spec_name: v.spec_name.clone(),
+        handle,
+        host_path,
+        uncertain: true,
+        reported_in_use: req.reported_in_use,
+    };
     let started = std::time::Instant::now();
-    client
+    let result = client
         .node_publish_volume(request(
             ctx,
             NodePublishVolumeRequest {
@@ -242,23 +280,25 @@ pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted
                 volume_context,
             },
         ))
-        .await
-        .map_err(|s| OpError::new(Step::SetUp, rpc_error(&s)))?;
+        .await;
+    if let Err(s) = result {
+        if !is_final(&s) {
+            progress.published = Some(published);
+        }
+        return Err(OpError::new(Step::SetUp, rpc_error(&s)));
+    }
+    // Published; until the block device link is in place too, the pod's volume is uncertain
+    // (published again, or unpublished if the pod goes).
+    progress.published = Some(published.clone());
     if c.block {
-        link_block_device(&target, &host_path).await?;
+        link_block_device(&target, &published.host_path).await?;
     }
     tracing::info!(volume = %v.unique_name, pod = %format!("{}/{}", req.pod.namespace, req.pod.name), target = %target.display(), elapsed_ms = started.elapsed().as_millis() as u64, "MountVolume.SetUp succeeded (NodePublishVolume)");
     Ok(Mounted {
         staged,
         mounted: MountedVolume {
-            unique_name: v.unique_name.clone(),
-            pod_uid: req.pod.uid.clone(),
-            outer_name: v.outer_name.clone(),
-            spec_name: v.spec_name.clone(),
-            handle,
-            host_path,
             uncertain: false,
-            reported_in_use: req.reported_in_use,
+            ..published
         },
     })
 }

@@ -115,7 +115,53 @@ pub struct Mounted {
     pub mounted: MountedVolume,
 }
 
-pub async fn mount(ctx: Arc<OpContext>, req: MountRequest) -> Result<Mounted, OpError> {
+/// A failed mount and what it left on the node, for the actual state (the kubelet's
+/// `markDeviceErrorState` / `markVolumeErrorState`): a stage that succeeded before a later
+/// step failed, or a stage or publish that failed with a code that does not say nothing
+/// happened ([`is_final`]), recorded as uncertain. The reconciler keeps them: the volume stays
+/// in `volumesInUse` (the attach/detach controller must not detach it) and is unpublished and
+/// unstaged once no pod wants it, instead of staying mounted for good.
+#[derive(Debug, Clone)]
+pub struct MountFailure {
+    pub error: OpError,
+    pub staged: Option<StagedVolume>,
+    pub published: Option<MountedVolume>,
+}
+
+/// What a mount has done so far; the failure carries it.
+#[derive(Debug, Default)]
+struct Progress {
+    staged: Option<StagedVolume>,
+    published: Option<MountedVolume>,
+}
+
+impl Progress {
+    fn fail(self, error: OpError) -> MountFailure {
+        MountFailure {
+            error,
+            staged: self.staged,
+            published: self.published,
+        }
+    }
+}
+
+/// Whether a CSI error says the call did nothing. Canceled, DeadlineExceeded, Unavailable,
+/// ResourceExhausted and Aborted do not (the driver may still be staging or publishing, or
+/// did it and the answer was lost), so the volume is then uncertain, not absent (the
+/// kubelet's `isFinalError`).
+pub(crate) fn is_final(status: &tonic::Status) -> bool {
+    use tonic::Code;
+    !matches!(
+        status.code(),
+        Code::Cancelled
+            | Code::DeadlineExceeded
+            | Code::Unavailable
+            | Code::ResourceExhausted
+            | Code::Aborted
+    )
+}
+
+pub async fn mount(ctx: Arc<OpContext>, req: MountRequest) -> Result<Mounted, MountFailure> {
     let _turn = ctx.running.clone().acquire_owned().await;
     match &req.volume.kind {
         MountKind::Csi(_) => csi::mount(&ctx, &req).await,

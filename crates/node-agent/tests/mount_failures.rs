@@ -1,0 +1,194 @@
+//! What a failed mount leaves behind is torn down, and it is never detached while it is
+//! there (issue 22's first reproduction): a NodeStage that succeeded before NodePublish failed
+//! is recorded, so the volume stays in `node.status.volumesInUse` and the staging mount is
+//! unstaged once the pod goes. With the real hostpath driver, our registrar, attach/detach
+//! controller, csi-attacher and node agent over apiserver-lite, real bind mounts.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{DRIVER, Env, NS, PATIENCE, is_mounted};
+use k8s_openapi::api::core::v1::Event;
+use k8s_openapi::api::storage::v1::CSINode;
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::json;
+use volume_plugins::SkipAttachMode;
+use volume_plugins::names::csi_unique_volume_name;
+
+/// Mount points under `dir` (the driver's staging dirs).
+async fn mounts_below(dir: &Path) -> Vec<String> {
+    let table = mount_utils::findmnt::read().await.unwrap();
+    let root = mount_utils::findmnt::canonical(dir);
+    table
+        .iter()
+        .filter(|e| e.mount_point.starts_with(&root))
+        .map(|e| e.mount_point.display().to_string())
+        .collect()
+}
+
+/// The publish secret does not exist: NodeStage succeeds, NodePublish cannot start. Deleting
+/// the pod must unstage the volume, and the attach/detach controller must not detach it before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_publish_keeps_the_stage_in_use_and_unstages_it_when_the_pod_goes() {
+    if !common::can_mount() {
+        return;
+    }
+    let mut env = Env::new().await;
+    env.create_csidriver(true).await;
+    let n = env.add_node("node-a").await;
+    env.start_adc(SkipAttachMode::ThroughAdc);
+    env.start_attacher().await;
+    let options = env.agent_options(n, SkipAttachMode::ThroughAdc);
+    env.start_agent(n, options);
+    let handle = env
+        .create_bound_claim_with(
+            n,
+            "pv-1",
+            "claim-1",
+            false,
+            json!({"nodePublishSecretRef": {"name": "absent-secret", "namespace": NS}}),
+        )
+        .await;
+    let unique = csi_unique_volume_name(DRIVER, &handle);
+    env.create_pod("pod-1", "node-a", "claim-1").await;
+
+    let events: Api<Event> = Api::namespaced(env.kube.clone(), NS);
+    let message = test_support::eventually("a FailedMount Event for SetUp", PATIENCE, || async {
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("FailedMount"))
+            .filter_map(|e| e.message)
+            .find(|m| m.contains("MountVolume.SetUp failed"))
+    })
+    .await;
+    assert!(message.contains("absent-secret"), "{message}");
+    let staging_root = env.nodes[n]
+        .root
+        .join("plugins/kubernetes.io/csi")
+        .join(DRIVER);
+    let staged = mounts_below(&staging_root).await;
+    assert_eq!(staged.len(), 1, "NodeStage went through: {staged:?}");
+    let (in_use, attached) = env.node_volumes("node-a").await;
+    assert!(in_use.contains(&unique) && attached.contains(&unique));
+    let pod = env.pods().get("pod-1").await.unwrap();
+    let ready = pod
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    assert!(!ready, "a pod without its volume is not Ready");
+
+    // The pod goes. Until the stage is gone the volume stays in use and attached; then it is
+    // unstaged, leaves volumesInUse and is detached.
+    env.pods()
+        .delete("pod-1", &Default::default())
+        .await
+        .unwrap();
+    let staging = Path::new(&staged[0]).to_path_buf();
+    let mut samples = 0;
+    test_support::eventually("unstaged, out of volumesInUse, detached", PATIENCE, || {
+        let (env, staging, unique) = (&env, &staging, &unique);
+        samples += 1;
+        async move {
+            let still_staged = is_mounted(staging).await;
+            let (in_use, attached) = env.node_volumes("node-a").await;
+            if still_staged {
+                assert!(
+                    in_use.contains(unique) && attached.contains(unique),
+                    "{unique} left volumesInUse ({in_use:?}) or volumesAttached ({attached:?}) while {} is mounted",
+                    staging.display()
+                );
+                return None;
+            }
+            (!in_use.contains(unique) && !attached.contains(unique)).then_some(())
+        }
+    })
+    .await;
+    println!("{samples} samples until unstaged and detached; never detached while staged");
+    assert!(mounts_below(&staging_root).await.is_empty());
+    env.shutdown().await;
+}
+
+/// NodeStage fails with Unavailable (the driver is down): the driver may or may not have
+/// staged, so the stage is uncertain, not absent. The pod goes: the volume stays in
+/// volumesInUse and attached until the driver is back and NodeUnstage proves it clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncertain_stage_stays_in_use_until_unstaged() {
+    if !common::can_mount() {
+        return;
+    }
+    let mut env = Env::new().await;
+    env.create_csidriver(true).await;
+    let n = env.add_node("node-a").await;
+    env.start_adc(SkipAttachMode::ThroughAdc);
+    env.start_attacher().await;
+    let options = env.agent_options(n, SkipAttachMode::ThroughAdc);
+    env.start_agent(n, options);
+    let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
+    let unique = csi_unique_volume_name(DRIVER, &handle);
+    // Registered (NodeGetInfo answered) before the driver goes down.
+    let csinodes: Api<CSINode> = Api::all(env.kube.clone());
+    test_support::eventually("the driver on the CSINode", PATIENCE, || async {
+        let c = csinodes.get_opt("node-a").await.ok()??;
+        c.spec
+            .drivers
+            .iter()
+            .any(|d| d.name == DRIVER)
+            .then_some(())
+    })
+    .await;
+    env.stop_driver(n).await;
+    env.create_pod("pod-1", "node-a", "claim-1").await;
+
+    let events: Api<Event> = Api::namespaced(env.kube.clone(), NS);
+    let message =
+        test_support::eventually("a FailedMount Event for MountDevice", PATIENCE, || async {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            list.items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("FailedMount"))
+                .filter_map(|e| e.message)
+                .find(|m| m.contains("failed for volume"))
+        })
+        .await;
+    assert!(
+        message.contains("MountVolume.MountDevice failed"),
+        "NodeStage failed: {message}"
+    );
+    env.pods()
+        .delete("pod-1", &Default::default())
+        .await
+        .unwrap();
+    test_support::eventually("pod-1 gone", PATIENCE, || async {
+        env.pods()
+            .get_opt("pod-1")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    // The driver stays down for a while: the volume must stay in use and attached all along.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < until {
+        let (in_use, attached) = env.node_volumes("node-a").await;
+        assert!(
+            in_use.contains(&unique) && attached.contains(&unique),
+            "an uncertain stage left volumesInUse ({in_use:?}) or volumesAttached ({attached:?})"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Back: NodeUnstage goes through, then the volume is released and detached.
+    env.restart_driver(n).await;
+    test_support::eventually("out of volumesInUse and detached", PATIENCE, || async {
+        let (in_use, attached) = env.node_volumes("node-a").await;
+        (!in_use.contains(&unique) && !attached.contains(&unique)).then_some(())
+    })
+    .await;
+    env.shutdown().await;
+}
