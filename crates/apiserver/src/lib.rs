@@ -12,6 +12,7 @@ mod discovery;
 mod handlers;
 mod http_util;
 mod metrics;
+mod protobuf;
 mod resources;
 mod selectors;
 mod server;

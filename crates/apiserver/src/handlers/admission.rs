@@ -3,7 +3,7 @@
 //! StorageClass (a claim that says `""` asked for no class and keeps it); for a new pod,
 //! ServiceAccount (the `default` account), Priority (0 without a class) and
 //! DefaultTolerationSeconds (5 minutes on not-ready and unreachable nodes), and the QoS class
-//! the real server computes on create.
+//! the real server computes on create; a new namespace's `spec.finalizers: [kubernetes]`.
 
 use serde_json::{Value, json};
 
@@ -23,6 +23,20 @@ pub(super) fn on_create(app: &App, def: &ResourceDef, obj: &mut Value) {
     }
     if def.group.is_empty() && def.plural == "pods" {
         pod(obj);
+    }
+    if def.group.is_empty() && def.plural == "namespaces" {
+        // The real server's namespace strategy: the namespace controller's finalizer, which
+        // kcm removes once the namespace is empty (apiserver-lite does not wait for it).
+        let spec = &mut obj["spec"];
+        let list = &mut spec["finalizers"];
+        if !list.is_array() {
+            *list = json!([]);
+        }
+        if let Some(a) = list.as_array_mut() {
+            if !a.iter().any(|f| f == "kubernetes") {
+                a.push(json!("kubernetes"));
+            }
+        }
     }
 }
 

@@ -27,6 +27,14 @@ const SERVER_META: &[&str] = &[
 
 pub(super) fn parse_body(req: &Req) -> ApiResult<Value> {
     let ct = req.content_type.split(';').next().unwrap_or("").trim();
+    if ct == "application/vnd.kubernetes.protobuf" {
+        // kubectl's `create <generator>` commands post protobuf.
+        return crate::protobuf::decode(&req.body).map_err(|e| {
+            ApiError::unsupported_media_type(format!(
+                "the body of the request was in an unknown format ({ct}): {e} - accepted media types include: application/json"
+            ))
+        });
+    }
     if !ct.is_empty() && ct != "application/json" && ct != "*/*" {
         return Err(ApiError::unsupported_media_type(format!(
             "the body of the request was in an unknown format ({ct}) - accepted media types include: application/json"
