@@ -80,9 +80,20 @@ pub(crate) struct Cloud {
 /// one instance per node, zones spread over the first `--zones` of a, b, c. RunInstances carries a client token per
 /// node, so a restart on the same data dir finds the same instances.
 pub(crate) async fn start_cloud(config: &UpConfig, data_dir: &Path) -> Result<Cloud, Error> {
+    // The sim checks signatures: a random key pair of this cluster, kept in
+    // `<data-dir>/ec2/credentials` (0600, AWS shared-credentials format) across restarts.
+    let state_dir = data_dir.join("ec2");
+    let (credentials, file, new) = ec2_sim::Credentials::load_or_generate(&state_dir)
+        .map_err(|e| Error::start("ec2-sim credentials", e))?;
+    tracing::info!(file = %file.display(), generated = new, "ec2-sim credentials (AWS_SHARED_CREDENTIALS_FILE)");
+    let (key_id, secret) = credentials
+        .first()
+        .map(|(k, s)| (k.to_string(), s.to_string()))
+        .unwrap_or_default();
     let sim = Simulator::start(
         SimConfig {
-            state_dir: data_dir.join("ec2"),
+            state_dir,
+            credentials,
             timing: config.timing,
             backing: Backing::Loop,
             device_layout: DeviceLayout::PerInstance,
@@ -92,7 +103,7 @@ pub(crate) async fn start_cloud(config: &UpConfig, data_dir: &Path) -> Result<Cl
     )
     .await
     .map_err(|e| Error::start("ec2-sim", e))?;
-    let aws = aws_config(&sim.endpoint(), config.timing);
+    let aws = aws_config(&sim.endpoint(), config.timing, (key_id, secret));
     let in_tree = Arc::new(
         AwsCloud::new(aws.clone(), CloudMetrics::new())
             .await
@@ -140,8 +151,8 @@ pub(crate) async fn start_cloud(config: &UpConfig, data_dir: &Path) -> Result<Cl
     })
 }
 
-/// An EC2 client of ec2-sim: static credentials, and polling suited to its timing.
-fn aws_config(endpoint: &str, timing: Timing) -> AwsConfig {
+/// An EC2 client of ec2-sim: its credentials, and polling suited to its timing.
+fn aws_config(endpoint: &str, timing: Timing, credentials: (String, String)) -> AwsConfig {
     let (poll_initial, poll_max) = match timing {
         Timing::Realistic => (Duration::from_millis(200), Duration::from_secs(2)),
         _ => (Duration::from_millis(20), Duration::from_millis(250)),
@@ -149,7 +160,7 @@ fn aws_config(endpoint: &str, timing: Timing) -> AwsConfig {
     AwsConfig {
         region: Some(REGION.into()),
         endpoint: Some(endpoint.to_string()),
-        static_credentials: Some(("csi-cluster".into(), "csi-cluster".into())),
+        static_credentials: Some(credentials),
         poll_initial,
         poll_max,
         ..AwsConfig::default()

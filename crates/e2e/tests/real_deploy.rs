@@ -63,6 +63,7 @@ async fn ebs_overlay_installed_from_images_serves_a_pod_and_uninstalls_clean() {
     // node plugin sees through its /dev hostPath, as udev's links on an instance), and the
     // node's instance.
     let dev_dir = DevDir::new();
+    let (key_id, secret) = ("AKIDDEPLOYTEST", "deploy-test-secret");
     let sim = Simulator::start(
         SimConfig {
             state_dir: run.work.path().join("ec2"),
@@ -70,13 +71,13 @@ async fn ebs_overlay_installed_from_images_serves_a_pod_and_uninstalls_clean() {
             backing: Backing::Loop,
             device_dir: Some(dev_dir.0.clone()),
             device_layout: DeviceLayout::Shared,
+            credentials: ec2_sim::Credentials::single(key_id, secret),
             ..SimConfig::default()
         },
         ([127, 0, 0, 1], 0).into(),
     )
     .await
     .unwrap();
-    let (key_id, secret) = ("AKIDDEPLOYTEST", "deploy-test-secret");
     let cloud = AwsCloud::new(
         AwsConfig {
             region: Some("us-east-1".into()),

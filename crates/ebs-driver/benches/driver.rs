@@ -94,6 +94,7 @@ async fn publish_run(batching: bool, n: usize) -> PublishRun {
             timing: Timing::Realistic,
             backing: Backing::File,
             max_attachments_per_instance: 128,
+            credentials: ec2_sim::Credentials::single("AKIDBENCH", "secret"),
             ..SimConfig::default()
         },
         "127.0.0.1:0".parse().unwrap(),

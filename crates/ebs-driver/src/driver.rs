@@ -143,10 +143,10 @@ impl Parts {
             let e = embedded::start(&dir, config.embedded_timing).await?;
             config.aws.endpoint = Some(e.sim.endpoint());
             config.aws.region = Some(e.region.clone());
-            config.aws.static_credentials = Some((
-                embedded::CREDENTIALS.0.to_string(),
-                embedded::CREDENTIALS.1.to_string(),
-            ));
+            config.aws.static_credentials = e
+                .credentials
+                .first()
+                .map(|(k, s)| (k.to_string(), s.to_string()));
             config.node.dev_root = e.device_dir.clone();
             embedded = Some(e);
         }

@@ -8,9 +8,6 @@ use ec2_sim::{Backing, SimConfig, Simulator, Timing};
 
 use crate::{Error, Result};
 
-/// Static credentials for the embedded simulator (it checks none).
-pub(crate) const CREDENTIALS: (&str, &str) = ("AKIDEMBEDDED", "embedded-ec2-sim");
-
 /// The running simulator and what the driver needs from it.
 #[derive(Debug)]
 pub struct Embedded {
@@ -18,6 +15,9 @@ pub struct Embedded {
     pub region: String,
     /// Where the sim puts attachment links (the node's device root).
     pub device_dir: PathBuf,
+    /// The key pair the simulator accepts (and the driver signs with): random, kept in
+    /// `DIR/credentials` (0600, AWS shared-credentials format) across restarts.
+    pub credentials: ec2_sim::Credentials,
 }
 
 /// Whether loop devices can be had (root and /dev/loop-control).
@@ -35,8 +35,14 @@ pub async fn start(dir: &Path, timing: Timing) -> Result<Embedded> {
         );
         Backing::File
     };
+    let (credentials, file, new) = ec2_sim::Credentials::load_or_generate(dir)
+        .map_err(|e| Error::Internal(format!("embedded ec2-sim credentials: {e}")))?;
+    if new {
+        tracing::info!(file = %file.display(), "embedded EC2: generated a key pair (AWS shared-credentials format; use AWS_SHARED_CREDENTIALS_FILE)");
+    }
     let config = SimConfig {
         state_dir: dir.to_path_buf(),
+        credentials: credentials.clone(),
         timing,
         backing,
         ..SimConfig::default()
@@ -51,6 +57,7 @@ pub async fn start(dir: &Path, timing: Timing) -> Result<Embedded> {
         sim,
         region,
         device_dir,
+        credentials,
     })
 }
 

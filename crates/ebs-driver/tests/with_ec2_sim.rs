@@ -50,8 +50,17 @@ impl Ec2 {
             body.push_str(&format!("&{}={}", encode(k), encode(v)));
         }
         let mut s = tokio::net::TcpStream::connect(self.addr).await.unwrap();
+        // Signed with the sim's default test pair, as the SDK would.
+        let [(date_name, date), (auth_name, auth)] = ec2_sim::sign_post(
+            &self.addr.to_string(),
+            body.as_bytes(),
+            "us-east-1",
+            ec2_sim::DEFAULT_ACCESS_KEY_ID,
+            ec2_sim::DEFAULT_SECRET_ACCESS_KEY,
+            std::time::SystemTime::now(),
+        );
         let req = format!(
-            "POST / HTTP/1.1\r\nHost: {}\r\nContent-Type: application/x-www-form-urlencoded; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "POST / HTTP/1.1\r\nHost: {}\r\n{date_name}: {date}\r\n{auth_name}: {auth}\r\nContent-Type: application/x-www-form-urlencoded; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             self.addr,
             body.len()
         );

@@ -38,6 +38,9 @@ impl Default for ClientOptions {
     }
 }
 
+/// The key pair every client here signs with (and [`crate::SimServer`] accepts).
+pub const CREDENTIALS: (&str, &str) = ("AKIDCONFORMANCE", "conformance-secret");
+
 /// A client for `endpoint` in [`crate::REGION`] with retries off.
 pub fn client(endpoint: &str) -> aws_sdk_ec2::Client {
     client_with(endpoint, &ClientOptions::default())
@@ -56,8 +59,8 @@ pub fn client_with(endpoint: &str, options: &ClientOptions) -> aws_sdk_ec2::Clie
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(options.region.clone()))
         .credentials_provider(Credentials::new(
-            "AKIDCONFORMANCE",
-            "conformance-secret",
+            CREDENTIALS.0,
+            CREDENTIALS.1,
             None,
             None,
             "ec2-conformance",

@@ -60,6 +60,10 @@ impl SimServer {
             })?;
         let mut config = SimConfig {
             state_dir: temp.path().join("state"),
+            credentials: ec2_sim::Credentials::single(
+                crate::client::CREDENTIALS.0,
+                crate::client::CREDENTIALS.1,
+            ),
             ..SimConfig::default()
         };
         adjust(&mut config);

@@ -14,12 +14,26 @@ use hyper_util::rt::TokioExecutor;
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 async fn call(client: &HttpClient, base: &str, body: String) -> Bytes {
-    let req = http::Request::builder()
+    // Signed like every client must (part of the cost being measured).
+    let host = base
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let mut req = http::Request::builder()
         .method("POST")
         .uri(base)
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(Full::new(Bytes::from(body)))
-        .unwrap();
+        .header("content-type", "application/x-www-form-urlencoded");
+    for (k, v) in ec2_sim::sign_post(
+        &host,
+        body.as_bytes(),
+        "us-east-1",
+        ec2_sim::DEFAULT_ACCESS_KEY_ID,
+        ec2_sim::DEFAULT_SECRET_ACCESS_KEY,
+        std::time::SystemTime::now(),
+    ) {
+        req = req.header(k, v);
+    }
+    let req = req.body(Full::new(Bytes::from(body))).unwrap();
     let resp = client.request(req).await.unwrap();
     assert!(resp.status().is_success(), "{}", resp.status());
     resp.into_body().collect().await.unwrap().to_bytes()

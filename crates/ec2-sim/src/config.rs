@@ -7,6 +7,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use crate::Error;
+use crate::auth::Credentials;
 
 /// Nitro instances share 28 attachment slots between EBS volumes, network interfaces and
 /// NVMe instance-store volumes. One slot goes to the primary ENI and one to the root volume,
@@ -39,6 +40,9 @@ pub struct SimConfig {
     pub max_attachments_per_instance: usize,
     /// KMS key IDs, ARNs or aliases that exist; any other `KmsKeyId` makes the volume vanish.
     pub kms_keys: Vec<String>,
+    /// Who may call the EC2 endpoint: every request must be signed (AWS Signature Version 4)
+    /// with one of these pairs. The default is the test pair `AKIDTEST` / `secret`.
+    pub credentials: Credentials,
 }
 
 impl Default for SimConfig {
@@ -58,6 +62,7 @@ impl Default for SimConfig {
             faults: Faults::default(),
             max_attachments_per_instance: DEFAULT_MAX_ATTACHMENTS,
             kms_keys: vec![DEFAULT_KMS_ALIAS.to_string()],
+            credentials: Credentials::default(),
         }
     }
 }
@@ -96,6 +101,12 @@ impl SimConfig {
         if self.max_attachments_per_instance == 0 {
             return Err(Error::Config(
                 "max_attachments_per_instance: must be at least 1".into(),
+            ));
+        }
+        if self.credentials.is_empty() {
+            return Err(Error::Config(
+                "credentials: at least one access key is needed (nobody could call the endpoint)"
+                    .into(),
             ));
         }
         self.faults.validate()

@@ -5,6 +5,7 @@
 //! attached volumes can really be formatted and mounted. See `docs/ec2-sim.md`.
 
 mod actions;
+mod auth;
 mod backing;
 mod config;
 mod engine;
@@ -22,6 +23,10 @@ mod xml;
 
 use std::path::PathBuf;
 
+pub use auth::{
+    CREDENTIALS_FILE, Credentials, DEFAULT_ACCESS_KEY_ID, DEFAULT_SECRET_ACCESS_KEY,
+    MAX_CLOCK_SKEW, sign_post, sign_request,
+};
 pub use config::{
     Backing, DEFAULT_KMS_ALIAS, DEFAULT_MAX_ATTACHMENTS, DeviceLayout, Faults, SimConfig, Throttle,
     Timing, instance_device_dir,

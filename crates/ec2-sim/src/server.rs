@@ -9,13 +9,14 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::auth::{self, Credentials};
 use crate::config::{Faults, SimConfig, Timing};
 use crate::engine::Engine;
 use crate::ids;
@@ -26,6 +27,9 @@ use crate::{Error, config};
 
 pub(crate) struct Shared {
     engine: Mutex<Engine>,
+    /// Who may call the EC2 endpoint, and the region their signatures must be scoped to.
+    credentials: Credentials,
+    region: String,
     counts: Mutex<BTreeMap<String, u64>>,
     metrics: Metrics,
 }
@@ -58,6 +62,8 @@ impl Simulator {
     /// volumes, and serves on `listen` (use `127.0.0.1:0` for an ephemeral port).
     pub async fn start(config: SimConfig, listen: SocketAddr) -> Result<Simulator, Error> {
         let timing = config.timing;
+        let credentials = config.credentials.clone();
+        let region = config.region.clone();
         let engine = tokio::task::spawn_blocking(move || Engine::open(config))
             .await
             .map_err(|e| Error::Server(format!("start task failed: {e}")))??;
@@ -73,6 +79,8 @@ impl Simulator {
         })?;
         let shared = Arc::new(Shared {
             engine: Mutex::new(engine),
+            credentials,
+            region,
             counts: Mutex::new(BTreeMap::new()),
             metrics: Metrics::new(),
         });
@@ -103,6 +111,30 @@ impl Simulator {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The credentials the EC2 endpoint accepts.
+    pub fn credentials(&self) -> &Credentials {
+        &self.shared.credentials
+    }
+
+    /// The region requests must be signed for.
+    pub fn region(&self) -> &str {
+        &self.shared.region
+    }
+
+    /// `X-Amz-Date` and `Authorization` for a form `POST /` of `body` to this simulator,
+    /// signed now with its first credentials (see [`crate::sign_post`]).
+    pub fn sign_post(&self, body: &[u8]) -> [(&'static str, String); 2] {
+        let (id, secret) = self.shared.credentials.first().unwrap_or(("", ""));
+        auth::sign_post(
+            &self.addr.to_string(),
+            body,
+            &self.shared.region,
+            id,
+            secret,
+            std::time::SystemTime::now(),
+        )
     }
 
     /// Calls per EC2 action since start (or the last `POST /_sim/calls/reset`).
@@ -233,12 +265,23 @@ fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-async fn ec2_post(State(s): State<Arc<Shared>>, uri: Uri, body: Bytes) -> Response {
-    ec2(s, uri, body).await
+async fn ec2_post(
+    State(s): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    ec2(s, method, uri, headers, body).await
 }
 
-async fn ec2_get(State(s): State<Arc<Shared>>, uri: Uri) -> Response {
-    ec2(s, uri, Bytes::new()).await
+async fn ec2_get(
+    State(s): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    ec2(s, method, uri, headers, Bytes::new()).await
 }
 
 fn xml_response(status: u16, body: String) -> Response {
@@ -251,9 +294,34 @@ fn xml_response(status: u16, body: String) -> Response {
         .into_response()
 }
 
-async fn ec2(s: Arc<Shared>, uri: Uri, body: Bytes) -> Response {
+async fn ec2(
+    s: Arc<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let started = Instant::now();
     let request_id = ids::request_id();
+    // Like AWS: nothing is looked at, counted or throttled before the caller is known.
+    let signed = auth::verify(
+        &s.credentials,
+        &s.region,
+        &auth::Request {
+            method: method.as_str(),
+            path: uri.path(),
+            query: uri.query().unwrap_or(""),
+            headers: &headers,
+            body: &body,
+        },
+        std::time::SystemTime::now(),
+    );
+    if let Err(err) = signed {
+        s.metrics
+            .record("-", &err.code, started.elapsed().as_secs_f64());
+        tracing::info!(request_id, code = %err.code, message = %err.message, "refused: not authenticated");
+        return xml_response(err.status, err.to_xml(&request_id));
+    }
     let mut pairs: Vec<(String, String)> = Vec::new();
     for part in [uri.query().unwrap_or("").as_bytes(), &body[..]] {
         match serde_urlencoded::from_bytes::<Vec<(String, String)>>(part) {

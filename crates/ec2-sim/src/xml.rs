@@ -92,6 +92,8 @@ impl ApiError {
         let status = match code {
             "RequestLimitExceeded" | "ServiceUnavailable" | "Unavailable" => 503,
             "DryRunOperation" => 412,
+            "AuthFailure" => 401,
+            "SignatureDoesNotMatch" => 403,
             "InternalError" => 500,
             _ => 400,
         };

@@ -18,6 +18,13 @@ use crate::procs::Proc;
 pub(crate) const DRIVER: &str = "ebs.csi.aws.com";
 pub(crate) const ZONE: &str = "us-east-1a";
 const REGION: &str = "us-east-1";
+/// The key pair the sim accepts, the controller and [`ec2_call`] sign with.
+const KEY_ID: &str = "node-load";
+const SECRET: &str = "node-load";
+
+fn sim_credentials() -> ec2_sim::Credentials {
+    ec2_sim::Credentials::single(KEY_ID, SECRET)
+}
 /// The EBS driver's zone topology key.
 pub(crate) const ZONE_KEY: &str = "topology.ebs.csi.aws.com/zone";
 
@@ -48,6 +55,7 @@ impl Ebs {
                 backing: Backing::Loop,
                 device_layout: DeviceLayout::PerInstance,
                 max_attachments_per_instance: attach_limit + 1,
+                credentials: sim_credentials(),
                 ..SimConfig::default()
             },
             ([127, 0, 0, 1], 0).into(),
@@ -77,8 +85,8 @@ impl Ebs {
             format!("--volume-attach-limit={attach_limit}"),
         ];
         let envs = [
-            ("AWS_ACCESS_KEY_ID", "node-load".to_string()),
-            ("AWS_SECRET_ACCESS_KEY", "node-load".to_string()),
+            ("AWS_ACCESS_KEY_ID", KEY_ID.to_string()),
+            ("AWS_SECRET_ACCESS_KEY", SECRET.to_string()),
             ("AWS_REGION", REGION.to_string()),
             ("AWS_EC2_METADATA_DISABLED", "true".to_string()),
         ];
@@ -196,8 +204,16 @@ async fn ec2_call(
         form.push('=');
         form.push_str(&encode(v));
     }
+    let [(date_name, date), (auth_name, auth)] = ec2_sim::sign_post(
+        &addr.to_string(),
+        form.as_bytes(),
+        REGION,
+        KEY_ID,
+        SECRET,
+        std::time::SystemTime::now(),
+    );
     let request = format!(
-        "POST / HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/x-www-form-urlencoded; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+        "POST / HTTP/1.1\r\nHost: {addr}\r\n{date_name}: {date}\r\n{auth_name}: {auth}\r\nContent-Type: application/x-www-form-urlencoded; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
         form.len()
     );
     let mut stream = tokio::net::TcpStream::connect(addr)
@@ -314,6 +330,7 @@ mod tests {
             SimConfig {
                 state_dir: dir.path().join("ec2"),
                 timing: Timing::Fast,
+                credentials: sim_credentials(),
                 ..SimConfig::default()
             },
             ([127, 0, 0, 1], 0).into(),

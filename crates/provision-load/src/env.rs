@@ -141,6 +141,10 @@ impl Env {
                     ec2_sim::SimConfig {
                         state_dir: root.join("ec2"),
                         timing: ec2_sim::Timing::Fast,
+                        credentials: ec2_sim::Credentials::single(
+                            "provision-load",
+                            "provision-load",
+                        ),
                         ..ec2_sim::SimConfig::default()
                     },
                     ([127, 0, 0, 1], 0).into(),
@@ -153,7 +157,7 @@ impl Env {
                     format!("--region={REGION}"),
                 ];
                 self.sim = Some(sim);
-                // ec2-sim does not check signatures; the SDK wants some credentials.
+                // The pair the sim above accepts.
                 let envs = [
                     ("AWS_ACCESS_KEY_ID", "provision-load".to_string()),
                     ("AWS_SECRET_ACCESS_KEY", "provision-load".to_string()),

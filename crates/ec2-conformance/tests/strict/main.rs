@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod auth;
 mod faults;
 mod rules;
 mod timing;

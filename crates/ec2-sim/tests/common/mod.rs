@@ -105,10 +105,14 @@ pub fn parse(xml: &str) -> Node {
         .expect("a root element")
 }
 
-/// A raw HTTP client for one simulator.
+/// A raw HTTP client for one simulator: EC2 requests (path `/`) are signed (SigV4) with
+/// `credentials` unless that is `None`.
 pub struct Ec2 {
     client: Client<HttpConnector, Full<Bytes>>,
     pub base: String,
+    host: String,
+    pub credentials: Option<(String, String)>,
+    pub region: String,
 }
 
 pub struct Reply {
@@ -125,23 +129,75 @@ impl Reply {
 }
 
 impl Ec2 {
+    /// Signs with the simulator's default test pair.
     pub fn new(addr: SocketAddr) -> Ec2 {
+        Ec2::with_credentials(
+            addr,
+            Some((
+                ec2_sim::DEFAULT_ACCESS_KEY_ID,
+                ec2_sim::DEFAULT_SECRET_ACCESS_KEY,
+            )),
+        )
+    }
+
+    /// Signs with `credentials`, or not at all.
+    pub fn with_credentials(addr: SocketAddr, credentials: Option<(&str, &str)>) -> Ec2 {
         Ec2 {
             client: Client::builder(TokioExecutor::new()).build_http(),
             base: format!("http://{addr}"),
+            host: addr.to_string(),
+            credentials: credentials.map(|(k, s)| (k.to_string(), s.to_string())),
+            region: "us-east-1".into(),
         }
     }
 
+    /// The `X-Amz-Date` and `Authorization` headers of a request, if it is signed.
+    pub fn signature(&self, method: &str, path: &str, body: &str) -> Vec<(&'static str, String)> {
+        let Some((key, secret)) = &self.credentials else {
+            return Vec::new();
+        };
+        let (p, query) = path.split_once('?').unwrap_or((path, ""));
+        if p != "/" {
+            return Vec::new();
+        }
+        ec2_sim::sign_request(
+            method,
+            p,
+            query,
+            &self.host,
+            body.as_bytes(),
+            &self.region,
+            key,
+            secret,
+            std::time::SystemTime::now(),
+        )
+        .to_vec()
+    }
+
     pub async fn raw(&self, method: &str, path: &str, body: &str) -> (u16, String) {
-        let req = http::Request::builder()
+        let headers = self.signature(method, path, body);
+        self.send(method, path, body, &headers).await
+    }
+
+    /// One request with exactly these extra headers (no signing of its own).
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: &str,
+        headers: &[(&str, String)],
+    ) -> (u16, String) {
+        let mut req = http::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
             .header(
                 "content-type",
                 "application/x-www-form-urlencoded; charset=utf-8",
-            )
-            .body(Full::new(Bytes::from(body.to_string())))
-            .unwrap();
+            );
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let req = req.body(Full::new(Bytes::from(body.to_string()))).unwrap();
         let resp = self.client.request(req).await.expect("HTTP request");
         let status = resp.status().as_u16();
         let body = resp.into_body().collect().await.unwrap().to_bytes();
@@ -256,10 +312,12 @@ pub async fn start_with(mut config: SimConfig) -> Sim {
     if config.state_dir == SimConfig::default().state_dir {
         config.state_dir = dir.path().join("state");
     }
+    let region = config.region.clone();
     let sim = Simulator::start(config, "127.0.0.1:0".parse().unwrap())
         .await
         .expect("simulator starts");
-    let ec2 = Ec2::new(sim.local_addr());
+    let mut ec2 = Ec2::new(sim.local_addr());
+    ec2.region = region;
     Sim { sim, ec2, dir }
 }
 
@@ -281,18 +339,34 @@ impl Drop for ChildGuard {
     }
 }
 
-/// Starts the binary on an ephemeral port and returns it with the address it logged and its
-/// log lines so far (kept up to date in the background).
-pub fn spawn_binary(
-    args: &[&str],
-) -> (
-    ChildGuard,
-    SocketAddr,
-    std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-) {
+/// Log lines of a spawned binary, kept up to date in the background.
+pub type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// Starts the binary on an ephemeral port, accepting the default test pair (given in
+/// `EC2_SIM_ACCESS_KEY_ID` / `EC2_SIM_SECRET_ACCESS_KEY`), and returns it with the address it
+/// logged and its log lines so far (kept up to date in the background).
+pub fn spawn_binary(args: &[&str]) -> (ChildGuard, SocketAddr, Log) {
+    spawn_binary_with(
+        args,
+        &[
+            ("EC2_SIM_ACCESS_KEY_ID", ec2_sim::DEFAULT_ACCESS_KEY_ID),
+            (
+                "EC2_SIM_SECRET_ACCESS_KEY",
+                ec2_sim::DEFAULT_SECRET_ACCESS_KEY,
+            ),
+        ],
+    )
+}
+
+/// Like [`spawn_binary`] with exactly these `EC2_SIM_*` credential variables (none inherited).
+pub fn spawn_binary_with(args: &[&str], env: &[(&str, &str)]) -> (ChildGuard, SocketAddr, Log) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_ec2-sim"))
         .args(["--listen", "127.0.0.1:0"])
         .args(args)
+        .env_remove("EC2_SIM_ACCESS_KEY_ID")
+        .env_remove("EC2_SIM_SECRET_ACCESS_KEY")
+        .env_remove("EC2_SIM_CREDENTIALS_FILE")
+        .envs(env.iter().copied())
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
