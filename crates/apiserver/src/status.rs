@@ -312,6 +312,12 @@ impl ApiError {
         Self::new(500, "InternalError", message)
     }
 
+    /// A 500 whose Status names no reason: what kube-apiserver answers when its storage
+    /// layer refuses a request outright (a create that sets `resourceVersion`).
+    pub fn storage(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
+    }
+
     pub fn to_status(&self) -> Value {
         let mut v = json!({
             "kind": "Status",
@@ -322,6 +328,11 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty() {
+            if let Some(m) = v.as_object_mut() {
+                m.remove("reason");
+            }
+        }
         if let Some(d) = &self.details {
             v["details"] = d.clone();
         }

@@ -558,3 +558,262 @@ async fn kubectl_prints_the_same_as_kube_apiserver() {
         differ.join("\n")
     );
 }
+
+/// Raw requests whose answer (status code; `reason` and `message` of a failure) must be the
+/// same from both servers: (label, method, path, content type, body).
+type Request = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<Value>,
+);
+
+fn requests() -> Vec<Request> {
+    let spec = json!({"capacity": {"storage": "4Gi"}, "accessModes": ["ReadWriteOnce"],
+        "csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-0123"}});
+    let pv = |meta: Value| {
+        json!({"apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": meta, "spec": spec.clone()})
+    };
+    let mut bad_quantity = pv(json!({"name": "pv-3"}));
+    bad_quantity["spec"]["capacity"]["storage"] = json!("lots");
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "x:1"}]}});
+    let json = "application/json";
+    let merge = "application/merge-patch+json";
+    let pvs = "/api/v1/persistentvolumes";
+    vec![
+        (
+            "get missing",
+            "GET",
+            "/api/v1/namespaces/default/pods/nope",
+            json,
+            None,
+        ),
+        (
+            "delete missing",
+            "DELETE",
+            "/api/v1/persistentvolumes/nope",
+            json,
+            None,
+        ),
+        (
+            "unknown group",
+            "GET",
+            "/apis/foo.example.com/v1/things",
+            json,
+            None,
+        ),
+        (
+            "list in a missing namespace",
+            "GET",
+            "/api/v1/namespaces/nope/pods",
+            json,
+            None,
+        ),
+        (
+            "duplicate",
+            "POST",
+            pvs,
+            json,
+            Some(pv(json!({"name": "pv-1"}))),
+        ),
+        (
+            "stale",
+            "PUT",
+            "/api/v1/persistentvolumes/pv-1",
+            json,
+            Some(pv(json!({"name": "pv-1", "resourceVersion": "1"}))),
+        ),
+        (
+            "renamed",
+            "PUT",
+            "/api/v1/persistentvolumes/pv-1",
+            json,
+            Some(pv(json!({"name": "other"}))),
+        ),
+        (
+            "create with resourceVersion",
+            "POST",
+            pvs,
+            json,
+            Some(pv(json!({"name": "pv-2", "resourceVersion": "5"}))),
+        ),
+        (
+            "create with a bad quantity",
+            "POST",
+            pvs,
+            json,
+            Some(bad_quantity.clone()),
+        ),
+        (
+            "update with a bad quantity",
+            "PUT",
+            "/api/v1/persistentvolumes/pv-3",
+            json,
+            Some(bad_quantity),
+        ),
+        (
+            "pod in a missing namespace",
+            "POST",
+            "/api/v1/namespaces/nope/pods",
+            json,
+            Some(pod),
+        ),
+        (
+            "not an object",
+            "POST",
+            pvs,
+            json,
+            Some(json!("not an object")),
+        ),
+        (
+            "unknown patch type",
+            "PATCH",
+            "/api/v1/persistentvolumes/pv-1",
+            "application/foo",
+            Some(json!({})),
+        ),
+        (
+            "patch with a bad quantity",
+            "PATCH",
+            "/api/v1/persistentvolumes/pv-1",
+            merge,
+            Some(json!({"spec": {"capacity": {"storage": "lots"}}})),
+        ),
+        (
+            "json patch test fails",
+            "PATCH",
+            "/api/v1/persistentvolumes/pv-1",
+            "application/json-patch+json",
+            Some(json!([{"op": "test", "path": "/metadata/name", "value": "x"}])),
+        ),
+        (
+            "immutable spec",
+            "PATCH",
+            "/apis/storage.k8s.io/v1/volumeattachments/csi-0123",
+            merge,
+            Some(json!({"spec": {"attacher": "other.example.com"}})),
+        ),
+        (
+            "status subresource",
+            "GET",
+            "/api/v1/persistentvolumes/pv-1/status",
+            json,
+            None,
+        ),
+        (
+            "unknown subresource",
+            "GET",
+            "/api/v1/persistentvolumes/pv-1/bogus",
+            json,
+            None,
+        ),
+    ]
+}
+
+/// Requests whose answers have the same code and reason but another message (or body), and
+/// why: (label, why).
+const KNOWN_MESSAGES: &[(&str, &str)] = &[
+    (
+        "unknown group",
+        "kube-apiserver answers a group it does not serve with a plain-text `404 page not found`, \
+         apiserver-lite with a NotFound Status; kubectl prints the same for both",
+    ),
+    (
+        "not an object",
+        "kube-apiserver quotes Go's JSON decoder error (Go type names, the body in hex)",
+    ),
+    (
+        "patch with a bad quantity",
+        "both name the patched object whole in the message; its uid, times and managedFields differ",
+    ),
+    (
+        "immutable spec",
+        "kube-apiserver prints the old spec as a Go struct with pointer addresses",
+    ),
+];
+
+/// Each request's (label, code, reason, message).
+async fn answers(target: &Target) -> Vec<(String, u16, Value, Value)> {
+    create_and_read(target).await;
+    let client = target.client();
+    let mut out = Vec::new();
+    for (label, method, path, ct, body) in requests() {
+        let bytes = body
+            .as_ref()
+            .map(|b| serde_json::to_vec(b).unwrap())
+            .unwrap_or_default();
+        let req = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", ct)
+            .body(kube::client::Body::from(bytes))
+            .unwrap();
+        let resp = client.send(req).await.unwrap();
+        let code = resp.status().as_u16();
+        let data = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let v: Value = serde_json::from_slice(&data).unwrap_or(Value::Null);
+        let (reason, message) = if code >= 400 {
+            (v["reason"].clone(), v["message"].clone())
+        } else {
+            (Value::Null, Value::Null)
+        };
+        out.push((label.to_string(), code, reason, message));
+    }
+    out
+}
+
+#[tokio::test]
+async fn api_errors_match_kube_apiserver() {
+    let Some(real) = Target::real().await else {
+        return;
+    };
+    let lite = Target::lite().await;
+    let from_lite = answers(&lite).await;
+    let from_real = answers(&real).await;
+    let mut differ = Vec::new();
+    for (l, r) in from_lite.iter().zip(&from_real) {
+        let known = KNOWN_MESSAGES.iter().find(|(k, _)| *k == l.0);
+        // The unknown group's 404 has no Status body on the real server: its code is compared.
+        let same = match known {
+            Some(("unknown group", _)) => l.1 == r.1,
+            Some(_) => (l.1, &l.2) == (r.1, &r.2),
+            None => l == r,
+        };
+        if !same {
+            differ.push(format!("apiserver-lite: {l:?}\nkube-apiserver: {r:?}\n"));
+        }
+        if let Some((label, why)) = known {
+            assert_ne!(
+                l.3, r.3,
+                "{label} ({why}) no longer differs: remove it from KNOWN_MESSAGES"
+            );
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} of {} requests answered differently:\n{}",
+        differ.len(),
+        from_lite.len(),
+        differ.join("\n")
+    );
+    // The bad quantity's patch: the same words after the object.
+    let suffix = |a: &(String, u16, Value, Value)| {
+        a.3.as_str()
+            .unwrap_or("")
+            .rsplit(": ")
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let i = from_lite
+        .iter()
+        .position(|a| a.0 == "patch with a bad quantity")
+        .unwrap();
+    assert_eq!(suffix(&from_lite[i]), suffix(&from_real[i]));
+}

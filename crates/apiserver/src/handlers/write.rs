@@ -169,7 +169,8 @@ fn commit_create(app: &App, t: &Target, req: &Req, mut obj: Value) -> ApiResult<
         .and_then(Value::as_str)
         .is_some_and(|s| !s.is_empty())
     {
-        return Err(ApiError::bad_request(
+        // kube-apiserver's storage refuses it: a 500 without a reason, as there.
+        return Err(ApiError::storage(
             "resourceVersion should not be set on objects to be created",
         ));
     }
@@ -213,6 +214,7 @@ fn commit_create(app: &App, t: &Target, req: &Req, mut obj: Value) -> ApiResult<
             m.remove("status");
         }
     }
+    check_quantities(def, &obj)?;
     if def.group == "apps" && def.plural == "daemonsets" {
         // A new DaemonSet's template is generation 1, whatever the client sent.
         obj["metadata"]["annotations"][validation::DS_TEMPLATE_GENERATION] = json!("1");
@@ -386,9 +388,23 @@ fn answer_write(committed: crate::store::Committed) -> Response {
     json_response(StatusCode::OK, &committed.object)
 }
 
+/// A body whose quantities do not parse is refused as kube-apiserver's decoder refuses it.
+fn check_quantities(def: &ResourceDef, obj: &Value) -> ApiResult<()> {
+    if validation::quantities_ok(def, obj) {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(format!(
+        "{kind} in version \"{v}\" cannot be handled as a {kind}: {msg}",
+        kind = def.kind,
+        v = def.version,
+        msg = validation::QUANTITY_MSG
+    )))
+}
+
 pub(super) fn update(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
     let def = t.def();
     let mut body = parse_body(req)?;
+    check_quantities(def, &body)?;
     check_type(def, &mut body)?;
     check_url_identity(t, &body)?;
     let name = t.name.clone().unwrap_or_default();
@@ -462,9 +478,10 @@ pub(super) fn parse_patch(req: &Req) -> ApiResult<PatchKind> {
             }
             Ok(PatchKind::Apply(v))
         }
-        other => Err(ApiError::unsupported_media_type(format!(
-            "the body of the request was in an unknown format ({other}) - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"
-        ))),
+        // kube-apiserver's answer to a patch of another type, word for word.
+        _ => Err(ApiError::unsupported_media_type(
+            "415: Unsupported Media Type",
+        )),
     }
 }
 
@@ -488,7 +505,8 @@ pub(super) fn patch(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
             PatchKind::Json(ops) => json_patch::patch(&mut doc, ops).map_err(|e| ApiError {
                 code: 422,
                 reason: "Invalid",
-                message: e.to_string(),
+                // kube-apiserver v1.26's message; the cause says what failed.
+                message: "the server rejected our request due to an error in our request".into(),
                 details: Some(json!({"causes": [{"reason": "FieldValueInvalid", "message": e.to_string(), "field": "patch"}]})),
             })?,
             PatchKind::Strategic(sp) => smp::apply(&mut doc, sp).map_err(ApiError::bad_request)?,
@@ -496,6 +514,20 @@ pub(super) fn patch(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
         }
         if !doc.is_object() {
             return Err(ApiError::bad_request("the patched object must be a JSON object"));
+        }
+        if !validation::quantities_ok(def, &doc) {
+            // The real server decodes the patched object and names it whole in a 422.
+            let message = format!(
+                " \"\" is invalid: patch: Invalid value: {}: {}",
+                json!(doc.to_string()),
+                validation::QUANTITY_MSG
+            );
+            return Err(ApiError {
+                code: 422,
+                reason: "Invalid",
+                message: message.clone(),
+                details: Some(json!({"causes": [{"reason": "FieldValueInvalid", "message": message, "field": "patch"}]})),
+            });
         }
         check_type(def, &mut doc)?;
         check_url_identity(t, &doc)?;

@@ -16,6 +16,66 @@ use crate::status::FieldError;
 pub(crate) use defaults::{DS_TEMPLATE_GENERATION, apply_defaults};
 
 /// Validates a new object (already defaulted, name and namespace settled).
+/// The message kube-apiserver's decoder gives for a malformed resource quantity.
+pub(crate) const QUANTITY_MSG: &str =
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'";
+
+/// Whether `q` is a quantity as the real decoder's syntax check takes it (a number, or a
+/// string of digits and dots, then suffix letters and an exponent).
+fn is_quantity(q: &Value) -> bool {
+    let Some(s) = q.as_str() else {
+        return q.is_number();
+    };
+    let b = s.as_bytes();
+    let mut i = usize::from(matches!(b.first(), Some(b'+' | b'-')));
+    let digits = i;
+    while i < b.len() && (b[i].is_ascii_digit() || b[i] == b'.') {
+        i += 1;
+    }
+    if i == digits {
+        return false;
+    }
+    while i < b.len() && b"eEinumkKMGTP".contains(&b[i]) {
+        i += 1;
+    }
+    if i < b.len() && (b[i] == b'+' || b[i] == b'-') {
+        i += 1;
+    }
+    b[i..].iter().all(u8::is_ascii_digit)
+}
+
+/// Whether every resource quantity of `obj` (a PV's capacity, a claim's requests and limits,
+/// containers' resources) parses; kube-apiserver refuses the whole body otherwise, before
+/// any validation.
+pub(crate) fn quantities_ok(def: &ResourceDef, obj: &Value) -> bool {
+    let maps: Vec<&Value> = match (def.group, def.plural) {
+        ("", "persistentvolumes") => vec![&obj["spec"]["capacity"]],
+        ("", "persistentvolumeclaims") => vec![
+            &obj["spec"]["resources"]["requests"],
+            &obj["spec"]["resources"]["limits"],
+            &obj["status"]["capacity"],
+        ],
+        ("", "pods") | ("apps", _) => {
+            let spec = if def.plural == "pods" {
+                &obj["spec"]
+            } else {
+                &obj["spec"]["template"]["spec"]
+            };
+            ["containers", "initContainers"]
+                .iter()
+                .filter_map(|l| spec[*l].as_array())
+                .flatten()
+                .flat_map(|c| [&c["resources"]["limits"], &c["resources"]["requests"]])
+                .collect()
+        }
+        _ => Vec::new(),
+    };
+    maps.iter()
+        .filter_map(|m| m.as_object())
+        .flat_map(|m| m.values())
+        .all(is_quantity)
+}
+
 pub(crate) fn validate_create(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
     let mut errs = validate_meta(def, obj);
     errs.extend(kinds::validate(def, obj));
@@ -153,6 +213,23 @@ pub(super) fn labels(field: &str, labels: &Value, errs: &mut Vec<FieldError>) {
         }
         None if labels.is_null() => {}
         None => errs.push(FieldError::invalid(field, labels.clone(), "must be a map")),
+    }
+}
+
+#[cfg(test)]
+mod quantity_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn quantities_as_the_real_decoder_takes_them() {
+        for ok in ["4Gi", "100m", "1e3", "0.5", "+1", "1E-3", "8"] {
+            assert!(is_quantity(&json!(ok)), "{ok}");
+        }
+        assert!(is_quantity(&json!(3)));
+        for bad in ["lots", "", "Gi", "1 Gi", "1Gi!"] {
+            assert!(!is_quantity(&json!(bad)), "{bad}");
+        }
     }
 }
 
