@@ -27,6 +27,9 @@ pub struct RegisteredDriver {
     pub stage_unstage: bool,
     /// NodeGetCapabilities: GET_VOLUME_STATS.
     pub volume_stats: bool,
+    /// NodeGetCapabilities: SINGLE_NODE_MULTI_WRITER (ReadWriteOnce and ReadWriteOncePod are
+    /// then told apart; without it both go as SINGLE_NODE_WRITER).
+    pub single_node_multi_writer: bool,
     /// A (lazy, reconnecting) channel to `endpoint`.
     pub channel: Channel,
 }
@@ -103,6 +106,7 @@ mod tests {
             topology: BTreeMap::new(),
             stage_unstage: true,
             volume_stats: false,
+            single_node_multi_writer: false,
             channel: Channel::from_static("http://[::1]:1").connect_lazy(),
         }
     }

@@ -536,6 +536,7 @@ mod tests {
                 .collect(),
             stage_unstage: true,
             volume_stats: false,
+            single_node_multi_writer: false,
             channel: tonic::transport::Channel::from_static("http://[::1]:1").connect_lazy(),
         }
     }

@@ -56,9 +56,11 @@ fn agent_backend(own: &MigratedPlugins) -> &'static str {
         ..Default::default()
     };
     let (pvcs, pvs) = (ObjectCache::from_objects([]), ObjectCache::from_objects([]));
+    let csidrivers = ObjectCache::from_objects([]);
     let ctx = SpecContext {
         pvcs: &pvcs,
         pvs: &pvs,
+        csidrivers: &csidrivers,
         migrated: own,
     };
     match volume_to_mount(&ctx, &pod, &volume) {

@@ -192,3 +192,86 @@ async fn an_uncertain_stage_stays_in_use_until_unstaged() {
     .await;
     env.shutdown().await;
 }
+
+/// Issue 22's second reproduction: a pod with a generic ephemeral volume is never Ready
+/// without it. Its volume is the claim `<pod>-<volume>` the ephemeral-volume controller makes
+/// for it; until that exists the pod waits, a claim of that name the pod does not control is
+/// refused, and once the pod's own claim is bound the volume is mounted and the pod Ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generic_ephemeral_volume_is_mounted_from_the_pods_own_claim_before_ready() {
+    if !common::can_mount() {
+        return;
+    }
+    let mut env = Env::new().await;
+    env.create_csidriver(false).await;
+    let n = env.add_node("node-a").await;
+    let options = env.agent_options(n, SkipAttachMode::BypassAdc);
+    env.start_agent(n, options);
+    let pod = env
+        .create::<k8s_openapi::api::core::v1::Pod>(
+            env.pods(),
+            json!({
+                "metadata": {"name": "pod-e"},
+                "spec": {
+                    "nodeName": "node-a",
+                    "containers": [{"name": "c", "image": "busybox"}],
+                    "volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
+                        "spec": {"accessModes": ["ReadWriteOnce"],
+                                 "resources": {"requests": {"storage": "16Mi"}}},
+                    }}}],
+                },
+            }),
+        )
+        .await;
+    let events: Api<Event> = Api::namespaced(env.kube.clone(), NS);
+    let event_with = |needle: &'static str| {
+        let events = events.clone();
+        async move {
+            test_support::eventually(&format!("an Event saying {needle}"), PATIENCE, || async {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .into_iter()
+                    .filter_map(|e| e.message)
+                    .find(|m| m.contains(needle))
+            })
+            .await
+        }
+    };
+    let waiting = event_with("PVC default/pod-e-scratch").await;
+    println!("{waiting}");
+    let not_ready = |p: &k8s_openapi::api::core::v1::Pod| {
+        !p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    };
+    assert!(not_ready(&env.pods().get("pod-e").await.unwrap()));
+
+    // Someone else's claim of that name: refused.
+    env.create_bound_claim(n, "pv-e", "pod-e-scratch", false)
+        .await;
+    let refused = event_with("(pod is not owner)").await;
+    assert!(refused.contains("PVC default/pod-e-scratch"), "{refused}");
+    assert!(not_ready(&env.pods().get("pod-e").await.unwrap()));
+
+    // The pod's own claim (what the ephemeral-volume controller writes): mounted, Ready.
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(env.kube.clone(), NS);
+    claims
+        .patch(
+            "pod-e-scratch",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"ownerReferences": [{
+                "apiVersion": "v1", "kind": "Pod", "name": "pod-e",
+                "uid": pod.metadata.uid, "controller": true, "blockOwnerDeletion": true,
+            }]}})),
+        )
+        .await
+        .unwrap();
+    let paths = env.wait_ready("pod-e").await;
+    let path = Path::new(&paths["scratch"]).to_path_buf();
+    assert!(is_mounted(&path).await, "{} mounted", path.display());
+    env.delete_pod_and_wait("pod-e").await;
+    assert!(!is_mounted(&path).await);
+    env.shutdown().await;
+}

@@ -621,6 +621,7 @@ async fn concurrent_installs_lose_no_entry() {
                 topology: BTreeMap::from([(format!("topology.d{i}.csi.rs/zone"), "z".to_owned())]),
                 stage_unstage: false,
                 volume_stats: false,
+                single_node_multi_writer: false,
                 channel: csi_spec::connect_unix_lazy("/nonexistent.sock").unwrap(),
             };
             manager.install_driver(&driver).await

@@ -189,6 +189,7 @@ impl CsiHandler {
                 .unwrap_or_default(),
             stage_unstage: has(NodeRpc::StageUnstageVolume),
             volume_stats: has(NodeRpc::GetVolumeStats),
+            single_node_multi_writer: has(NodeRpc::SingleNodeMultiWriter),
             channel,
         })
     }

@@ -223,6 +223,7 @@ impl VolumeManager {
                 let ctx = volume_spec::SpecContext {
                     pvcs: &self.caches.pvcs,
                     pvs: &self.caches.pvs,
+                    csidrivers: &self.caches.csidrivers,
                     migrated: &self.options.migrated,
                 };
                 populator::populate(&ctx, cached.iter())

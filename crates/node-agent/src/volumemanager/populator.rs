@@ -34,6 +34,7 @@ pub fn populate<'a>(
             uid,
             volumes: Vec::new(),
             unresolved: Vec::new(),
+            keep_only: Vec::new(),
         };
         let volumes = pod
             .spec
@@ -48,6 +49,7 @@ pub fn populate<'a>(
                 SpecOutcome::Pending(why) | SpecOutcome::Failed(why) => {
                     entry.unresolved.push((volume.name.clone(), why));
                 }
+                SpecOutcome::KeepOnly(v, why) => entry.keep_only.push((*v, why)),
             }
         }
         dsw.add_pod(entry);

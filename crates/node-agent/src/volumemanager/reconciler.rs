@@ -227,10 +227,18 @@ impl Reconciler {
     }
 
     fn unmount_unwanted(&mut self, dsw: &DesiredStateOfWorld, now: Instant) {
+        // A live pod whose volume cannot be resolved right now (its PV or claim missing from
+        // the cache for a moment, a CSIDriver changed) keeps what it has mounted: as the
+        // kubelet, a running pod's volume is only torn down with the pod.
         let unwanted: Vec<MountedVolume> = self
             .asw
             .all_mounted()
             .filter(|m| !dsw.wants(&m.unique_name, &m.pod_uid))
+            .filter(|m| {
+                !dsw.pod(&m.pod_uid).is_some_and(|p| {
+                    !m.outer_name.is_empty() && p.unresolved.iter().any(|(n, _)| *n == m.outer_name)
+                })
+            })
             .cloned()
             .collect();
         for m in unwanted {
@@ -426,12 +434,21 @@ impl Reconciler {
                 });
             });
         }
-        // Unresolved pod volumes (PVC not bound, ...) wait too.
+        // Unresolved pod volumes (PVC not bound, ...) wait too, and so do volumes of a
+        // claim being deleted, in a pod that does not have them yet.
         for pod in input.dsw.pods() {
             for (name, why) in &pod.unresolved {
                 let k = (pod.uid.clone(), name.clone());
                 still_blocked.insert(k.clone());
                 self.note_blocked(k, Wait::patient(why.clone()), now);
+            }
+            for (v, why) in &pod.keep_only {
+                if self.asw.mounted(&v.unique_name, &pod.uid).is_some() {
+                    continue;
+                }
+                let k = (pod.uid.clone(), v.outer_name.clone());
+                still_blocked.insert(k.clone());
+                self.note_blocked(k, Wait::urgent(why.clone()), now);
             }
         }
         self.blocked.retain(|k, _| still_blocked.contains(k));
@@ -628,13 +645,20 @@ impl Reconciler {
             .min()
     }
 
-    /// Whether every storage volume of the pod is published (and none is unresolved).
+    /// Whether every storage volume of the pod is published: all it wants or keeps, and an
+    /// unresolved one only if it is still mounted from before (see `unmount_unwanted`).
     pub fn pod_volumes_ready(&self, pod: &PodToMount) -> bool {
-        pod.unresolved.is_empty()
-            && pod.volumes.iter().all(|v| {
+        let published = |unique: &str| {
+            self.asw
+                .mounted(unique, &pod.uid)
+                .is_some_and(|m| !m.uncertain)
+        };
+        pod.volumes.iter().all(|v| published(&v.unique_name))
+            && pod.keep_only.iter().all(|(v, _)| published(&v.unique_name))
+            && pod.unresolved.iter().all(|(name, _)| {
                 self.asw
-                    .mounted(&v.unique_name, &pod.uid)
-                    .is_some_and(|m| !m.uncertain)
+                    .all_mounted()
+                    .any(|m| m.pod_uid == pod.uid && m.outer_name == *name && !m.uncertain)
             })
     }
 

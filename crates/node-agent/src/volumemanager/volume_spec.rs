@@ -6,7 +6,11 @@
 //! - a CSI PV → the CSI plugin;
 //! - an in-tree `awsElasticBlockStore` PV or inline volume → CSI after translation when this
 //!   node migrated the plugin, otherwise the in-tree aws-ebs plugin;
-//! - `volumes[].csi` → a CSI ephemeral inline volume (NodePublish only);
+//! - `volumes[].ephemeral` (a generic ephemeral volume) → the claim `<pod>-<volume>` the
+//!   ephemeral-volume controller made for this pod (one the pod does not control is refused);
+//! - `volumes[].csi` → a CSI ephemeral inline volume (NodePublish only), for a driver whose
+//!   CSIDriver lists `Ephemeral` in `volumeLifecycleModes`;
+//! - a claim being deleted is not mounted into a pod that does not have it yet;
 //! - everything else (configMap, emptyDir, ...) is not a storage volume this agent serves.
 
 use std::collections::BTreeMap;
@@ -15,6 +19,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec, Pod, SecretReference, Volume,
 };
+use k8s_openapi::api::storage::v1::CSIDriver;
 use sha2::{Digest, Sha256};
 use volume_plugins::claims::ClaimProblem;
 use volume_plugins::names::{aws_ebs_unique_volume_name, csi_unique_volume_name};
@@ -124,16 +129,38 @@ pub enum SpecOutcome {
     Pending(String),
     /// Cannot be mounted as written: the reason, for Events.
     Failed(String),
+    /// Resolved, but not to be mounted into a pod that does not have it yet (its claim is
+    /// being deleted): kept where it is mounted, refused elsewhere with the reason.
+    KeepOnly(Box<VolumeToMount>, String),
 }
 
 /// The caches and settings a spec is resolved against.
 pub struct SpecContext<'a> {
     pub pvcs: &'a ObjectCache<PersistentVolumeClaim>,
     pub pvs: &'a ObjectCache<PersistentVolume>,
+    pub csidrivers: &'a ObjectCache<CSIDriver>,
     pub migrated: &'a MigratedPlugins,
 }
 
 impl SpecContext<'_> {
+    /// Why `driver` may not serve a volume of lifecycle `mode` ("Persistent" or
+    /// "Ephemeral"), if it may not: its CSIDriver's `volumeLifecycleModes`, Persistent only
+    /// when it has no CSIDriver or lists none. Kubernetes' gate against pod authors handing
+    /// volume attributes to a node plugin that never asked for inline volumes.
+    fn lifecycle_refused(&self, driver: &str, mode: &str) -> Option<String> {
+        let modes = self
+            .csidrivers
+            .get(driver)
+            .and_then(|d| d.spec.volume_lifecycle_modes.clone())
+            .filter(|m| !m.is_empty())
+            .unwrap_or_else(|| vec!["Persistent".to_string()]);
+        (!modes.iter().any(|m| m == mode)).then(|| {
+            format!(
+                "volume mode \"{mode}\" not supported by driver {driver} (only supports {modes:?})"
+            )
+        })
+    }
+
     /// The kubelet decides by its own gates; the CSINode annotation it publishes says the
     /// same (the node stays NotReady until it does), which is what the ADC reads.
     fn backend(&self, in_tree_plugin: &str) -> Backend {
@@ -153,11 +180,14 @@ pub fn ephemeral_volume_handle(pod_uid: &str, volume_name: &str) -> String {
 pub fn volume_to_mount(ctx: &SpecContext<'_>, pod: &Pod, volume: &Volume) -> SpecOutcome {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
     if let Some(csi) = &volume.csi {
+        if let Some(why) = ctx.lifecycle_refused(&csi.driver, "Ephemeral") {
+            return SpecOutcome::Failed(why);
+        }
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let handle = ephemeral_volume_handle(uid, &volume.name);
-        let mut context: BTreeMap<String, String> =
-            csi.volume_attributes.clone().unwrap_or_default();
-        context.insert(EPHEMERAL_CONTEXT_KEY.into(), "true".into());
+        // `csi.storage.k8s.io/ephemeral` goes with the pod's info at publish, when the
+        // CSIDriver asks for it (podInfoOnMount).
+        let context: BTreeMap<String, String> = csi.volume_attributes.clone().unwrap_or_default();
         let read_only = csi.read_only.unwrap_or(false);
         return SpecOutcome::Mount(Box::new(VolumeToMount {
             unique_name: csi_unique_volume_name(&csi.driver, &handle),
@@ -187,16 +217,71 @@ pub fn volume_to_mount(ctx: &SpecContext<'_>, pod: &Pod, volume: &Volume) -> Spe
         }));
     }
     if let Some(claim) = &volume.persistent_volume_claim {
-        let pv = match bound_pv(ctx, namespace, &claim.claim_name) {
-            Ok(pv) => pv,
-            Err(outcome) => return *outcome,
+        return from_claim(
+            ctx,
+            namespace,
+            &claim.claim_name,
+            volume,
+            claim.read_only.unwrap_or(false),
+        );
+    }
+    if volume.ephemeral.is_some() {
+        // A generic ephemeral volume is the claim `<pod>-<volume>`, made for this pod by the
+        // ephemeral-volume controller; a claim of that name the pod does not control is
+        // someone else's and is never mounted (the kubelet's `VolumeIsForPod`).
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        let claim = format!("{pod_name}-{}", volume.name);
+        let Some(pvc) = ctx.pvcs.get_namespaced(namespace, &claim) else {
+            return SpecOutcome::Pending(format!(
+                "waiting for PVC {namespace}/{claim} of generic ephemeral volume \"{}\" (the ephemeral-volume controller creates it)",
+                volume.name
+            ));
         };
-        return from_pv(ctx, &pv, volume, claim.read_only.unwrap_or(false));
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let controlled = pvc
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && o.uid == uid && o.kind == "Pod");
+        if !controlled {
+            return SpecOutcome::Failed(format!(
+                "PVC {namespace}/{claim} was not created for pod {namespace}/{pod_name} (pod is not owner)"
+            ));
+        }
+        return from_claim(ctx, namespace, &claim, volume, false);
     }
     if volume.aws_elastic_block_store.is_some() {
         return from_inline_ebs(ctx, volume, namespace);
     }
     SpecOutcome::NotOurs
+}
+
+/// The volume of claim `claim`, kept only where it is mounted when the claim is being deleted
+/// (the kubelet: "can't start pod because PVC ... is being deleted").
+fn from_claim(
+    ctx: &SpecContext<'_>,
+    namespace: &str,
+    claim: &str,
+    volume: &Volume,
+    read_only: bool,
+) -> SpecOutcome {
+    let pv = match bound_pv(ctx, namespace, claim) {
+        Ok(pv) => pv,
+        Err(outcome) => return *outcome,
+    };
+    let outcome = from_pv(ctx, &pv, volume, read_only);
+    let deleting = ctx
+        .pvcs
+        .get_namespaced(namespace, claim)
+        .is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+    match outcome {
+        SpecOutcome::Mount(v) if deleting => SpecOutcome::KeepOnly(
+            v,
+            format!("can't start pod because PVC {namespace}/{claim} is being deleted"),
+        ),
+        other => other,
+    }
 }
 
 /// The PV bound to the claim, or why there is none (shared with the attach/detach controller).
@@ -267,7 +352,10 @@ fn from_pv(
     let Some(spec) = pv.spec.as_ref() else {
         return SpecOutcome::Failed(format!("PV {name} has no spec"));
     };
-    if spec.csi.is_some() {
+    if let Some(csi) = &spec.csi {
+        if let Some(why) = ctx.lifecycle_refused(&csi.driver, "Persistent") {
+            return SpecOutcome::Failed(format!("PV {name}: {why}"));
+        }
         return csi_from_pv_spec(spec, &name, outer, claim_read_only, false);
     }
     let Some(ebs) = &spec.aws_elastic_block_store else {

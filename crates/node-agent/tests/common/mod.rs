@@ -319,7 +319,13 @@ impl Env {
     pub async fn create_csidriver(&self, attach_required: bool) {
         self.create::<CSIDriver>(
             Api::all(self.kube.clone()),
-            json!({"metadata": {"name": DRIVER}, "spec": {"attachRequired": attach_required}}),
+            // As deploy/'s hostpath CSIDriver: inline volumes allowed, the pod's info (with
+            // the ephemeral flag the driver tells inline volumes by) on publish.
+            json!({"metadata": {"name": DRIVER}, "spec": {
+                "attachRequired": attach_required,
+                "podInfoOnMount": true,
+                "volumeLifecycleModes": ["Persistent", "Ephemeral"],
+            }}),
         )
         .await;
     }

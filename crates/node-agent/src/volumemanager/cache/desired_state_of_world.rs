@@ -17,6 +17,9 @@ pub struct PodToMount {
     pub volumes: Vec<VolumeToMount>,
     /// Pod volumes that cannot be resolved yet or at all: (pod volume name, reason).
     pub unresolved: Vec<(String, String)>,
+    /// Volumes that stay where they are mounted but are not mounted anew (their claim is
+    /// being deleted), with the reason a new mount is refused.
+    pub keep_only: Vec<(VolumeToMount, String)>,
 }
 
 impl PodToMount {
@@ -26,6 +29,13 @@ impl PodToMount {
 
     pub fn name(&self) -> &str {
         self.pod.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    fn has(&self, unique_name: &str) -> bool {
+        self.volumes
+            .iter()
+            .chain(self.keep_only.iter().map(|(v, _)| v))
+            .any(|v| v.unique_name == unique_name)
     }
 }
 
@@ -48,18 +58,14 @@ impl DesiredStateOfWorld {
         self.pods.get(uid)
     }
 
-    /// Whether pod `uid` should have volume `unique_name` mounted.
+    /// Whether pod `uid` should have (or keep) volume `unique_name` mounted.
     pub fn wants(&self, unique_name: &str, uid: &str) -> bool {
-        self.pods
-            .get(uid)
-            .is_some_and(|p| p.volumes.iter().any(|v| v.unique_name == unique_name))
+        self.pods.get(uid).is_some_and(|p| p.has(unique_name))
     }
 
-    /// Whether any pod wants volume `unique_name`.
+    /// Whether any pod wants (or keeps) volume `unique_name`.
     pub fn wants_volume(&self, unique_name: &str) -> bool {
-        self.pods
-            .values()
-            .any(|p| p.volumes.iter().any(|v| v.unique_name == unique_name))
+        self.pods.values().any(|p| p.has(unique_name))
     }
 
     /// Every (pod, volume) pair.

@@ -46,10 +46,15 @@ fn driver(ctx: &OpContext, name: &str, step: Step) -> Result<RegisteredDriver, O
         .ok_or_else(|| OpError::new(step, not_registered(name)))
 }
 
-fn capability(c: &CsiMount) -> VolumeCapability {
+/// The volume capability as the kubelet sends it: ReadWriteOnce and ReadWriteOncePod are told
+/// apart (SINGLE_NODE_MULTI_WRITER / SINGLE_NODE_SINGLE_WRITER) only to a driver that
+/// advertises SINGLE_NODE_MULTI_WRITER; any other driver gets SINGLE_NODE_WRITER for both,
+/// the mode every CSI driver knows.
+fn capability(c: &CsiMount, multi_writer: bool) -> VolumeCapability {
     let mode = match c.access_mode {
-        PvAccess::SingleNodeWriter => Mode::SingleNodeWriter,
-        PvAccess::SingleNodeSingleWriter => Mode::SingleNodeSingleWriter,
+        PvAccess::SingleNodeWriter if multi_writer => Mode::SingleNodeMultiWriter,
+        PvAccess::SingleNodeSingleWriter if multi_writer => Mode::SingleNodeSingleWriter,
+        PvAccess::SingleNodeWriter | PvAccess::SingleNodeSingleWriter => Mode::SingleNodeWriter,
         PvAccess::MultiNodeReaderOnly => Mode::MultiNodeReaderOnly,
         PvAccess::MultiNodeMultiWriter => Mode::MultiNodeMultiWriter,
     };
@@ -168,7 +173,7 @@ async fn mount_steps(
                             volume_id: c.handle.clone(),
                             publish_context: publish_context.clone(),
                             staging_target_path: path_str(&staging),
-                            volume_capability: Some(capability(c)),
+                            volume_capability: Some(capability(c, drv.single_node_multi_writer)),
                             secrets,
                             volume_context: c.volume_context.clone().into_iter().collect(),
                         },
@@ -250,6 +255,12 @@ async fn mount_steps(
             "csi.storage.k8s.io/serviceAccount.name".into(),
             req.pod.service_account.clone(),
         );
+        // Whether this is an inline ephemeral volume: only with the pod's info, as the
+        // kubelet sends it ("false" for a persistent one).
+        volume_context.insert(
+            crate::volumemanager::volume_spec::EPHEMERAL_CONTEXT_KEY.into(),
+            c.ephemeral.to_string(),
+        );
     }
     let published = MountedVolume {
         unique_name: v.unique_name.clone(),
@@ -274,7 +285,7 @@ async fn mount_steps(
                     .map(path_str)
                     .unwrap_or_default(),
                 target_path: path_str(&target),
-                volume_capability: Some(capability(c)),
+                volume_capability: Some(capability(c, drv.single_node_multi_writer)),
                 readonly: v.read_only,
                 secrets,
                 volume_context,

@@ -111,9 +111,11 @@ fn resolve(
 ) -> SpecOutcome {
     let pvcs = ObjectCache::from_objects(pvcs);
     let pvs = ObjectCache::from_objects(pvs);
+    let csidrivers = ObjectCache::from_objects([hostpath_csidriver()]);
     let ctx = SpecContext {
         pvcs: &pvcs,
         pvs: &pvs,
+        csidrivers: &csidrivers,
         migrated,
     };
     let p = pod(vec![volume.clone()]);
@@ -256,12 +258,8 @@ fn ephemeral_inline_volumes_get_the_kubelets_handle_and_other_volumes_are_not_ou
     assert!(c.ephemeral);
     assert_eq!(c.handle, ephemeral_volume_handle("uid-1", "scratch"));
     assert!(c.handle.starts_with("csi-") && c.handle.len() == 4 + 64);
-    assert_eq!(
-        c.volume_context
-            .get(EPHEMERAL_CONTEXT_KEY)
-            .map(String::as_str),
-        Some("true")
-    );
+    // The ephemeral flag goes with the pod's info at publish, not in the volume's context.
+    assert_eq!(c.volume_context.get(EPHEMERAL_CONTEXT_KEY), None);
     assert_eq!(
         c.volume_context.get("size").map(String::as_str),
         Some("1Mi")
@@ -276,4 +274,130 @@ fn ephemeral_inline_volumes_get_the_kubelets_handle_and_other_volumes_are_not_ou
         resolve(vec![], vec![], &MigratedPlugins::none(), cm),
         SpecOutcome::NotOurs
     );
+}
+
+fn hostpath_csidriver() -> CSIDriver {
+    CSIDriver {
+        metadata: ObjectMeta {
+            name: Some("hostpath.csi.k8s.io".into()),
+            ..Default::default()
+        },
+        spec: k8s_openapi::api::storage::v1::CSIDriverSpec {
+            volume_lifecycle_modes: Some(vec!["Persistent".into(), "Ephemeral".into()]),
+            ..Default::default()
+        },
+    }
+}
+
+#[test]
+fn inline_volumes_only_for_drivers_that_list_ephemeral() {
+    let inline = |driver: &str| Volume {
+        name: "scratch".into(),
+        csi: Some(CSIVolumeSource {
+            driver: driver.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    // No CSIDriver: Persistent only.
+    match resolve(
+        vec![],
+        vec![],
+        &MigratedPlugins::none(),
+        inline("other.csi.example"),
+    ) {
+        SpecOutcome::Failed(why) => assert_eq!(
+            why,
+            "volume mode \"Ephemeral\" not supported by driver other.csi.example (only supports [\"Persistent\"])"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        resolve(
+            vec![],
+            vec![],
+            &MigratedPlugins::none(),
+            inline("hostpath.csi.k8s.io")
+        ),
+        SpecOutcome::Mount(_)
+    ));
+}
+
+fn ephemeral_volume() -> Volume {
+    Volume {
+        name: "scratch".into(),
+        ephemeral: Some(k8s_openapi::api::core::v1::EphemeralVolumeSource::default()),
+        ..Default::default()
+    }
+}
+
+fn owned_by(
+    mut claim: PersistentVolumeClaim,
+    uid: &str,
+    controller: bool,
+) -> PersistentVolumeClaim {
+    claim.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: "p".into(),
+            uid: uid.into(),
+            controller: Some(controller),
+            block_owner_deletion: Some(true),
+        },
+    ]);
+    claim
+}
+
+#[test]
+fn a_generic_ephemeral_volume_is_the_claim_made_for_the_pod() {
+    let none = MigratedPlugins::none();
+    // The claim is not there yet: pending, naming it.
+    match resolve(vec![], vec![], &none, ephemeral_volume()) {
+        SpecOutcome::Pending(why) => assert!(why.contains("PVC ns/p-scratch"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let pv1 = pv("pv-1", "p-scratch", csi_pv_spec(false));
+    // A claim of that name the pod does not control is never mounted.
+    for claim in [
+        pvc("p-scratch", Some("pv-1"), true),
+        owned_by(pvc("p-scratch", Some("pv-1"), true), "uid-1", false),
+        owned_by(pvc("p-scratch", Some("pv-1"), true), "another-pod", true),
+    ] {
+        match resolve(vec![claim], vec![pv1.clone()], &none, ephemeral_volume()) {
+            SpecOutcome::Failed(why) => assert_eq!(
+                why,
+                "PVC ns/p-scratch was not created for pod ns/p (pod is not owner)"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    let ours = owned_by(pvc("p-scratch", Some("pv-1"), true), "uid-1", true);
+    let v = mount(resolve(vec![ours], vec![pv1], &none, ephemeral_volume()));
+    assert_eq!(v.spec_name, "pv-1");
+    assert_eq!(v.outer_name, "scratch");
+    assert!(
+        !v.csi().unwrap().ephemeral,
+        "a generic ephemeral volume is a persistent one"
+    );
+}
+
+#[test]
+fn a_claim_being_deleted_is_kept_where_mounted_and_not_mounted_anew() {
+    let mut claim = pvc("c", Some("pv-1"), true);
+    claim.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    ));
+    match resolve(
+        vec![claim],
+        vec![pv("pv-1", "c", csi_pv_spec(false))],
+        &MigratedPlugins::none(),
+        claim_volume("c", false),
+    ) {
+        SpecOutcome::KeepOnly(v, why) => {
+            assert_eq!(v.spec_name, "pv-1");
+            assert_eq!(why, "can't start pod because PVC ns/c is being deleted");
+        }
+        other => panic!("{other:?}"),
+    }
 }
