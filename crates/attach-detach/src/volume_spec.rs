@@ -8,6 +8,9 @@
 //!   node: in-tree plugin, CSI after translation, or refused (Event);
 //! - another in-tree plugin that translation knows → CSI when migrated, otherwise nothing (this
 //!   controller has no other in-tree plugin);
+//! - a generic ephemeral volume (`volumes[].ephemeral`) → the claim `<pod>-<volume>` the
+//!   ephemeral-volume controller made for the pod, as a `persistentVolumeClaim` (not yet
+//!   there: pending; someone else's claim of that name: an Event, never attached);
 //! - CSI ephemeral inline volumes (`volumes[].csi`) and everything else → nothing to attach.
 
 use std::sync::Arc;
@@ -63,6 +66,35 @@ pub(crate) fn volume_to_attach(
     }
     if let Some(claim) = &volume.persistent_volume_claim {
         return match bound_pv(ctx, namespace, &claim.claim_name) {
+            Ok(pv) => from_pv(ctx, &pv, node),
+            Err(outcome) => *outcome,
+        };
+    }
+    if volume.ephemeral.is_some() {
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        let claim = format!("{pod_name}-{}", volume.name);
+        let Some(pvc) = ctx.pvcs.get_namespaced(namespace, &claim) else {
+            return SpecOutcome::Pending(format!(
+                "PVC {namespace}/{claim} of generic ephemeral volume {} not created yet",
+                volume.name
+            ));
+        };
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let controlled = pvc
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|o| o.controller == Some(true) && o.uid == uid && o.kind == "Pod");
+        if !controlled {
+            return SpecOutcome::Failed {
+                volume: volume.name.clone(),
+                reason: format!(
+                    "PVC {namespace}/{claim} was not created for pod {namespace}/{pod_name} (pod is not owner)"
+                ),
+            };
+        }
+        return match bound_pv(ctx, namespace, &claim) {
             Ok(pv) => from_pv(ctx, &pv, node),
             Err(outcome) => *outcome,
         };

@@ -39,6 +39,18 @@ impl World {
             }))
             .unwrap()
         };
+        // Generic ephemeral volumes' claims: pod p's own (uid-p controls it), and a claim of
+        // the name p-foreign that pod p does not control.
+        let owned = |name: &str, volume: &str, owner_uid: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "ownerReferences": [{
+                    "apiVersion": "v1", "kind": "Pod", "name": "p", "uid": owner_uid,
+                    "controller": true}]},
+                "spec": {"volumeName": volume},
+                "status": {"phase": "Bound"}
+            }))
+            .unwrap()
+        };
         Self {
             pvcs: ObjectCache::from_objects([
                 pvc("csi-claim", "pv-csi", true),
@@ -47,11 +59,17 @@ impl World {
                 pvc("ebs-claim", "pv-ebs", true),
                 pvc("gce-claim", "pv-gce", true),
                 pvc("thief", "pv-owned", true),
+                owned("p-scratch", "pv-eph", "uid-p"),
+                owned("p-foreign", "pv-eph", "uid-other"),
             ]),
             pvs: ObjectCache::from_objects([
                 pv(
                     "pv-owned",
                     json!({"claimRef": {"namespace": "default", "name": "owner"}, "csi": {"driver": "d.csi", "volumeHandle": "h3"}}),
+                ),
+                pv(
+                    "pv-eph",
+                    json!({"accessModes": ["ReadWriteOnce"], "csi": {"driver": "d.csi", "volumeHandle": "h-eph"}}),
                 ),
                 pv(
                     "pv-csi",
@@ -98,6 +116,7 @@ impl World {
             metadata: ObjectMeta {
                 name: Some("p".into()),
                 namespace: Some("default".into()),
+                uid: Some("uid-p".into()),
                 ..Default::default()
             },
             spec: Some(PodSpec {
@@ -158,6 +177,24 @@ async fn csi_pvs_by_claim() {
     assert_eq!(w.resolve(ephemeral), SpecOutcome::NotAttachable);
     let config_map = json!({"name": "c", "configMap": {"name": "x"}});
     assert_eq!(w.resolve(config_map), SpecOutcome::NotAttachable);
+}
+
+#[tokio::test]
+async fn generic_ephemeral_volumes_attach_the_pods_own_claim() {
+    let w = World::new(SkipAttachMode::BypassAdc, vec![], vec![], false);
+    let eph =
+        |name: &str| json!({"name": name, "ephemeral": {"volumeClaimTemplate": {"spec": {}}}});
+    let v = attach(w.resolve(eph("scratch")));
+    assert_eq!(v.unique_name, "kubernetes.io/csi/d.csi^h-eph");
+    assert_eq!(v.spec_name, "pv-eph");
+    match w.resolve(eph("foreign")) {
+        SpecOutcome::Failed { reason, .. } => assert_eq!(
+            reason,
+            "PVC default/p-foreign was not created for pod default/p (pod is not owner)"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(w.resolve(eph("later")), SpecOutcome::Pending(_)));
 }
 
 #[tokio::test]
