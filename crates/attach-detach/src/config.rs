@@ -43,8 +43,13 @@ pub struct Flags {
     pub skip_attach: SkipAttachMode,
 
     /// Kubernetes feature gates; only the CSIMigration* gates matter here
-    /// (e.g. CSIMigrationAWS=true sends kubernetes.io/aws-ebs volumes on nodes that migrated it
-    /// to the EBS CSI driver).
+    /// (e.g. CSIMigrationAWS sends kubernetes.io/aws-ebs volumes on nodes that migrated it
+    /// to the EBS CSI driver). Defaults as
+    /// kube-controller-manager and the kubelet v1.26: CSIMigrationAWS, CSIMigrationGCE,
+    /// CSIMigrationAzureDisk, CSIMigrationAzureFile and CSIMigrationvSphere on (cinder, whose
+    /// gate v1.26 removed, migrated too), CSIMigrationPortworx off. CSIMigrationAWS=false is
+    /// accepted (v1.26 refuses it: locked to true) to un-migrate aws-ebs as seed 003's
+    /// walkthroughs do; =false for the other locked gates is refused as v1.26 refuses it.
     #[arg(long, default_value = "", value_name = "GATE=BOOL,...", value_parser = any_string)]
     pub feature_gates: String,
 
@@ -227,8 +232,12 @@ impl Flags {
     /// `--region` and `--ec2-endpoint`.
     pub fn config(&self, cloud: Option<Arc<dyn ebs_cloud::Cloud>>) -> Result<Config, Error> {
         self.wants_aws_cloud()?;
-        let migrated = MigratedPlugins::from_feature_gates(&self.feature_gates)
+        let migrated = MigratedPlugins::kubernetes_v1_26()
+            .with_feature_gates(&self.feature_gates)
             .map_err(|e| Error::Config(e.to_string()))?;
+        for warning in volume_plugins::feature_gate_warnings(&self.feature_gates) {
+            tracing::warn!("{warning}");
+        }
         for (flag, value) in [
             ("--reconciler-sync-period", self.reconciler_sync_period),
             ("--attach-timeout", self.attach_timeout),
@@ -281,7 +290,9 @@ mod tests {
         let c = parse(&[]).config(None).expect("valid");
         let o = &c.options;
         assert_eq!(o.skip_attach, SkipAttachMode::BypassAdc);
-        assert_eq!(o.migrated, MigratedPlugins::none());
+        // kube-controller-manager's and the kubelet's v1.26 gates: every GA migration on.
+        assert_eq!(o.migrated, MigratedPlugins::kubernetes_v1_26());
+        assert!(o.migrated.contains("kubernetes.io/aws-ebs"));
         assert_eq!(o.reconciler_sync_period, Duration::from_millis(100));
         assert_eq!(o.max_wait_for_unmount, Duration::from_secs(360));
         assert!(!o.disable_force_detach_on_timeout);
@@ -361,6 +372,21 @@ mod tests {
             .config(None)
             .unwrap_err();
         assert!(e.to_string().contains("CSIMigrationAWS"), "{e}");
+        let e = parse(&["--feature-gates=CSIMigrationGCE=false"])
+            .config(None)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "cannot set feature gate CSIMigrationGCE to false, feature is locked to true"
+            ),
+            "{e}"
+        );
+        // seed 003's downgrade: aws-ebs alone un-migrated (v1.26 refuses this one; we warn).
+        let c = parse(&["--feature-gates=CSIMigrationAWS=false"])
+            .config(None)
+            .expect("CSIMigrationAWS=false is accepted");
+        assert!(!c.options.migrated.contains("kubernetes.io/aws-ebs"));
+        assert!(c.options.migrated.contains("kubernetes.io/gce-pd"));
         let e = parse(&["--reconciler-sync-period=0s"])
             .config(None)
             .unwrap_err();

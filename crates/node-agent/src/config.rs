@@ -44,7 +44,12 @@ pub struct Flags {
 
     /// Kubernetes feature gates; only the CSIMigration* gates matter here. The CSINode
     /// `storage.alpha.kubernetes.io/migrated-plugins` annotation is written from them, and the
-    /// node stays NotReady until the annotation on the CSINode matches.
+    /// node stays NotReady until the annotation on the CSINode matches. Defaults as
+    /// kube-controller-manager and the kubelet v1.26: CSIMigrationAWS, CSIMigrationGCE,
+    /// CSIMigrationAzureDisk, CSIMigrationAzureFile and CSIMigrationvSphere on (cinder, whose
+    /// gate v1.26 removed, migrated too), CSIMigrationPortworx off. CSIMigrationAWS=false is
+    /// accepted (v1.26 refuses it: locked to true) to un-migrate aws-ebs as seed 003's
+    /// walkthroughs do; =false for the other locked gates is refused as v1.26 refuses it.
     #[arg(long, default_value = "", value_name = "GATE=BOOL,...", value_parser = any_string)]
     pub feature_gates: String,
 
@@ -231,8 +236,12 @@ impl Flags {
         if self.node_name.trim().is_empty() {
             return Err(Error::Config("--node-name must not be empty".into()));
         }
-        let migrated = MigratedPlugins::from_feature_gates(&self.feature_gates)
+        let migrated = MigratedPlugins::kubernetes_v1_26()
+            .with_feature_gates(&self.feature_gates)
             .map_err(|e| Error::Config(e.to_string()))?;
+        for warning in volume_plugins::feature_gate_warnings(&self.feature_gates) {
+            tracing::warn!("{warning}");
+        }
         for (flag, value) in [
             ("--reconciler-sync-period", self.reconciler_sync_period),
             (
@@ -298,7 +307,9 @@ mod tests {
             PathBuf::from("/var/lib/kubelet/plugins_registry")
         );
         assert_eq!(o.skip_attach, SkipAttachMode::BypassAdc);
-        assert_eq!(o.migrated, MigratedPlugins::none());
+        // kube-controller-manager's and the kubelet's v1.26 gates: every GA migration on.
+        assert_eq!(o.migrated, MigratedPlugins::kubernetes_v1_26());
+        assert!(o.migrated.contains("kubernetes.io/aws-ebs"));
         assert_eq!(o.node_lease_duration_seconds, 40);
         assert_eq!((c.kube_api_qps, c.kube_api_burst), (50.0, 100));
         assert!(c.kubeconfig.is_none() && c.http_endpoint.is_none());
@@ -336,6 +347,23 @@ mod tests {
             .config()
             .unwrap_err();
         assert!(e.to_string().contains("CSIMigrationAWS"), "{e}");
+        let e = parse(&["--node-name=n", "--feature-gates=CSIMigrationGCE=false"])
+            .unwrap()
+            .config()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "cannot set feature gate CSIMigrationGCE to false, feature is locked to true"
+            ),
+            "{e}"
+        );
+        // seed 003's downgrade: aws-ebs alone un-migrated (v1.26 refuses this one; we warn).
+        let c = parse(&["--node-name=n", "--feature-gates=CSIMigrationAWS=false"])
+            .unwrap()
+            .config()
+            .expect("CSIMigrationAWS=false is accepted");
+        assert!(!c.options.migrated.contains("kubernetes.io/aws-ebs"));
+        assert!(c.options.migrated.contains("kubernetes.io/gce-pd"));
         let e = parse(&["--node-name=n", "--node-labels=nokey"])
             .unwrap()
             .config()

@@ -34,7 +34,12 @@ pub struct Flags {
     pub kubeconfig: Option<String>,
 
     /// Kubernetes feature gates; only the CSIMigration* gates matter here (e.g.
-    /// CSIMigrationAWS=true hands kubernetes.io/aws-ebs classes to ebs.csi.aws.com).
+    /// CSIMigrationAWS hands kubernetes.io/aws-ebs classes to ebs.csi.aws.com). Defaults as
+    /// kube-controller-manager and the kubelet v1.26: CSIMigrationAWS, CSIMigrationGCE,
+    /// CSIMigrationAzureDisk, CSIMigrationAzureFile and CSIMigrationvSphere on (cinder, whose
+    /// gate v1.26 removed, migrated too), CSIMigrationPortworx off. CSIMigrationAWS=false is
+    /// accepted (v1.26 refuses it: locked to true) to un-migrate aws-ebs as seed 003's
+    /// walkthroughs do; =false for the other locked gates is refused as v1.26 refuses it.
     #[arg(long, default_value = "", value_name = "GATE=BOOL,...", value_parser = any_string)]
     pub feature_gates: String,
 
@@ -235,8 +240,12 @@ impl Flags {
     /// `--region` and `--ec2-endpoint`.
     pub fn config(&self, cloud: Option<Arc<dyn ebs_cloud::Cloud>>) -> Result<Config, Error> {
         self.wants_aws_cloud()?;
-        let migrated = MigratedPlugins::from_feature_gates(&self.feature_gates)
+        let migrated = MigratedPlugins::kubernetes_v1_26()
+            .with_feature_gates(&self.feature_gates)
             .map_err(|e| Error::Config(e.to_string()))?;
+        for warning in volume_plugins::feature_gate_warnings(&self.feature_gates) {
+            tracing::warn!("{warning}");
+        }
         if self.pvclaimbinder_sync_period.is_zero() {
             return Err(Error::Config(
                 "--pvclaimbinder-sync-period must be longer than 0".into(),
@@ -292,7 +301,9 @@ mod tests {
         let f = parse(&[]);
         let c = f.config(None).expect("valid");
         let o = &c.options;
-        assert_eq!(o.migrated, MigratedPlugins::none());
+        // kube-controller-manager's and the kubelet's v1.26 gates: every GA migration on.
+        assert_eq!(o.migrated, MigratedPlugins::kubernetes_v1_26());
+        assert!(o.migrated.contains("kubernetes.io/aws-ebs"));
         assert_eq!(o.sync_period, Duration::from_secs(15));
         assert!(o.enable_dynamic_provisioning);
         assert_eq!(o.cluster_name, "kubernetes");
@@ -336,6 +347,21 @@ mod tests {
             .config(None)
             .unwrap_err();
         assert!(e.to_string().contains("CSIMigrationAWS"), "{e}");
+        let e = parse(&["--feature-gates=CSIMigrationGCE=false"])
+            .config(None)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "cannot set feature gate CSIMigrationGCE to false, feature is locked to true"
+            ),
+            "{e}"
+        );
+        // seed 003's downgrade: aws-ebs alone un-migrated (v1.26 refuses this one; we warn).
+        let c = parse(&["--feature-gates=CSIMigrationAWS=false"])
+            .config(None)
+            .expect("CSIMigrationAWS=false is accepted");
+        assert!(!c.options.migrated.contains("kubernetes.io/aws-ebs"));
+        assert!(c.options.migrated.contains("kubernetes.io/gce-pd"));
         let e = parse(&["--pvclaimbinder-sync-period=0s"])
             .config(None)
             .unwrap_err();

@@ -29,7 +29,7 @@ async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cl
 async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cloud>>> {
     if flags.wants_aws_cloud()? {
         anyhow::bail!(
-            "--cloud-provider=aws: this pv-controller was built without the `aws` feature (no EC2 client); rebuild with default features, or turn on CSIMigrationAWS so the EBS CSI driver's provisioner serves kubernetes.io/aws-ebs classes"
+            "--cloud-provider=aws: this pv-controller was built without the `aws` feature (no EC2 client); rebuild with default features, or leave CSIMigrationAWS on (the default) so the EBS CSI driver's provisioner serves kubernetes.io/aws-ebs classes"
         );
     }
     Ok(None)

@@ -23,7 +23,7 @@ pub mod skip_attach;
 
 pub use aws_ebs::AwsEbsPlugin;
 pub use csi_plugin::{AttachSource, Attached, CsiPlugin, CsiVolume};
-pub use feature_gates::MigratedPlugins;
+pub use feature_gates::{MigratedPlugins, feature_gate_warnings};
 pub use migration::{Backend, NodeMigrationInfo, decide};
 pub use object_cache::ObjectCache;
 pub use skip_attach::{AttachPath, DriverAttach, SkipAttachMode, attach_path};
