@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::PersistentVolume;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use serde_json::json;
 
 use super::bind::{patch_volume, unbind_volume, update_volume_phase};
@@ -40,14 +40,8 @@ pub(crate) async fn sync_volume(
     let namespace = claim_ref.namespace.clone().unwrap_or_default();
     let name = claim_ref.name.clone().unwrap_or_default();
     let settled = matches!(phase(&volume), Some("Released") | Some("Failed"));
-    let claim = match ctx.claim(&namespace, &name) {
-        Some(c) => Some(c),
-        // Already released: the cache's word is enough (no GET per pass per old volume).
-        None if settled => None,
-        // The cache may lag behind a claim just created (by a provisioner, a scheduler): ask
-        // the API server before releasing the volume, as kcm does.
-        None => ctx
-            .claims_api(&namespace)
+    let claim = live_claim(ctx.claim(&namespace, &name), &uid, settled, || async {
+        ctx.claims_api(&namespace)
             .get_opt(&name)
             .await
             .map_err(|e| {
@@ -55,10 +49,9 @@ pub(crate) async fn sync_volume(
                     format!("reading PersistentVolumeClaim {namespace}/{name}"),
                     e,
                 )
-            })?
-            .map(Arc::new),
-    };
-    let claim = claim.filter(|c| c.metadata.uid.as_deref() == Some(uid.as_str()));
+            })
+    })
+    .await?;
     let Some(claim) = claim else {
         return released(ctx, &volume).await;
     };
@@ -97,6 +90,32 @@ pub(crate) async fn sync_volume(
     Ok(())
 }
 
+/// The claim a volume's ref (`uid`) points to, or `None` when it is gone. The cache's copy is
+/// trusted only when it has that UID. When it is missing (the cache may lag behind a claim
+/// just created by a provisioner or a scheduler) or has another UID (a claim deleted and
+/// re-created under the same name, as every StatefulSet does, seen before the cache caught
+/// up), the API server is asked before the volume is released: releasing, and with `Delete`
+/// destroying, the new claim's volume on a stale cache is the one mistake this must not make
+/// (kcm v1.26's syncVolume re-GETs the same way). A volume already Released or Failed whose
+/// claim is not cached at all is not asked about again on every pass.
+async fn live_claim<F, Fut>(
+    cached: Option<Arc<PersistentVolumeClaim>>,
+    uid: &str,
+    settled: bool,
+    fetch: F,
+) -> Result<Option<Arc<PersistentVolumeClaim>>, Error>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<PersistentVolumeClaim>, Error>>,
+{
+    let has_uid = |c: &PersistentVolumeClaim| c.metadata.uid.as_deref() == Some(uid);
+    match cached {
+        Some(c) if has_uid(&c) => Ok(Some(c)),
+        None if settled => Ok(None),
+        _ => Ok(fetch().await?.filter(|c| has_uid(c)).map(Arc::new)),
+    }
+}
+
 /// Released (once), then reclaimed according to the policy.
 async fn released(ctx: &Arc<Ctx>, volume: &PersistentVolume) -> Result<(), Error> {
     let volume = match phase(volume) {
@@ -123,4 +142,71 @@ async fn update_migration_annotation(
     }
     let patch = json!({"metadata": {"annotations": {ANN_MIGRATED_TO: want}}});
     patch_volume(ctx, &volume, patch, false).await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn claim(uid: &str) -> PersistentVolumeClaim {
+        let mut c = PersistentVolumeClaim::default();
+        c.metadata.name = Some("data-web-0".into());
+        c.metadata.uid = Some(uid.into());
+        c
+    }
+
+    /// `live_claim` with an API server that holds `server` and counts its GETs.
+    async fn ask(
+        cached: Option<PersistentVolumeClaim>,
+        uid: &str,
+        settled: bool,
+        server: Option<PersistentVolumeClaim>,
+    ) -> (Option<String>, usize) {
+        let gets = AtomicUsize::new(0);
+        let found = live_claim(cached.map(Arc::new), uid, settled, || async {
+            gets.fetch_add(1, Ordering::SeqCst);
+            Ok(server)
+        })
+        .await
+        .unwrap();
+        (
+            found.and_then(|c| c.metadata.uid.clone()),
+            gets.load(Ordering::SeqCst),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_stale_cached_claim_is_checked_against_the_api_server() {
+        // The StatefulSet case: the cache still has the old claim (uid old), the volume is
+        // bound to the re-created one (uid new), which the API server has. Not released.
+        assert_eq!(
+            ask(Some(claim("old")), "new", false, Some(claim("new"))).await,
+            (Some("new".into()), 1)
+        );
+        // Also when the volume already shows Released.
+        assert_eq!(
+            ask(Some(claim("old")), "new", true, Some(claim("new"))).await,
+            (Some("new".into()), 1)
+        );
+        // The API server agrees the claim is another one: released.
+        assert_eq!(
+            ask(Some(claim("newer")), "new", false, Some(claim("newer"))).await,
+            (None, 1)
+        );
+        // Not cached yet (just created): asked; gone there too: released.
+        assert_eq!(
+            ask(None, "new", false, Some(claim("new"))).await,
+            (Some("new".into()), 1)
+        );
+        assert_eq!(ask(None, "new", false, None).await, (None, 1));
+        // The cache has it with the right UID: no GET. A settled volume whose claim is not
+        // cached: no GET on every pass.
+        assert_eq!(
+            ask(Some(claim("new")), "new", false, None).await,
+            (Some("new".into()), 0)
+        );
+        assert_eq!(ask(None, "new", true, Some(claim("new"))).await, (None, 0));
+    }
 }
