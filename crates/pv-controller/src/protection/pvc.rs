@@ -13,24 +13,30 @@ use crate::controller::Ctx;
 use crate::names::PVC_PROTECTION_FINALIZER;
 
 /// Whether a pod holds the claims it names: it is scheduled (the kubelet only starts pods
-/// bound to a node, and refuses a claim being deleted for a new one) and has not finished.
+/// bound to a node, and refuses a claim being deleted for a new one), whatever its phase, as
+/// kcm v1.26: a Succeeded or Failed pod's volumes are still mounted until the kubelet has
+/// torn them down, and only the pod's deletion says it has.
 fn pod_holds_claims(pod: &Pod) -> bool {
-    let scheduled = pod
-        .spec
+    pod.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    scheduled && !matches!(phase, Some("Succeeded") | Some("Failed"))
+        .is_some_and(|n| !n.is_empty())
 }
 
+/// The claims a pod names: its `persistentVolumeClaim` volumes and the claims
+/// `<pod>-<volume>` of its generic ephemeral volumes.
 fn claims_of(pod: &Pod) -> impl Iterator<Item = (String, String)> + '_ {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
     pod.spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
-        .filter_map(|v| v.persistent_volume_claim.as_ref())
-        .map(move |c| (namespace.clone(), c.claim_name.clone()))
+        .filter_map(move |v| match (&v.persistent_volume_claim, &v.ephemeral) {
+            (Some(c), _) => Some(c.claim_name.clone()),
+            (None, Some(_)) => Some(format!("{pod_name}-{}", v.name)),
+            (None, None) => None,
+        })
+        .map(move |claim| (namespace.clone(), claim))
 }
 
 /// Names of the pods in the claim's namespace that use it (a `persistentVolumeClaim` volume,
@@ -189,12 +195,24 @@ mod tests {
     }
 
     #[test]
-    fn scheduled_unfinished_pods_hold_their_claims() {
+    fn scheduled_pods_hold_their_claims_until_they_are_gone() {
         let key = ("ns".to_string(), "data".to_string());
         assert!(claims_in_use(&[pod("n1", "Running")]).contains(&key));
         assert!(claims_in_use(&[pod("n1", "Pending")]).contains(&key));
         assert!(claims_in_use(&[pod("", "Pending")]).is_empty());
-        assert!(claims_in_use(&[pod("n1", "Succeeded")]).is_empty());
-        assert!(claims_in_use(&[pod("n1", "Failed")]).is_empty());
+        // Finished, but the node may still be unmounting: held until the pod is deleted.
+        assert!(claims_in_use(&[pod("n1", "Succeeded")]).contains(&key));
+        assert!(claims_in_use(&[pod("n1", "Failed")]).contains(&key));
+        // A generic ephemeral volume's claim is held the same way.
+        let eph: Arc<Pod> = Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": "ns"},
+                "spec": {"nodeName": "n1", "containers": [], "volumes": [
+                    {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}
+                ]},
+            }))
+            .unwrap(),
+        );
+        assert!(claims_in_use(&[eph]).contains(&("ns".to_string(), "web-scratch".to_string())));
     }
 }
