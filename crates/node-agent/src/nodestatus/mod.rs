@@ -181,8 +181,12 @@ async fn post_status(
             "machineID": "", "systemUUID": "", "bootID": "",
         },
     }});
+    // A strategic merge patch: conditions and addresses merge by `type`, as the kubelet
+    // writes them, so a condition another component owns (NetworkUnavailable from the
+    // network plugin, a node-problem-detector's) survives; a JSON merge patch would replace
+    // the whole list with these four.
     nodes
-        .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(&body))
         .await?;
     Ok(())
 }

@@ -1,8 +1,11 @@
-//! What a failed mount leaves behind is torn down, and it is never detached while it is
-//! there (issue 22's first reproduction): a NodeStage that succeeded before NodePublish failed
-//! is recorded, so the volume stays in `node.status.volumesInUse` and the staging mount is
-//! unstaged once the pod goes. With the real hostpath driver, our registrar, attach/detach
-//! controller, csi-attacher and node agent over apiserver-lite, real bind mounts.
+//! The node agent never lets a volume go while it is in use, and never starts a pod without
+//! its volume (issue 22), with the real hostpath driver, our registrar, attach/detach
+//! controller, csi-attacher and node agent over apiserver-lite, real bind mounts:
+//! - what a failed mount leaves behind (a stage before a failed publish, an uncertain stage)
+//!   stays in `node.status.volumesInUse`, is never detached while there, and is torn down
+//!   once the pod goes;
+//! - a generic ephemeral volume is mounted from the pod's own claim before the pod is Ready;
+//! - node status posts keep the conditions other components write.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -273,5 +276,64 @@ async fn a_generic_ephemeral_volume_is_mounted_from_the_pods_own_claim_before_re
     assert!(is_mounted(&path).await, "{} mounted", path.display());
     env.delete_pod_and_wait("pod-e").await;
     assert!(!is_mounted(&path).await);
+    env.shutdown().await;
+}
+
+/// The agent's status posts merge conditions by type: a condition another component wrote
+/// (here NetworkUnavailable, as a network plugin writes it) survives the next heartbeat.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_status_keeps_conditions_others_write() {
+    if !common::can_mount() {
+        return;
+    }
+    let mut env = Env::new().await;
+    let n = env.add_node("node-a").await;
+    let mut options = env.agent_options(n, SkipAttachMode::BypassAdc);
+    options.node_status_update_frequency = std::time::Duration::from_millis(200);
+    options.node_status_report_frequency = std::time::Duration::from_millis(200);
+    env.start_agent(n, options);
+    let nodes = env.nodes_api();
+    let beat = |n: &k8s_openapi::api::core::v1::Node| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .and_then(|c| c.last_heartbeat_time.clone())
+    };
+    let first = test_support::eventually("the agent's Ready condition", PATIENCE, || async {
+        beat(&nodes.get("node-a").await.ok()?)
+    })
+    .await;
+    nodes
+        .patch_status(
+            "node-a",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(json!({"status": {"conditions": [{
+                "type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated",
+                "message": "routes created by the network plugin",
+            }]}})),
+        )
+        .await
+        .unwrap();
+    // Two more heartbeats (heartbeat times have second resolution).
+    test_support::eventually("a later heartbeat", PATIENCE, || async {
+        let node = nodes.get("node-a").await.ok()?;
+        let b = beat(&node)?;
+        (b.0 > first.0 + std::time::Duration::from_secs(1)).then_some(())
+    })
+    .await;
+    let node = nodes.get("node-a").await.unwrap();
+    let types: Vec<String> = node
+        .status
+        .unwrap()
+        .conditions
+        .unwrap()
+        .into_iter()
+        .map(|c| c.type_)
+        .collect();
+    assert!(
+        types.contains(&"NetworkUnavailable".to_string()) && types.contains(&"Ready".to_string()),
+        "{types:?}"
+    );
     env.shutdown().await;
 }
