@@ -166,9 +166,20 @@ impl Default for Migration {
 }
 
 impl Migration {
-    /// `--feature-gates` for one side.
+    /// `--feature-gates` for one side: kube-controller-manager's and the kubelet's v1.26
+    /// migration gates (every GA one on; cinder, whose gate v1.26 removed, migrated too;
+    /// Portworx off), with `CSIMigrationAWS` as `on` says. `CSIMigrationAWS=false` is what
+    /// seed 003's walkthroughs start from; v1.26 itself refuses it (locked to true).
     pub fn gates(on: bool) -> &'static str {
-        if on { "CSIMigrationAWS=true" } else { "" }
+        if on {
+            "CSIMigrationAWS=true,CSIMigrationGCE=true,CSIMigrationAzureDisk=true,\
+             CSIMigrationAzureFile=true,CSIMigrationvSphere=true,CSIMigrationOpenStack=true,\
+             CSIMigrationPortworx=false"
+        } else {
+            "CSIMigrationAWS=false,CSIMigrationGCE=true,CSIMigrationAzureDisk=true,\
+             CSIMigrationAzureFile=true,CSIMigrationvSphere=true,CSIMigrationOpenStack=true,\
+             CSIMigrationPortworx=false"
+        }
     }
 }
 
@@ -367,6 +378,19 @@ mod tests {
         assert!("gce-pd=node".parse::<Migration>().is_err());
         assert!("aws-ebs=kubelet".parse::<Migration>().is_err());
         assert!("aws-ebs".parse::<Migration>().is_err());
+    }
+
+    #[test]
+    fn gates_are_kubernetes_v1_26s_with_aws_as_asked() {
+        use volume_plugins::MigratedPlugins;
+        let on = MigratedPlugins::from_feature_gates(Migration::gates(true)).unwrap();
+        assert_eq!(on, MigratedPlugins::kubernetes_v1_26());
+        let off = MigratedPlugins::from_feature_gates(Migration::gates(false)).unwrap();
+        assert!(!off.contains("kubernetes.io/aws-ebs"));
+        assert_eq!(
+            off.with_feature_gates("CSIMigrationAWS=true").unwrap(),
+            MigratedPlugins::kubernetes_v1_26()
+        );
     }
 
     #[test]
