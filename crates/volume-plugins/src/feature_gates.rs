@@ -246,6 +246,8 @@ mod tests {
     #[test]
     fn defaults_are_kubernetes_v1_26s() {
         let d = MigratedPlugins::kubernetes_v1_26();
+        // Exactly what a v1.26.0 kubelet with no --feature-gates writes on its CSINode (seen on
+        // one started by k8s-harness).
         assert_eq!(
             d.annotation_value(),
             "kubernetes.io/aws-ebs,kubernetes.io/azure-disk,kubernetes.io/azure-file,\
