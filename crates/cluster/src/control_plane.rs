@@ -1,7 +1,8 @@
 //! The API server, the cloud (ec2-sim on loop devices and one EC2 instance per node) and the
-//! control plane: the EBS driver's controller service, the PV controller, the attach/detach
-//! controller, csi-attacher and csi-provisioner for `ebs.csi.aws.com`; with
-//! `--hostpath-attach-required`, a controller-only hostpath driver and a csi-attacher for it.
+//! control plane: the EBS driver's controller service, the PV controller, the ephemeral volume
+//! controller, the attach/detach controller, csi-attacher and csi-provisioner for
+//! `ebs.csi.aws.com`; with `--hostpath-attach-required`, a controller-only hostpath driver and
+//! a csi-attacher for it.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,8 @@ use crate::{CLUSTER_NAME, Error, REGION};
 /// The control plane's component names (`csi-cluster status`, logs, the fault tests).
 pub const EBS_CONTROLLER: &str = "ebs-csi-driver (controller)";
 pub const PV_CONTROLLER: &str = "PV controller";
+/// kcm's ephemeral-volume controller: the claims of generic ephemeral volumes.
+pub const EPHEMERAL_VOLUME: &str = "ephemeral volume controller";
 pub const ADC: &str = "attach/detach controller";
 pub const ATTACHER: &str = "csi-attacher (ebs.csi.aws.com)";
 /// The hostpath driver's controller-only instance (`--hostpath-attach-required`).
@@ -262,6 +265,25 @@ pub(crate) async fn start_controllers(
             });
             config.cloud = Some(cloud_for_pv.clone());
             supervisor::run(pv_controller::run(pv_client.clone(), config, stop))
+        }),
+    );
+
+    // apiserver-lite has no garbage collector: the controller also deletes the claims of
+    // pods that are gone (docs/ephemeral-volume.md).
+    let ephemeral_client = client(kubeconfig, &ephemeral_volume::user_agent()).await?;
+    sup.spawn(
+        EPHEMERAL_VOLUME,
+        Stage::Controllers,
+        Arc::new(move |stop| {
+            let config = ephemeral_volume::Config::new(ephemeral_volume::Options {
+                delete_orphaned_claims: true,
+                ..ephemeral_volume::Options::default()
+            });
+            supervisor::run(ephemeral_volume::run(
+                ephemeral_client.clone(),
+                config,
+                stop,
+            ))
         }),
     );
 

@@ -40,7 +40,8 @@ use std::path::PathBuf;
 pub use config::MigrationState;
 pub use config::{Command, DownFlags, Flags, Migration, StatusFlags, UpConfig, UpFlags};
 pub use control_plane::{
-    ADC, ATTACHER, EBS_CONTROLLER, HOSTPATH_CONTROLLER, PROVISIONER, PV_CONTROLLER, attacher_name,
+    ADC, ATTACHER, EBS_CONTROLLER, EPHEMERAL_VOLUME, HOSTPATH_CONTROLLER, PROVISIONER,
+    PV_CONTROLLER, attacher_name,
 };
 pub use external::{external_controller, external_node, external_provisioner};
 pub use nodes::{ebs_node_driver, hostpath_driver, hostpath_provisioner, node_agent, registrar};

@@ -40,6 +40,11 @@ pub(crate) const COMPONENTS: &[Component] = &[
         targets: &["pv_controller"],
     },
     Component {
+        file: "ephemeral-volume.log",
+        what: "ephemeral volume controller",
+        targets: &["ephemeral_volume"],
+    },
+    Component {
         file: "adc.log",
         what: "attach/detach controller",
         targets: &["attach_detach"],

@@ -297,3 +297,57 @@ async fn a_node_given_back_by_the_provisioner_is_chosen_again() {
     assert_eq!(env.wait_bound("app").await, "node-1");
     env.shutdown().await;
 }
+
+/// A generic ephemeral volume is the claim `<pod>-<volume>`: the pod waits for it, a claim of
+/// that name the pod does not control is refused, and the pod's own claim goes through the
+/// WaitForFirstConsumer hand-off like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generic_ephemeral_volume_is_its_claim() {
+    let env = Env::new().await;
+    env.node("node-1", json!({})).await;
+    env.node("node-2", json!({})).await;
+    env.class("wffc", "WaitForFirstConsumer", &["node-2"]).await;
+    let template = json!({"spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "wffc",
+        "resources": {"requests": {"storage": "1Gi"}}}});
+    let eph =
+        json!({"volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": template}}]});
+    let pod = env.pod("eph", &[], eph.clone()).await;
+    env.wait_failed(
+        "eph",
+        "0/2 nodes are available: persistentvolumeclaim \"eph-scratch\" not found. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
+    )
+    .await;
+    // Someone else's claim of the name.
+    env.claim("other-scratch", "wffc", "ReadWriteOnce").await;
+    env.pod("other", &[], eph).await;
+    env.wait_failed(
+        "other",
+        "0/2 nodes are available: PVC default/other-scratch was not created for pod default/other (pod is not owner). preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling.",
+    )
+    .await;
+    // The pod's own claim (what the ephemeral volume controller makes).
+    env.create(
+        env.claims(),
+        json!({"metadata": {"name": "eph-scratch", "ownerReferences": [{"apiVersion": "v1",
+            "kind": "Pod", "name": "eph", "uid": pod.metadata.uid, "controller": true,
+            "blockOwnerDeletion": true}]}, "spec": template["spec"]}),
+    )
+    .await;
+    let claims = env.claims();
+    let selected = test_support::eventually("selected-node on eph-scratch", PATIENCE, || {
+        let claims = claims.clone();
+        async move {
+            let c = claims.get("eph-scratch").await.ok()?;
+            c.metadata
+                .annotations?
+                .get(scheduler::ANN_SELECTED_NODE)
+                .cloned()
+        }
+    })
+    .await;
+    assert_eq!(selected, "node-2");
+    env.bind_claim("eph-scratch", "wffc", Some("node-2")).await;
+    assert_eq!(env.wait_bound("eph").await, "node-2");
+    assert_eq!(env.node_of("other").await, None);
+    env.shutdown().await;
+}

@@ -29,15 +29,26 @@ pub(crate) fn is_active(pod: &Pod) -> bool {
     )
 }
 
-/// The claims a pod's volumes name, in order.
+/// The claims a pod's volumes name, in order: a `persistentVolumeClaim` volume's claim, and a
+/// generic ephemeral volume's claim `<pod>-<volume>` (which the ephemeral volume controller
+/// makes; kube-scheduler treats both alike).
 pub(crate) fn claim_names(pod: &Pod) -> Vec<String> {
+    pod_claims(pod).into_iter().map(|(name, _)| name).collect()
+}
+
+/// [`claim_names`], each with whether it is a generic ephemeral volume's.
+pub(crate) fn pod_claims(pod: &Pod) -> Vec<(String, bool)> {
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     pod.spec
         .as_ref()
         .and_then(|s| s.volumes.as_ref())
         .map(|vs| {
             vs.iter()
-                .filter_map(|v| v.persistent_volume_claim.as_ref())
-                .map(|c| c.claim_name.clone())
+                .filter_map(|v| match (&v.persistent_volume_claim, &v.ephemeral) {
+                    (Some(c), _) => Some((c.claim_name.clone(), false)),
+                    (None, Some(_)) => Some((format!("{pod_name}-{}", v.name), true)),
+                    (None, None) => None,
+                })
                 .collect()
         })
         .unwrap_or_default()

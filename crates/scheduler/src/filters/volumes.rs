@@ -8,7 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::{Snapshot, claim_names, is_active, node, pod_key};
+use super::{Snapshot, claim_names, is_active, node, pod_claims, pod_key};
 
 pub(crate) const UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
 pub(crate) const NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
@@ -37,15 +37,35 @@ pub(crate) fn is_bound(claim: &PersistentVolumeClaim) -> bool {
         && claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound")
 }
 
+/// Whether the controlling ownerReference of `claim` is `pod`.
+fn controlled_by_pod(claim: &PersistentVolumeClaim, pod: &Pod) -> bool {
+    claim
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true))
+        .is_some_and(|r| Some(r.uid.as_str()) == pod.metadata.uid.as_deref())
+}
+
 /// Pod-level checks; `Err` is the message for every node.
 pub(crate) fn pre_filter(pod: &Pod, snapshot: &Snapshot) -> Result<PodClaims, String> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let mut out = PodClaims::default();
     let mut unbound_immediate = false;
-    for name in claim_names(pod) {
+    for (name, ephemeral) in pod_claims(pod) {
         let Some(claim) = snapshot.claim(namespace, &name) else {
             return Err(format!("persistentvolumeclaim \"{name}\" not found"));
         };
+        // A generic ephemeral volume's claim must be the pod's own (kube-scheduler checks
+        // the controlling ownerReference the same way): someone else's claim of that name is
+        // never used.
+        if ephemeral && !controlled_by_pod(claim, pod) {
+            return Err(format!(
+                "PVC {namespace}/{name} was not created for pod {namespace}/{} (pod is not owner)",
+                pod.metadata.name.as_deref().unwrap_or_default()
+            ));
+        }
         if claim.metadata.deletion_timestamp.is_some() {
             return Err(format!("persistentvolumeclaim \"{name}\" is being deleted"));
         }
