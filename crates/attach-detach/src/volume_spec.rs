@@ -71,32 +71,18 @@ pub(crate) fn volume_to_attach(
         };
     }
     if volume.ephemeral.is_some() {
-        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-        let claim = format!("{pod_name}-{}", volume.name);
-        let Some(pvc) = ctx.pvcs.get_namespaced(namespace, &claim) else {
-            return SpecOutcome::Pending(format!(
-                "PVC {namespace}/{claim} of generic ephemeral volume {} not created yet",
-                volume.name
-            ));
-        };
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        let controlled = pvc
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.controller == Some(true) && o.uid == uid && o.kind == "Pod");
-        if !controlled {
-            return SpecOutcome::Failed {
-                volume: volume.name.clone(),
-                reason: format!(
-                    "PVC {namespace}/{claim} was not created for pod {namespace}/{pod_name} (pod is not owner)"
-                ),
-            };
-        }
-        return match bound_pv(ctx, namespace, &claim) {
-            Ok(pv) => from_pv(ctx, &pv, node),
-            Err(outcome) => *outcome,
+        return match volume_plugins::claims::ephemeral_claim(ctx.pvcs, pod, volume) {
+            Ok(claim) => match bound_pv(ctx, namespace, &claim) {
+                Ok(pv) => from_pv(ctx, &pv, node),
+                Err(outcome) => *outcome,
+            },
+            Err(ClaimProblem::Pending(why)) => SpecOutcome::Pending(why),
+            Err(ClaimProblem::NotOwned(reason) | ClaimProblem::Mismatch { reason, .. }) => {
+                SpecOutcome::Failed {
+                    volume: volume.name.clone(),
+                    reason,
+                }
+            }
         };
     }
     if volume.aws_elastic_block_store.is_some() || csi_translation::is_inline_migratable(volume) {
@@ -115,6 +101,10 @@ fn bound_pv(
         Box::new(match p {
             ClaimProblem::Pending(why) => SpecOutcome::Pending(why),
             ClaimProblem::Mismatch { pv, reason } => SpecOutcome::Failed { volume: pv, reason },
+            ClaimProblem::NotOwned(reason) => SpecOutcome::Failed {
+                volume: claim.to_string(),
+                reason,
+            },
         })
     })
 }

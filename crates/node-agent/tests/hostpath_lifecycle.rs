@@ -9,26 +9,11 @@ mod common;
 use std::path::Path;
 
 use common::{DRIVER, Env, PATIENCE, is_mounted};
-use k8s_openapi::api::core::v1::Event;
-use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
+use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 use kube::api::ListParams;
 use volume_plugins::SkipAttachMode;
 use volume_plugins::names::csi_unique_volume_name;
-
-/// Waits for the node's CSINode to list the hostpath driver (registration went through).
-async fn wait_registered(env: &Env, node: &str) {
-    let csinodes: Api<CSINode> = Api::all(env.kube.clone());
-    test_support::eventually("the driver on the CSINode", PATIENCE, || async {
-        let c = csinodes.get_opt(node).await.ok()??;
-        c.spec
-            .drivers
-            .iter()
-            .any(|d| d.name == DRIVER)
-            .then_some(())
-    })
-    .await;
-}
 
 async fn volume_attachments(env: &Env) -> usize {
     Api::<VolumeAttachment>::all(env.kube.clone())
@@ -78,7 +63,7 @@ async fn lifecycle(mode: SkipAttachMode, attach_required: bool) {
     }
     let options = env.agent_options(n, mode);
     env.start_agent(n, options);
-    wait_registered(&env, "node-a").await;
+    env.wait_registered("node-a").await;
 
     let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
     env.create_pod("pod-1", "node-a", "claim-1").await;
@@ -199,15 +184,7 @@ async fn an_unregistered_driver_gets_a_failed_mount_event_that_says_so() {
     }
     env.start_agent(n, options);
     env.create_pod("pod-1", "node-a", "claim-1").await;
-    let events: Api<Event> = Api::namespaced(env.kube.clone(), common::NS);
-    let message = test_support::eventually("a FailedMount Event", PATIENCE, || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        list.items
-            .into_iter()
-            .find(|e| e.reason.as_deref() == Some("FailedMount"))
-            .and_then(|e| e.message)
-    })
-    .await;
+    let message = env.event_message(Some("FailedMount"), "").await;
     assert!(
         message.contains(
             "driver name hostpath.csi.k8s.io not found in the list of registered CSI drivers"
@@ -232,7 +209,7 @@ async fn raw_block_and_ephemeral_inline_volumes() {
     let n = env.add_node("node-a").await;
     let options = env.agent_options(n, SkipAttachMode::BypassAdc);
     env.start_agent(n, options);
-    wait_registered(&env, "node-a").await;
+    env.wait_registered("node-a").await;
 
     // A raw block volume: the pod's link resolves to a block device.
     env.create_bound_claim(n, "pv-block", "claim-block", true)
@@ -310,7 +287,7 @@ async fn an_attach_error_is_named_in_a_failed_mount_event() {
     // No csi-attacher: the test plays one that fails.
     let options = env.agent_options(n, SkipAttachMode::BypassAdc);
     env.start_agent(n, options);
-    wait_registered(&env, "node-a").await;
+    env.wait_registered("node-a").await;
     env.create_bound_claim(n, "pv-1", "claim-1", false).await;
     env.create_pod("pod-1", "node-a", "claim-1").await;
     let vas: Api<VolumeAttachment> = Api::all(env.kube.clone());
@@ -332,20 +309,9 @@ async fn an_attach_error_is_named_in_a_failed_mount_event() {
     )
     .await
     .unwrap();
-    let events: Api<Event> = Api::namespaced(env.kube.clone(), common::NS);
-    let message = test_support::eventually(
-        "a FailedMount Event with the attach error",
-        PATIENCE,
-        || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some("FailedMount"))
-                .filter_map(|e| e.message)
-                .find(|m| m.contains("the disk is on fire"))
-        },
-    )
-    .await;
+    let message = env
+        .event_message(Some("FailedMount"), "the disk is on fire")
+        .await;
     assert!(
         message.contains(&name),
         "names the VolumeAttachment: {message}"

@@ -13,10 +13,7 @@ mod common;
 use std::path::Path;
 
 use common::{DRIVER, Env, NS, PATIENCE, is_mounted};
-use k8s_openapi::api::core::v1::Event;
-use k8s_openapi::api::storage::v1::CSINode;
 use kube::Api;
-use kube::api::ListParams;
 use serde_json::json;
 use volume_plugins::SkipAttachMode;
 use volume_plugins::names::csi_unique_volume_name;
@@ -58,16 +55,9 @@ async fn a_failed_publish_keeps_the_stage_in_use_and_unstages_it_when_the_pod_go
     let unique = csi_unique_volume_name(DRIVER, &handle);
     env.create_pod("pod-1", "node-a", "claim-1").await;
 
-    let events: Api<Event> = Api::namespaced(env.kube.clone(), NS);
-    let message = test_support::eventually("a FailedMount Event for SetUp", PATIENCE, || async {
-        let list = events.list(&ListParams::default()).await.ok()?;
-        list.items
-            .into_iter()
-            .filter(|e| e.reason.as_deref() == Some("FailedMount"))
-            .filter_map(|e| e.message)
-            .find(|m| m.contains("MountVolume.SetUp failed"))
-    })
-    .await;
+    let message = env
+        .event_message(Some("FailedMount"), "MountVolume.SetUp failed")
+        .await;
     assert!(message.contains("absent-secret"), "{message}");
     let staging_root = env.nodes[n]
         .root
@@ -135,29 +125,12 @@ async fn an_uncertain_stage_stays_in_use_until_unstaged() {
     let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
     let unique = csi_unique_volume_name(DRIVER, &handle);
     // Registered (NodeGetInfo answered) before the driver goes down.
-    let csinodes: Api<CSINode> = Api::all(env.kube.clone());
-    test_support::eventually("the driver on the CSINode", PATIENCE, || async {
-        let c = csinodes.get_opt("node-a").await.ok()??;
-        c.spec
-            .drivers
-            .iter()
-            .any(|d| d.name == DRIVER)
-            .then_some(())
-    })
-    .await;
+    env.wait_registered("node-a").await;
     env.stop_driver(n).await;
     env.create_pod("pod-1", "node-a", "claim-1").await;
 
-    let events: Api<Event> = Api::namespaced(env.kube.clone(), NS);
-    let message =
-        test_support::eventually("a FailedMount Event for MountDevice", PATIENCE, || async {
-            let list = events.list(&ListParams::default()).await.ok()?;
-            list.items
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some("FailedMount"))
-                .filter_map(|e| e.message)
-                .find(|m| m.contains("failed for volume"))
-        })
+    let message = env
+        .event_message(Some("FailedMount"), "failed for volume")
         .await;
     assert!(
         message.contains("MountVolume.MountDevice failed"),
@@ -226,21 +199,7 @@ async fn a_generic_ephemeral_volume_is_mounted_from_the_pods_own_claim_before_re
             }),
         )
         .await;
-    let events: Api<Event> = Api::namespaced(env.kube.clone(), NS);
-    let event_with = |needle: &'static str| {
-        let events = events.clone();
-        async move {
-            test_support::eventually(&format!("an Event saying {needle}"), PATIENCE, || async {
-                let list = events.list(&ListParams::default()).await.ok()?;
-                list.items
-                    .into_iter()
-                    .filter_map(|e| e.message)
-                    .find(|m| m.contains(needle))
-            })
-            .await
-        }
-    };
-    let waiting = event_with("PVC default/pod-e-scratch").await;
+    let waiting = env.event_message(None, "PVC default/pod-e-scratch").await;
     println!("{waiting}");
     let not_ready = |p: &k8s_openapi::api::core::v1::Pod| {
         !p.status
@@ -253,7 +212,7 @@ async fn a_generic_ephemeral_volume_is_mounted_from_the_pods_own_claim_before_re
     // Someone else's claim of that name: refused.
     env.create_bound_claim(n, "pv-e", "pod-e-scratch", false)
         .await;
-    let refused = event_with("(pod is not owner)").await;
+    let refused = env.event_message(None, "(pod is not owner)").await;
     assert!(refused.contains("PVC default/pod-e-scratch"), "{refused}");
     assert!(not_ready(&env.pods().get("pod-e").await.unwrap()));
 

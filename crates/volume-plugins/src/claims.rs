@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 
 use crate::ObjectCache;
 
@@ -17,6 +17,8 @@ pub enum ClaimProblem {
     /// Never as written: the PVC names a PV whose `claimRef` points at another claim.
     /// `pv`: the PV's name.
     Mismatch { pv: String, reason: String },
+    /// A generic ephemeral volume's claim exists but the pod does not control it.
+    NotOwned(String),
 }
 
 /// The PV bound to claim `namespace/claim`: the PVC must be `Bound` with a `volumeName`, the
@@ -63,6 +65,50 @@ pub fn bound_pv(
         }
     }
     Ok(pv)
+}
+
+/// The claim of a generic ephemeral volume: `<pod>-<volume>` (Kubernetes'
+/// `ephemeral.VolumeClaimName`).
+pub fn ephemeral_claim_name(pod: &Pod, volume: &Volume) -> String {
+    format!(
+        "{}-{}",
+        pod.metadata.name.as_deref().unwrap_or_default(),
+        volume.name
+    )
+}
+
+/// The name of the claim a generic ephemeral volume of `pod` resolves to, when the claim
+/// exists and the pod controls it (the ephemeral-volume controller made it for the pod: an
+/// ownerReference with `controller: true` and the pod's UID). A claim of that name the pod
+/// does not control is someone else's and never used for it (Kubernetes'
+/// `ephemeral.VolumeIsForPod`): [`ClaimProblem::NotOwned`].
+pub fn ephemeral_claim(
+    pvcs: &ObjectCache<PersistentVolumeClaim>,
+    pod: &Pod,
+    volume: &Volume,
+) -> Result<String, ClaimProblem> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let claim = ephemeral_claim_name(pod, volume);
+    let Some(pvc) = pvcs.get_namespaced(namespace, &claim) else {
+        return Err(ClaimProblem::Pending(format!(
+            "waiting for PVC {namespace}/{claim} of generic ephemeral volume \"{}\" (the ephemeral-volume controller creates it)",
+            volume.name
+        )));
+    };
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let controlled = pvc
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid && o.kind == "Pod");
+    if !controlled {
+        return Err(ClaimProblem::NotOwned(format!(
+            "PVC {namespace}/{claim} was not created for pod {namespace}/{pod_name} (pod is not owner)"
+        )));
+    }
+    Ok(claim)
 }
 
 #[cfg(test)]

@@ -226,30 +226,14 @@ pub fn volume_to_mount(ctx: &SpecContext<'_>, pod: &Pod, volume: &Volume) -> Spe
         );
     }
     if volume.ephemeral.is_some() {
-        // A generic ephemeral volume is the claim `<pod>-<volume>`, made for this pod by the
-        // ephemeral-volume controller; a claim of that name the pod does not control is
-        // someone else's and is never mounted (the kubelet's `VolumeIsForPod`).
-        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-        let claim = format!("{pod_name}-{}", volume.name);
-        let Some(pvc) = ctx.pvcs.get_namespaced(namespace, &claim) else {
-            return SpecOutcome::Pending(format!(
-                "waiting for PVC {namespace}/{claim} of generic ephemeral volume \"{}\" (the ephemeral-volume controller creates it)",
-                volume.name
-            ));
+        // A generic ephemeral volume is the claim `<pod>-<volume>` made for this pod.
+        return match volume_plugins::claims::ephemeral_claim(ctx.pvcs, pod, volume) {
+            Ok(claim) => from_claim(ctx, namespace, &claim, volume, false),
+            Err(ClaimProblem::Pending(why)) => SpecOutcome::Pending(why),
+            Err(ClaimProblem::NotOwned(why) | ClaimProblem::Mismatch { reason: why, .. }) => {
+                SpecOutcome::Failed(why)
+            }
         };
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        let controlled = pvc
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.controller == Some(true) && o.uid == uid && o.kind == "Pod");
-        if !controlled {
-            return SpecOutcome::Failed(format!(
-                "PVC {namespace}/{claim} was not created for pod {namespace}/{pod_name} (pod is not owner)"
-            ));
-        }
-        return from_claim(ctx, namespace, &claim, volume, false);
     }
     if volume.aws_elastic_block_store.is_some() {
         return from_inline_ebs(ctx, volume, namespace);
@@ -293,7 +277,9 @@ fn bound_pv(
     volume_plugins::claims::bound_pv(ctx.pvcs, ctx.pvs, namespace, claim).map_err(|p| {
         Box::new(match p {
             ClaimProblem::Pending(why) => SpecOutcome::Pending(why),
-            ClaimProblem::Mismatch { reason, .. } => SpecOutcome::Failed(reason),
+            ClaimProblem::Mismatch { reason, .. } | ClaimProblem::NotOwned(reason) => {
+                SpecOutcome::Failed(reason)
+            }
         })
     })
 }

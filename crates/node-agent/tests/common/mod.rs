@@ -8,9 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use k8s_openapi::api::storage::v1::CSIDriver;
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -435,6 +435,40 @@ impl Env {
 
     pub fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.kube.clone(), NS)
+    }
+
+    /// Waits until `node`'s CSINode lists the hostpath driver (its registration went through:
+    /// NodeGetInfo answered).
+    pub async fn wait_registered(&self, node: &str) {
+        let csinodes: Api<CSINode> = Api::all(self.kube.clone());
+        test_support::eventually("the driver on the CSINode", PATIENCE, || async {
+            let c = csinodes.get_opt(node).await.ok()??;
+            c.spec
+                .drivers
+                .iter()
+                .any(|d| d.name == DRIVER)
+                .then_some(())
+        })
+        .await;
+    }
+
+    /// The message of the first Event in the test namespace with `reason` (any reason when
+    /// `None`) whose message contains `needle`, waiting for it.
+    pub async fn event_message(&self, reason: Option<&str>, needle: &str) -> String {
+        let events: Api<Event> = Api::namespaced(self.kube.clone(), NS);
+        test_support::eventually(
+            &format!("an Event ({reason:?}) saying {needle:?}"),
+            PATIENCE,
+            || async {
+                let list = events.list(&ListParams::default()).await.ok()?;
+                list.items
+                    .into_iter()
+                    .filter(|e| reason.is_none() || e.reason.as_deref() == reason)
+                    .filter_map(|e| e.message)
+                    .find(|m| m.contains(needle))
+            },
+        )
+        .await
     }
 
     pub fn nodes_api(&self) -> Api<Node> {

@@ -10,11 +10,7 @@ use crate::volumemanager::cache::{MountedVolume, StagedVolume, VolumeHandle};
 use crate::volumemanager::volume_spec::MountKind;
 
 pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted, MountFailure> {
-    let mut progress = Progress::default();
-    match mount_steps(ctx, req, &mut progress).await {
-        Ok(m) => Ok(m),
-        Err(e) => Err(progress.fail(e)),
-    }
+    Progress::track(async |p: &mut Progress| mount_steps(ctx, req, p).await).await
 }
 
 async fn mount_steps(

@@ -84,11 +84,7 @@ fn path_str(p: &Path) -> String {
 }
 
 pub(super) async fn mount(ctx: &OpContext, req: &MountRequest) -> Result<Mounted, MountFailure> {
-    let mut progress = Progress::default();
-    match mount_steps(ctx, req, &mut progress).await {
-        Ok(m) => Ok(m),
-        Err(e) => Err(progress.fail(e)),
-    }
+    Progress::track(async |p: &mut Progress| mount_steps(ctx, req, p).await).await
 }
 
 async fn mount_steps(

@@ -136,11 +136,19 @@ struct Progress {
 }
 
 impl Progress {
-    fn fail(self, error: OpError) -> MountFailure {
-        MountFailure {
-            error,
-            staged: self.staged,
-            published: self.published,
+    /// Runs a mount's steps; a failure carries what they did before it.
+    async fn track<F>(steps: F) -> Result<Mounted, MountFailure>
+    where
+        F: AsyncFnOnce(&mut Progress) -> Result<Mounted, OpError>,
+    {
+        let mut progress = Progress::default();
+        match steps(&mut progress).await {
+            Ok(m) => Ok(m),
+            Err(error) => Err(MountFailure {
+                error,
+                staged: progress.staged,
+                published: progress.published,
+            }),
         }
     }
 }
