@@ -210,3 +210,158 @@ async fn two_claims_racing_for_one_volume_one_wins() {
     }
     env.shutdown().await;
 }
+
+/// A volume pre-bound to a claim (`claimRef` by name) is still checked against it: one too
+/// small is skipped (kcm's findMatchingVolume tests the size before the pre-binding), so the
+/// claim stays Pending with the no-volume Event and the volume keeps waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_bound_volume_too_small_for_its_claim_is_not_bound() {
+    let mut env = Env::new().await;
+    let mut reserved = pv_json("reserved-small", "100Mi", RWO, "");
+    reserved["spec"]["claimRef"] = json!({"namespace": NS, "name": "big-claim"});
+    env.create_pv_json(reserved).await;
+    env.start(fast_options()).await;
+    env.wait_pv_phase("reserved-small", "Available").await;
+    env.create_pvc("big-claim", "1Gi", RWO, None).await;
+    let msg = env.wait_event(NS, "big-claim", "FailedBinding").await;
+    assert!(msg.contains("no persistent volumes available"), "{msg}");
+    for _ in 0..3 {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let pvc = env.pvc("big-claim").await.unwrap();
+        assert_eq!(pvc.status.unwrap().phase.as_deref(), Some("Pending"));
+        assert_eq!(pvc.spec.unwrap().volume_name, None);
+        let pv = env.pv("reserved-small").await.unwrap();
+        assert_eq!(pv.status.unwrap().phase.as_deref(), Some("Available"));
+        assert_eq!(pv.spec.unwrap().claim_ref.unwrap().uid, None);
+    }
+    env.shutdown().await;
+}
+
+/// A volume being deleted (deletionTimestamp set, held by a finalizer) is never bound, not
+/// even to a claim that names it: VolumeMismatch, as kcm's checkVolumeSatisfyClaim says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_being_deleted_is_not_bound_to_the_claim_naming_it() {
+    let mut env = Env::new().await;
+    let mut dying = pv_json("dying", "1Gi", RWO, "");
+    dying["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    env.create_pv_json(dying).await;
+    env.pvs()
+        .delete("dying", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let pv = env.pv("dying").await.unwrap();
+    assert!(pv.metadata.deletion_timestamp.is_some());
+    env.start(fast_options()).await;
+    let mut named = pvc_json("wants-dying", "1Gi", RWO, None);
+    named["spec"]["volumeName"] = json!("dying");
+    env.create_pvc_json(named).await;
+    let msg = env.wait_event(NS, "wants-dying", "VolumeMismatch").await;
+    assert_eq!(
+        msg,
+        "Cannot bind to requested volume \"dying\": the volume is marked for deletion \"dying\""
+    );
+    for _ in 0..3 {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let pvc = env.pvc("wants-dying").await.unwrap();
+        assert_eq!(pvc.status.unwrap().phase.as_deref(), Some("Pending"));
+        let pv = env.pv("dying").await.unwrap();
+        assert_eq!(pv.spec.unwrap().claim_ref, None);
+    }
+    env.shutdown().await;
+}
+
+/// A volume the user pre-bound with the claim's uid, whose claim is bound to another volume:
+/// the controller clears only the ref's uid (the ref stays, the volume waits for that claim
+/// again) and makes it Available (kcm's syncVolume → unbindVolume without bound-by-controller).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_pre_bound_volume_whose_claim_is_bound_elsewhere_loses_only_the_uid() {
+    let mut env = Env::new().await;
+    env.start(fast_options()).await;
+    let mut named = pvc_json("owner", "1Gi", RWO, None);
+    named["spec"]["volumeName"] = json!("chosen");
+    env.create_pvc_json(named).await;
+    env.create_pv("chosen", "1Gi", RWO, "").await;
+    let pvc = env.wait_pvc_phase("owner", "Bound").await;
+    let mut stale = pv_json("stale", "1Gi", RWO, "");
+    stale["spec"]["claimRef"] = json!({
+        "kind": "PersistentVolumeClaim", "apiVersion": "v1",
+        "namespace": NS, "name": "owner", "uid": pvc.metadata.uid,
+    });
+    env.create_pv_json(stale).await;
+    let pv = test_support::eventually("stale ref without uid", PATIENCE, || async {
+        let pv = env.pv("stale").await?;
+        let r = pv.spec.as_ref()?.claim_ref.as_ref()?;
+        (r.uid.is_none() && pv.status.as_ref()?.phase.as_deref() == Some("Available")).then_some(pv)
+    })
+    .await;
+    let r = pv.spec.clone().unwrap().claim_ref.unwrap();
+    assert_eq!(r.name.as_deref(), Some("owner"));
+    assert_eq!(r.namespace.as_deref(), Some(NS));
+    assert_eq!(
+        annotation(&pv, "pv.kubernetes.io/bound-by-controller"),
+        None
+    );
+    // The claim keeps its volume.
+    let pvc = env.pvc("owner").await.unwrap();
+    assert_eq!(pvc.spec.unwrap().volume_name.as_deref(), Some("chosen"));
+    env.shutdown().await;
+}
+
+/// `status.capacity` is written when the claim becomes Bound and left alone afterwards: while
+/// an expansion waits for the node (the PV already grown, the claim's capacity not yet), a
+/// resync must not copy the PV's new size, or the kubelet never grows the filesystem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_claims_capacity_is_not_overwritten_during_an_expansion() {
+    let mut env = Env::new().await;
+    env.create_pv("grows", "2Gi", RWO, "").await;
+    env.start(fast_options()).await;
+    env.create_pvc("expanding", "1Gi", RWO, None).await;
+    let pvc = env.wait_pvc_phase("expanding", "Bound").await;
+    assert_eq!(
+        pvc.status.as_ref().unwrap().capacity.as_ref().unwrap()["storage"].0,
+        "2Gi"
+    );
+    env.wait_pv_phase("grows", "Bound").await;
+    // What a resizer does: the request and the PV grow; the claim's status says the node
+    // part is pending.
+    let pp = kube::api::PatchParams::default();
+    env.pvcs()
+        .patch(
+            "expanding",
+            &pp,
+            &kube::api::Patch::Merge(
+                json!({"spec": {"resources": {"requests": {"storage": "4Gi"}}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    env.pvs()
+        .patch(
+            "grows",
+            &pp,
+            &kube::api::Patch::Merge(json!({"spec": {"capacity": {"storage": "4Gi"}}})),
+        )
+        .await
+        .unwrap();
+    env.pvcs()
+        .patch_status(
+            "expanding",
+            &pp,
+            &kube::api::Patch::Merge(json!({"status": {
+                "allocatedResources": {"storage": "4Gi"},
+                "conditions": [{"type": "FileSystemResizePending", "status": "True"}],
+            }})),
+        )
+        .await
+        .unwrap();
+    // Several sync periods (1 s each): the capacity stays what the node has.
+    for _ in 0..4 {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let pvc = env.pvc("expanding").await.unwrap();
+        let status = pvc.status.unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Bound"));
+        assert_eq!(status.capacity.unwrap()["storage"].0, "2Gi");
+        assert_eq!(status.allocated_resources.unwrap()["storage"].0, "4Gi");
+    }
+    env.shutdown().await;
+}

@@ -156,8 +156,13 @@ pub(crate) async fn bind_claim_to_volume(
     patch_claim(ctx, claim, patch, false).await
 }
 
-/// The claim's status: phase, and capacity and access modes from the volume when Bound
-/// (cleared otherwise, as kcm does).
+/// The claim's status (kcm v1.26's `updateClaimStatus`): the phase; the access modes from the
+/// volume; the capacity from the volume only when the claim *becomes* Bound (its phase changes
+/// now), never on the later syncs of a claim already Bound: while an expansion waits for the
+/// node, the PV already has its new size and the claim's capacity is what the filesystem has,
+/// which the kubelet compares to finish the resize. Without a volume, both are cleared.
+/// `allocatedResources`, `resizeStatus` and conditions are the resizer's and the kubelet's and
+/// are never written here.
 pub(crate) async fn update_claim_status(
     ctx: &Ctx,
     claim: &PersistentVolumeClaim,
@@ -165,26 +170,69 @@ pub(crate) async fn update_claim_status(
     volume: Option<&PersistentVolume>,
 ) -> Result<Arc<PersistentVolumeClaim>, Error> {
     let status = claim.status.clone().unwrap_or_default();
-    let (capacity, modes) = match volume {
+    let becomes = status.phase.as_deref() != Some(phase);
+    let mut patch = json!({"status": {}});
+    if becomes {
+        patch["status"]["phase"] = json!(phase);
+    }
+    match volume {
+        None => {
+            if status.access_modes.is_some() {
+                patch["status"]["accessModes"] = Value::Null;
+            }
+            if status.capacity.is_some() {
+                patch["status"]["capacity"] = Value::Null;
+            }
+        }
         Some(v) => {
             let spec = v.spec.clone().unwrap_or_default();
-            (spec.capacity, spec.access_modes)
+            if status.access_modes != spec.access_modes {
+                patch["status"]["accessModes"] = json!(spec.access_modes);
+            }
+            if becomes {
+                let Some(size) = spec.capacity.as_ref().and_then(|c| c.get("storage")) else {
+                    return Err(Error::Invalid(format!(
+                        "PersistentVolume {:?} is without a storage capacity",
+                        name_of(v)
+                    )));
+                };
+                let have = status.capacity.as_ref().and_then(|c| c.get("storage"));
+                let same = have.is_some_and(|h| quantities_equal(h, size));
+                if !same {
+                    // The whole map, as kcm copies it (a `null` clears what the PV lacks).
+                    let mut cap = serde_json::Map::new();
+                    for key in status.capacity.iter().flat_map(|c| c.keys()) {
+                        cap.insert(key.clone(), Value::Null);
+                    }
+                    for (key, q) in spec.capacity.iter().flatten() {
+                        cap.insert(key.clone(), json!(q));
+                    }
+                    patch["status"]["capacity"] = Value::Object(cap);
+                }
+            }
         }
-        None => (None, None),
-    };
-    if status.phase.as_deref() == Some(phase)
-        && status.capacity == capacity
-        && status.access_modes == modes
+    }
+    if patch["status"]
+        .as_object()
+        .is_some_and(serde_json::Map::is_empty)
     {
         return Ok(Arc::new(claim.clone()));
     }
-    let patch = json!({"status": {
-        "phase": phase,
-        "capacity": capacity,
-        "accessModes": modes,
-    }});
     tracing::info!(claim = %format!("{}/{}", claim.metadata.namespace.as_deref().unwrap_or_default(), name_of(claim)), phase, "claim phase");
     patch_claim(ctx, claim, patch, true).await
+}
+
+/// Whether two quantities are the same amount ("1Gi" and "1024Mi" are); unreadable ones are
+/// compared as written.
+fn quantities_equal(
+    a: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    b: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+) -> bool {
+    use volume_plugins::aws_ebs::provisioner::quantity_to_bytes;
+    match (quantity_to_bytes(&a.0), quantity_to_bytes(&b.0)) {
+        (Some(x), Some(y)) => x == y,
+        _ => a.0 == b.0,
+    }
 }
 
 /// Binds both sides, every step skipped when already done (kcm's `bind`).

@@ -2,7 +2,7 @@
 //! (`findBestMatchForClaim`). Volumes are grouped by their access modes; the groups whose modes
 //! include all of the claim's are tried from the fewest modes up, and in the first group with
 //! a match the smallest volume at least as big as the request wins. A volume pre-bound to the
-//! claim (`spec.claimRef` naming it) wins whatever its size.
+//! claim (`spec.claimRef` naming it) wins over a smaller one, but only when it is big enough.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -264,24 +264,26 @@ impl VolumeIndex {
             let mut smallest: Option<&Entry> = None;
             for e in self.entries.iter().filter(|e| &e.modes == group) {
                 let volume = &e.volume;
-                if volume_mode_mismatch(claim, volume)
+                // Size, volume mode and deletion are checked before the pre-binding (kcm's
+                // findMatchingVolume): a volume pre-bound to the claim but too small for it,
+                // of the other volume mode, or being deleted does not win (nor, through the
+                // access-mode groups, one without the claim's access modes).
+                if e.bytes < requested
+                    || volume_mode_mismatch(claim, volume)
                     || volume.metadata.deletion_timestamp.is_some()
                 {
                     continue;
                 }
                 if is_volume_bound_to_claim(volume, claim) {
-                    // Pre-bound (a provisioner made it for this claim, or the scheduler chose
-                    // it): bound whatever the selected node's labels say, as kcm's PV
-                    // controller does (it never passes a node here; placement is the
-                    // scheduler's). Waiting for the node to match held a just-provisioned
-                    // volume until the next resync after the node's labels caught up.
+                    // Pre-bound (a provisioner made it for this claim, the scheduler chose it,
+                    // or a user reserved it): bound whatever its class and whatever the
+                    // selected node's labels say, as kcm's PV controller does (it never passes
+                    // a node here; placement is the scheduler's). Waiting for the node to
+                    // match held a just-provisioned volume until the next resync after the
+                    // node's labels caught up.
                     return Ok(Some(volume.clone()));
                 }
-                if !e.free
-                    || (node.is_none() && delay_binding)
-                    || e.class != class
-                    || e.bytes < requested
-                {
+                if !e.free || (node.is_none() && delay_binding) || e.class != class {
                     continue;
                 }
                 if smallest.is_some_and(|s| s.bytes <= e.bytes) {

@@ -181,7 +181,7 @@ fn selectors_match_labels_and_expressions() {
 }
 
 #[test]
-fn pre_bound_volumes_win_whatever_their_size_and_phase() {
+fn pre_bound_volumes_win_whatever_their_class_and_phase_when_big_enough() {
     let c = claim("1Gi", &["ReadWriteOnce"], None);
     let mut pre = avail("pre", "100Gi", &["ReadWriteOnce"], "other-class");
     pre["spec"]["claimRef"] = json!({"namespace": "ns", "name": "c"});
@@ -195,6 +195,38 @@ fn pre_bound_volumes_win_whatever_their_size_and_phase() {
     pre["spec"]["claimRef"]["uid"] = json!("someone-else");
     let volumes = vec![pv(avail("fit", "1Gi", &["ReadWriteOnce"], "")), pv(pre)];
     assert_eq!(best(&c, &volumes, None, false).as_deref(), Some("fit"));
+}
+
+#[test]
+fn a_pre_bound_volume_that_cannot_serve_its_claim_does_not_win() {
+    let c = claim("1Gi", &["ReadWriteOnce"], None);
+    let pre = |name: &str, size: &str, modes: &[&str]| {
+        let mut v = avail(name, size, modes, "");
+        v["spec"]["claimRef"] = json!({"namespace": "ns", "name": "c"});
+        v
+    };
+    let fit = || pv(avail("fit", "1Gi", &["ReadWriteOnce"], ""));
+    // Too small: the claim gets another volume, or none.
+    let small = pv(pre("small", "512Mi", &["ReadWriteOnce"]));
+    assert_eq!(best(&c, std::slice::from_ref(&small), None, false), None);
+    assert_eq!(
+        best(&c, &[small, fit()], None, false).as_deref(),
+        Some("fit")
+    );
+    // Of the other volume mode.
+    let mut block = pre("block", "1Gi", &["ReadWriteOnce"]);
+    block["spec"]["volumeMode"] = json!("Block");
+    assert_eq!(best(&c, &[pv(block)], None, false), None);
+    // Being deleted.
+    let mut dying = pre("dying", "1Gi", &["ReadWriteOnce"]);
+    dying["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    assert_eq!(best(&c, &[pv(dying)], None, false), None);
+    // Without the claim's access mode.
+    let rox = pv(pre("rox", "1Gi", &["ReadOnlyMany"]));
+    assert_eq!(best(&c, &[rox], None, false), None);
+    // Exactly big enough: wins.
+    let exact = pv(pre("exact", "1024Mi", &["ReadWriteOnce"]));
+    assert_eq!(best(&c, &[exact], None, false).as_deref(), Some("exact"));
 }
 
 #[test]

@@ -250,6 +250,11 @@ fn volume_satisfies_claim(
     claim: &PersistentVolumeClaim,
 ) -> Result<(), String> {
     let requested = index::requested_bytes(claim)?;
+    // A volume being deleted is never bound, even to a claim that names it.
+    if volume.metadata.deletion_timestamp.is_some() {
+        let name = volume.metadata.name.as_deref().unwrap_or_default();
+        return Err(format!("the volume is marked for deletion {name:?}"));
+    }
     if index::volume_bytes(volume) < requested {
         return Err("requested PV is too small".into());
     }

@@ -82,12 +82,14 @@ pub(crate) async fn sync_volume(
         // Provisioned for this claim, which got another volume: not needed any more.
         return released(ctx, &volume).await;
     }
-    if annotations.contains_key(ANN_BOUND_BY_CONTROLLER) {
-        // The controller reserved it for the claim, which was then bound elsewhere: undo.
-        unbind_volume(ctx, &volume).await?;
+    // The controller reserved it for the claim, which was then bound elsewhere: undo (the ref
+    // and bound-by-controller go). A user wrote the ref (no bound-by-controller): only its
+    // uid goes, so the volume, Available, stays reserved for that claim and waits for it to
+    // be unbound (kcm v1.26's syncVolume calls unbindVolume in both cases).
+    if !annotations.contains_key(ANN_BOUND_BY_CONTROLLER) {
+        tracing::info!(volume = %volume_name, claim = %format!("{namespace}/{name}"), "volume pre-bound by a user to a claim bound to another volume: waiting for the claim to get unbound");
     }
-    // Otherwise a user wrote the ref: leave it alone.
-    Ok(())
+    unbind_volume(ctx, &volume).await
 }
 
 /// The claim a volume's ref (`uid`) points to, or `None` when it is gone. The cache's copy is
