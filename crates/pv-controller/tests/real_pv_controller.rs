@@ -19,7 +19,11 @@
 //! - `migrate`: an in-tree `kubernetes.io/aws-ebs` class and a PV "provisioned" by it;
 //! - `default-class`: a claim without a class gets the default class once there is one
 //!   (RetroactiveDefaultStorageClass, beta and on in v1.26); one that asks for "" does not;
-//! - `lost`: a bound claim whose PV is removed (finalizer taken off, deleted) is Lost.
+//! - `lost`: a bound claim whose PV is removed (finalizer taken off, deleted) is Lost;
+//! - `safety`: a PV pre-bound (`claimRef`) to a claim it is too small for is not bound; a PV
+//!   being deleted is not bound to the claim naming it; a PV a user pre-bound with a uid to a
+//!   claim bound elsewhere loses the uid; a Bound claim keeps its `status.capacity` when its PV
+//!   grows (an expansion waiting for the node).
 //!
 //! What the controller side wrote (phases, claimRef, volumeName, annotations, finalizers, the
 //! Events on claims and volumes with their reasons, messages and source) is recorded at fixed
@@ -46,7 +50,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 const NODE: &str = "node-pv";
-const NAMESPACES: [&str; 8] = [
+const NAMESPACES: [&str; 9] = [
     "static",
     "prebound",
     "wffc",
@@ -55,9 +59,10 @@ const NAMESPACES: [&str; 8] = [
     "migrate",
     "default-class",
     "lost",
+    "safety",
 ];
 /// PV names start with their scenario's prefix.
-const PV_PREFIXES: [&str; 7] = ["st-", "pb-", "wf-", "rc-", "pr-", "mg-", "ls-"];
+const PV_PREFIXES: [&str; 8] = ["st-", "pb-", "wf-", "rc-", "pr-", "mg-", "ls-", "sf-"];
 /// How long one step may take before the test fails with the logs' ends.
 const PATIENCE: Duration = Duration::from_secs(60);
 /// How long a state that should last is watched before it is recorded.
@@ -381,6 +386,16 @@ async fn our_pv_controller_writes_what_kcms_writes() {
         json!(NODE)
     );
     assert_eq!(kcm["reclaim"]["rc-csi"]["phase"], json!("Failed"));
+    let safety = &kcm["safety"];
+    assert_eq!(safety["sf-c-small"]["phase"], json!("Pending"));
+    assert_eq!(safety["sf-c-small"]["volumeName"], Value::Null);
+    assert_eq!(safety["sf-small"]["claimRef"]["uid_set"], json!(false));
+    assert_eq!(safety["sf-c-dying"]["phase"], json!("Pending"));
+    assert_eq!(safety["sf-dying"]["claimRef"], Value::Null);
+    assert_eq!(safety["sf-stale"]["phase"], json!("Available"));
+    assert_eq!(safety["sf-stale"]["claimRef"]["name"], json!("sf-c-owner"));
+    assert_eq!(safety["sf-stale"]["claimRef"]["uid_set"], json!(false));
+    assert_eq!(safety["sf-c-grow"]["capacity"]["storage"], json!("2Gi"));
     assert_eq!(
         kcm["default-class/after"]["df-c-later"]["storageClassName"],
         json!("df-default")
@@ -476,6 +491,7 @@ async fn run(side: Side) -> Option<BTreeMap<String, Value>> {
         timed(side, "migrate", migrate(&ctx)),
         timed(side, "default-class", default_class(&ctx)),
         timed(side, "lost", lost(&ctx)),
+        timed(side, "safety", safety(&ctx)),
     );
     // Events are written after the objects: give the last ones a moment.
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -982,4 +998,132 @@ async fn lost(ctx: &Ctx) {
     ctx.pvc_phase(ns, "ls-c", "Lost").await;
     tokio::time::sleep(SETTLE).await;
     ctx.put("lost", ctx.snap_pvc(ns, "ls-c").await);
+}
+
+/// Storage safety (issue 22), four cases at once:
+/// - `sf-small`, pre-bound by `claimRef` to `sf-c-small` but smaller than its request: not
+///   bound (kcm's findMatchingVolume checks the size before the pre-binding); the claim (class
+///   "", 50Gi: more than any volume of `static`) stays Pending with FailedBinding;
+/// - `sf-dying`, being deleted (held by a finalizer of ours), named by `sf-c-dying`'s
+///   `volumeName`: not bound, VolumeMismatch;
+/// - `sf-stale`, created by a user with a `claimRef` (uid included) to `sf-c-owner`, which is
+///   bound to `sf-chosen`: the uid goes, the ref stays, Available;
+/// - `sf-c-grow`, Bound to `sf-grow` (2Gi), whose PV then grows to 4Gi as a resizer does while
+///   the node part is pending: the claim's `status.capacity` stays 2Gi through its next sync.
+async fn safety(ctx: &Ctx) {
+    let ns = "safety";
+    let pvs = ctx.pvs();
+    let pvcs = ctx.pvcs(ns);
+    let dir = |n: &str| host_path(&ctx.host.join(n));
+
+    let mut small = pv("sf-small", "20Gi", RWO, "", "Retain", dir("sf-small"));
+    small["spec"]["claimRef"] = json!({"namespace": ns, "name": "sf-c-small"});
+    create(&pvs, small).await;
+    let mut dying = pv("sf-dying", "1Gi", RWO, "sf", "Retain", dir("sf-dying"));
+    dying["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    create(&pvs, dying).await;
+    create(
+        &pvs,
+        pv("sf-chosen", "1Gi", RWO, "sf", "Retain", dir("sf-chosen")),
+    )
+    .await;
+    create(
+        &pvs,
+        pv("sf-grow", "2Gi", RWO, "sf-grow", "Retain", dir("sf-grow")),
+    )
+    .await;
+    for n in ["sf-small", "sf-dying", "sf-chosen", "sf-grow"] {
+        ctx.pv_phase(n, "Available").await;
+    }
+    // Deleted once pv-protection has added its finalizer (both sides do), which it then takes
+    // off again (not bound); ours holds the volume in Terminating.
+    ctx.eventually("sf-dying protected", || {
+        let pvs = pvs.clone();
+        async move {
+            let v = pvs.get_opt("sf-dying").await.ok()??;
+            v.metadata
+                .finalizers?
+                .iter()
+                .any(|f| f == "kubernetes.io/pv-protection")
+                .then_some(())
+        }
+    })
+    .await;
+    pvs.delete("sf-dying", &DeleteParams::default())
+        .await
+        .unwrap();
+    ctx.eventually("sf-dying held only by its own finalizer", || {
+        let pvs = pvs.clone();
+        async move {
+            let v = pvs.get_opt("sf-dying").await.ok()??;
+            (v.metadata.deletion_timestamp.is_some()
+                && v.metadata.finalizers? == ["example.com/hold"])
+            .then_some(())
+        }
+    })
+    .await;
+
+    create(&pvcs, pvc(ns, "sf-c-small", "50Gi", RWO, Some(""))).await;
+    let mut c_dying = pvc(ns, "sf-c-dying", "1Gi", RWO, Some("sf"));
+    c_dying["spec"]["volumeName"] = json!("sf-dying");
+    create(&pvcs, c_dying).await;
+    let mut c_owner = pvc(ns, "sf-c-owner", "1Gi", RWO, Some("sf"));
+    c_owner["spec"]["volumeName"] = json!("sf-chosen");
+    create(&pvcs, c_owner).await;
+    create(&pvcs, pvc(ns, "sf-c-grow", "1Gi", RWO, Some("sf-grow"))).await;
+    ctx.pvc_phase(ns, "sf-c-owner", "Bound").await;
+    ctx.pvc_phase(ns, "sf-c-grow", "Bound").await;
+    ctx.claim_event(ns, "sf-c-small", "FailedBinding").await;
+    ctx.claim_event(ns, "sf-c-dying", "VolumeMismatch").await;
+
+    let owner = pvcs.get("sf-c-owner").await.unwrap();
+    let mut stale = pv("sf-stale", "1Gi", RWO, "sf", "Retain", dir("sf-stale"));
+    stale["spec"]["claimRef"] = json!({"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+        "namespace": ns, "name": "sf-c-owner", "uid": owner.metadata.uid});
+    create(&pvs, stale).await;
+    ctx.eventually("sf-stale's ref without uid", || {
+        let pvs = pvs.clone();
+        async move {
+            let v = pvs.get_opt("sf-stale").await.ok()??;
+            let uid = v.spec?.claim_ref?.uid;
+            (uid.is_none() && v.status?.phase.as_deref() == Some("Available")).then_some(())
+        }
+    })
+    .await;
+
+    // The expansion: the PV grows, the claim says the node part is pending, then the claim
+    // changes (a label) so that both controllers sync it now rather than at their resync.
+    let pp = PatchParams::default();
+    pvs.patch(
+        "sf-grow",
+        &pp,
+        &Patch::Merge(json!({"spec": {"capacity": {"storage": "4Gi"}}})),
+    )
+    .await
+    .unwrap();
+    pvcs.patch_status(
+        "sf-c-grow",
+        &pp,
+        &Patch::Merge(json!({"status": {"conditions": [
+            {"type": "FileSystemResizePending", "status": "True"}]}})),
+    )
+    .await
+    .unwrap();
+    pvcs.patch(
+        "sf-c-grow",
+        &pp,
+        &Patch::Merge(json!({"metadata": {"labels": {"poke": "1"}}})),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(SETTLE).await;
+
+    let mut r = BTreeMap::new();
+    for c in ["sf-c-small", "sf-c-dying", "sf-c-owner", "sf-c-grow"] {
+        r.insert(c, ctx.snap_pvc(ns, c).await);
+    }
+    for n in ["sf-small", "sf-dying", "sf-chosen", "sf-stale", "sf-grow"] {
+        r.insert(n, ctx.snap_pv(n).await);
+    }
+    ctx.put("safety", json!(r));
 }
