@@ -40,11 +40,8 @@ const READY_POLL: Duration = Duration::from_millis(50);
 const SETTLE_SLACK: Duration = Duration::from_secs(30);
 
 /// adc-load's own client: unthrottled, with its own User-Agent.
-fn own_client(url: &str) -> Result<Client, Error> {
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| Error::Config(format!("API server URL {url:?}: {e}")))?;
-    sidecar::rate_limited(kube::Config::new(uri), USER_AGENT, -1.0, 0).map_err(Error::Client)
+fn own_client(api: &apiserver::RunningApiServer) -> Result<Client, Error> {
+    sidecar::rate_limited(api.kube_config()?, USER_AGENT, -1.0, 0).map_err(Error::Client)
 }
 
 fn io(op: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -137,7 +134,7 @@ pub(crate) async fn run_one(
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, api.kubeconfig_yaml())
         .map_err(io(format!("writing {}", kubeconfig.display())))?;
-    let client = own_client(api.url())?;
+    let client = own_client(&api)?;
     let mock_config = csi_mock::MockConfig {
         delay: config.mock_delay,
         ..csi_mock::MockConfig::default()

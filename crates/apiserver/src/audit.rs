@@ -1,4 +1,4 @@
-//! A per-request audit trail: who (User-Agent) called what (verb, resource, object) and the
+//! A per-request audit trail: who (user and User-Agent) called what (verb, resource, object) and the
 //! answer's code, so tests and benchmarks can count a component's API calls and check its RBAC
 //! needs. The request is described as kube-apiserver's RequestInfo describes it for its audit
 //! log: verbs `get list watch create update patch delete deletecollection`, the namespace and
@@ -13,6 +13,8 @@ use http::Method;
 /// One API request, as the real server's audit log would describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {
+    /// The authenticated user's name (each component has its own token).
+    pub user: String,
     /// The `User-Agent` header ("" when absent).
     pub user_agent: String,
     /// get, list, watch, create, update, patch, delete or deletecollection.
@@ -132,6 +134,7 @@ pub(crate) fn describe(
         verb = "deletecollection".to_string();
     }
     Some(AuditRecord {
+        user: String::new(),
         user_agent: String::new(),
         verb,
         group: group.to_string(),

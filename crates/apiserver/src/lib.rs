@@ -1,4 +1,6 @@
-//! An embedded Kubernetes API server on loopback HTTP: the ground the controllers run on.
+//! An embedded Kubernetes API server on loopback HTTPS: the ground the controllers run on. Every
+//! request must authenticate with a bearer token (anonymous requests get 401, as from
+//! kube-apiserver with `--anonymous-auth=false`); see `auth.rs`.
 //!
 //! It serves the REST API for the core, storage, coordination and events types the CSI stack
 //! uses, and the apps and RBAC types its deployment manifests create, with the real server's semantics where clients can tell (resourceVersions, watch resume
@@ -8,6 +10,7 @@
 //! `docs/apiserver.md` lists exactly what is served and how it differs from kube-apiserver.
 
 mod audit;
+mod auth;
 mod discovery;
 mod handlers;
 mod http_util;
@@ -26,6 +29,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use audit::AuditRecord;
+pub use auth::{ADMIN_USER, UserInfo};
 pub use server::{ApiServer, Config, RunningApiServer};
 
 /// Installs rustls' `ring` provider as the process-wide default, once; later calls do nothing.
@@ -54,6 +58,8 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("TLS or authentication setup: {0}")]
+    Pki(String),
     #[error("cannot build a kube client for {url}: {reason}")]
     Client { url: String, reason: String },
     #[error("cannot create the initial namespaces: {0}")]

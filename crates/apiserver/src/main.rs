@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-/// A small Kubernetes API server on loopback HTTP for tests and local runs: core/v1 namespaces,
+/// A small Kubernetes API server on loopback HTTPS (its own CA; bearer tokens required) for tests and local runs: core/v1 namespaces,
 /// nodes, pods, PVs, PVCs, secrets, events, serviceaccounts, configmaps; apps/v1 deployments,
 /// daemonsets, statefulsets; rbac.authorization.k8s.io/v1 roles, rolebindings, clusterroles,
 /// clusterrolebindings; storage.k8s.io/v1 volumeattachments, csidrivers, csinodes,
@@ -17,10 +17,13 @@ struct Args {
     /// Address to listen on (port 0 picks a free port; see --kubeconfig-out for the result).
     #[arg(long, default_value = "127.0.0.1:6443", env = "APISERVER_LISTEN")]
     listen: SocketAddr,
-    /// Write a kubeconfig pointing at this server to FILE once listening.
+    /// Write the admin's kubeconfig (CA and token inline, mode 0600) to FILE once listening.
     #[arg(long, value_name = "FILE")]
     kubeconfig_out: Option<PathBuf>,
-    /// Keep objects across restarts in DIR (snapshot plus write log). In memory when absent.
+    /// Also accept the bearer tokens in FILE (lines `token,user,uid[,"group1,group2"]`).
+    #[arg(long, value_name = "FILE")]
+    token_auth_file: Option<PathBuf>,
+    /// Keep objects (and the CA, serving certificate and minted tokens) across restarts in DIR (snapshot plus write log). In memory when absent.
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Events kept for watch resume; watches from older resourceVersions get 410 Gone.
@@ -46,6 +49,7 @@ async fn main() -> anyhow::Result<()> {
         listen: args.listen,
         data_dir: args.data_dir,
         kubeconfig_out: args.kubeconfig_out,
+        token_auth_file: args.token_auth_file,
         event_window: args.event_window,
         watcher_buffer: args.watcher_buffer,
         bookmark_interval: Duration::from_secs(args.bookmark_seconds.max(1)),

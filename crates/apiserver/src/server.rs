@@ -1,4 +1,4 @@
-//! Starting and stopping the server: the listener, the shared state, the kubeconfig and the
+//! Starting and stopping the server: the TLS listener, the shared state, the kubeconfigs and the
 //! in-process `kube::Client`.
 
 use std::net::SocketAddr;
@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -14,6 +16,7 @@ use tokio::task::JoinHandle;
 
 use crate::Error;
 use crate::audit::{AuditLog, AuditRecord};
+use crate::auth::{self, ADMIN_USER, Pki, Tokens};
 use crate::handlers;
 use crate::resources::{self, ResourceId};
 use crate::store::{Mutation, Store, StoreConfig};
@@ -25,8 +28,11 @@ pub struct Config {
     pub listen: SocketAddr,
     /// Keep objects across restarts in this directory (snapshot + write log).
     pub data_dir: Option<PathBuf>,
-    /// Also write the kubeconfig here once listening.
+    /// Also write the (admin's) kubeconfig here, mode 0600, once listening.
     pub kubeconfig_out: Option<PathBuf>,
+    /// More bearer tokens, as kube-apiserver's `--token-auth-file`: lines
+    /// `token,user,uid[,"group1,group2"]`.
+    pub token_auth_file: Option<PathBuf>,
     /// Events kept for watch resume; a watch from an older resourceVersion gets 410 Gone.
     pub event_window: usize,
     /// Events buffered per watcher; a watcher that falls this far behind is closed.
@@ -46,6 +52,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: None,
             kubeconfig_out: None,
+            token_auth_file: None,
             event_window: 10_000,
             watcher_buffer: 10_000,
             bookmark_interval: Duration::from_secs(30),
@@ -64,6 +71,10 @@ pub(crate) struct App {
     pub shutdown: watch::Receiver<bool>,
     pub metrics: crate::metrics::Metrics,
     pub audit: AuditLog,
+    pub tokens: Tokens,
+    /// The CA clients trust (PEM and DER).
+    pub ca_pem: String,
+    pub ca_der: Vec<u8>,
 }
 
 /// The namespaces every cluster starts with.
@@ -125,12 +136,21 @@ impl ApiServer {
         let ns_res = resources::find("", "v1", "namespaces")
             .ok_or_else(|| Error::Seed("namespaces are not a served resource".into()))?;
         seed_namespaces(&store, ns_res)?;
-        let url = format!("http://{addr}");
-        let kubeconfig = kubeconfig_yaml(&url);
+        crate::install_crypto_provider();
+        let pki = Pki::load_or_mint(config.data_dir.as_deref(), addr.ip())?;
+        let tokens = Tokens::load(
+            config.token_auth_file.as_deref(),
+            config.data_dir.as_deref(),
+        )?;
+        let admin_token = tokens.token_for(ADMIN_USER, &["system:masters"])?;
+        let url = format!("https://{addr}");
+        let kubeconfig = kubeconfig_yaml(&url, &pki.ca_pem, ADMIN_USER, &admin_token);
         if let Some(path) = &config.kubeconfig_out {
-            std::fs::write(path, &kubeconfig).map_err(|source| Error::Kubeconfig {
-                path: path.clone(),
-                source,
+            auth::write_private(path, kubeconfig.as_bytes()).map_err(|source| {
+                Error::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                }
             })?;
         }
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
@@ -142,27 +162,16 @@ impl ApiServer {
             shutdown: shutdown_rx.clone(),
             metrics: crate::metrics::Metrics::new(),
             audit: AuditLog::default(),
+            tokens,
+            ca_pem: pki.ca_pem.clone(),
+            ca_der: pki.ca_der.clone(),
         });
         let router = Router::new()
             .fallback(handlers::dispatch)
             .with_state(app.clone());
-        let mut stop = shutdown_rx;
-        let task = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = stop.wait_for(|v| *v).await;
-                })
-                .await
-        });
-        let kube_config =
-            kube::Config::new(
-                url.parse()
-                    .map_err(|e: http::uri::InvalidUri| Error::Client {
-                        url: url.clone(),
-                        reason: e.to_string(),
-                    })?,
-            );
-        crate::install_crypto_provider();
+        let acceptor = tokio_rustls::TlsAcceptor::from(pki.server.clone());
+        let task = tokio::spawn(serve_tls(listener, acceptor, router, shutdown_rx));
+        let kube_config = client_config(&url, &pki.ca_der, &admin_token)?;
         let client = kube::Client::try_from(kube_config).map_err(|e| Error::Client {
             url: url.clone(),
             reason: e.to_string(),
@@ -200,7 +209,7 @@ impl std::fmt::Debug for RunningApiServer {
 }
 
 impl RunningApiServer {
-    /// `http://127.0.0.1:PORT`.
+    /// `https://127.0.0.1:PORT` (every request needs a token: see [`Self::kube_config`]).
     pub fn url(&self) -> &str {
         &self.url
     }
@@ -209,14 +218,45 @@ impl RunningApiServer {
         self.addr
     }
 
-    /// A client for this server (cheap to clone).
+    /// A client for this server (cheap to clone), authenticated as the admin
+    /// ([`ADMIN_USER`], group `system:masters`).
     pub fn client(&self) -> kube::Client {
         self.client.clone()
     }
 
-    /// A kubeconfig (YAML) whose current context points at this server.
+    /// A kubeconfig (YAML) whose current context points at this server: the CA inline and the
+    /// admin's token.
     pub fn kubeconfig_yaml(&self) -> String {
         self.kubeconfig.clone()
+    }
+
+    /// A kubeconfig for `user` (its own token, minted on first use), so the audit trail names
+    /// it. With a data directory the token is kept across restarts.
+    pub fn kubeconfig_yaml_for(&self, user: &str) -> Result<String, Error> {
+        let token = self.app.tokens.token_for(user, &[])?;
+        Ok(kubeconfig_yaml(&self.url, &self.app.ca_pem, user, &token))
+    }
+
+    /// The admin's client configuration (CA and token set), to customise before building a
+    /// client (user agent, timeouts).
+    pub fn kube_config(&self) -> Result<kube::Config, Error> {
+        self.kube_config_for(ADMIN_USER)
+    }
+
+    /// A client configuration authenticated as `user` (see [`Self::kubeconfig_yaml_for`]).
+    pub fn kube_config_for(&self, user: &str) -> Result<kube::Config, Error> {
+        let groups: &[&str] = if user == ADMIN_USER {
+            &["system:masters"]
+        } else {
+            &[]
+        };
+        let token = self.app.tokens.token_for(user, groups)?;
+        client_config(&self.url, &self.app.ca_der, &token)
+    }
+
+    /// The CA certificate (PEM) that signed the serving certificate.
+    pub fn ca_pem(&self) -> &str {
+        &self.app.ca_pem
     }
 
     /// The current resourceVersion (etcd's revision).
@@ -262,7 +302,75 @@ impl Drop for RunningApiServer {
     }
 }
 
-pub(crate) fn kubeconfig_yaml(url: &str) -> String {
+/// Accepts TLS connections and serves HTTP/1.1 and HTTP/2 on them until `stop`, then waits for
+/// open connections to finish (watches end on `stop` too).
+async fn serve_tls(
+    listener: TcpListener,
+    acceptor: tokio_rustls::TlsAcceptor,
+    router: Router,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.wait_for(|v| *v) => break,
+            accepted = listener.accept() => accepted,
+        };
+        let tcp = match accepted {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Out of file descriptors and the like: wait a little, as hyper's servers do.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let (acceptor, builder) = (acceptor.clone(), builder.clone());
+        let service = TowerToHyperService::new(router.clone());
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls =
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => return,
+                };
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+            let _ = watcher.watch(conn.into_owned()).await;
+        });
+    }
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// A kube client configuration for `url` that trusts `ca_der` and sends `token`.
+fn client_config(url: &str, ca_der: &[u8], token: &str) -> Result<kube::Config, Error> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| Error::Client {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })?;
+    let mut config = kube::Config::new(uri);
+    config.root_cert = Some(vec![ca_der.to_vec()]);
+    config.auth_info =
+        serde_json::from_value(json!({ "token": token })).map_err(|e| Error::Client {
+            url: url.to_string(),
+            reason: e.to_string(),
+        })?;
+    Ok(config)
+}
+
+pub(crate) fn kubeconfig_yaml(url: &str, ca_pem: &str, user: &str, token: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    // Users are quoted (names like `system:node:x` hold colons).
+    let user = serde_json::Value::String(user.to_string());
     format!(
         "apiVersion: v1
 kind: Config
@@ -270,16 +378,18 @@ clusters:
 - name: apiserver-lite
   cluster:
     server: {url}
+    certificate-authority-data: {ca}
 contexts:
 - name: apiserver-lite
   context:
     cluster: apiserver-lite
-    user: apiserver-lite
+    user: {user}
     namespace: default
 current-context: apiserver-lite
 users:
-- name: apiserver-lite
-  user: {{}}
+- name: {user}
+  user:
+    token: {token}
 preferences: {{}}
 "
     )

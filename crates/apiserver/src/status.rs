@@ -267,6 +267,11 @@ impl ApiError {
         Self::new(410, "Expired", message)
     }
 
+    /// What kube-apiserver answers a request no authenticator accepted (anonymous auth off).
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized")
+    }
+
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }

@@ -411,7 +411,7 @@ async fn validation_is_worded_as_the_real_server() {
 }
 
 fn agent_client(server: &apiserver::RunningApiServer, agent: &str) -> kube::Client {
-    let mut config = kube::Config::new(server.url().parse().unwrap());
+    let mut config = server.kube_config().unwrap();
     config.headers.push((
         http::header::USER_AGENT,
         http::HeaderValue::from_str(agent).unwrap(),

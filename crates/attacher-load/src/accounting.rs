@@ -95,6 +95,7 @@ mod tests {
 
     fn rec(agent: &str, verb: &str, resource: &str, sub: Option<&str>, code: u16) -> AuditRecord {
         AuditRecord {
+            user: String::new(),
             user_agent: agent.into(),
             verb: verb.into(),
             group: "storage.k8s.io".into(),

@@ -5,17 +5,18 @@ use kube::Client;
 
 use crate::{Error, USER_AGENT};
 
-pub(crate) fn load_client(url: &str) -> Result<Client, Error> {
-    client_with_agent(url, USER_AGENT)
+pub(crate) fn load_client(api: &apiserver::RunningApiServer) -> Result<Client, Error> {
+    client_with_agent(api, USER_AGENT)
 }
 
-/// A client for `url` that sends `user_agent`.
-pub(crate) fn client_with_agent(url: &str, user_agent: &str) -> Result<Client, Error> {
+/// An (admin) client for `api` that sends `user_agent`.
+pub(crate) fn client_with_agent(
+    api: &apiserver::RunningApiServer,
+    user_agent: &str,
+) -> Result<Client, Error> {
     apiserver::install_crypto_provider();
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| Error::Config(format!("API server URL {url:?}: {e}")))?;
-    let mut config = kube::Config::new(uri);
+    let url = api.url();
+    let mut config = api.kube_config()?;
     let agent = http::HeaderValue::from_str(user_agent)
         .map_err(|e| Error::Config(format!("user agent {user_agent:?}: {e}")))?;
     config

@@ -159,7 +159,7 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
         op: format!("writing {}", kubeconfig.display()),
         source,
     })?;
-    let client = client::load_client(api.url())?;
+    let client = client::load_client(&api)?;
     let driver = driver::prepare(
         config.csi_address.as_deref(),
         config.driver_name.as_deref(),

@@ -250,7 +250,7 @@ mod tests {
             .unwrap();
         let own = OwnWrites::default();
         let objects = Objects {
-            client: load_client(api.url()).unwrap(),
+            client: load_client(&api).unwrap(),
             driver: "load.csi.test",
             count: 25,
             nodes: 4,

@@ -56,10 +56,25 @@ pub(crate) async fn start_api_server(
     }
     .map_err(|e| Error::start("apiserver-lite", e))?;
     if let Some(out) = &config.kubeconfig_out {
-        std::fs::write(out, server.kubeconfig_yaml())
+        // It holds the admin's token: owner only, like the one under the data directory.
+        write_private(out, server.kubeconfig_yaml().as_bytes())
             .map_err(|e| Error::io("writing the kubeconfig to", out, e))?;
     }
     Ok(server)
+}
+
+/// Writes `data` to `path` with mode 0600 (also when the file exists).
+fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(data)
 }
 
 pub(crate) fn kubeconfig_path(data_dir: &Path) -> PathBuf {

@@ -84,7 +84,7 @@ async fn up_background_returns_when_ready_and_down_stops_it() {
     let said = text(&out);
     assert!(out.status.success(), "{said}");
     assert!(said.contains(cluster::READY_LINE), "{said}");
-    assert!(said.contains("  API server  http://127.0.0.1:"), "{said}");
+    assert!(said.contains("  API server  https://127.0.0.1:"), "{said}");
     assert!(
         said.contains("csi-cluster runs in the background"),
         "{said}"

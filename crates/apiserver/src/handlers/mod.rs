@@ -92,6 +92,18 @@ impl Target {
 pub(crate) async fn dispatch(State(app): State<Arc<App>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_string();
+    // Authentication first, for every path (anonymous auth is off): 401, nothing recorded.
+    let user = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::auth::bearer)
+        .and_then(|t| app.tokens.authenticate(t));
+    let Some(user) = user else {
+        app.metrics
+            .request(parts.method.as_str(), resource_label(&path), 401);
+        return ApiError::unauthorized().into_response();
+    };
     let query: HashMap<String, String> = parts
         .uri
         .query()
@@ -154,6 +166,7 @@ pub(crate) async fn dispatch(State(app): State<Arc<App>>, request: Request) -> R
     app.metrics.request(&verb, resource_label(&path), code);
     if let Some(mut record) = audit {
         record.user_agent = user_agent;
+        record.user = user.name;
         record.code = code;
         app.audit.push(record);
     }

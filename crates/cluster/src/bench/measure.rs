@@ -164,6 +164,7 @@ mod tests {
 
     fn rec(ua: &str, verb: &str, resource: &str, sub: Option<&str>, code: u16) -> AuditRecord {
         AuditRecord {
+            user: String::new(),
             user_agent: ua.into(),
             verb: verb.into(),
             group: String::new(),
