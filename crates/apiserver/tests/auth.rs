@@ -1,6 +1,8 @@
 //! TLS and authentication: the server speaks only TLS with a certificate its kubeconfig's CA
 //! verifies, and answers every request without a known bearer token 401 (anonymous auth off, as
 //! kube-apiserver with `--anonymous-auth=false`), creating nothing.
+// Test code (helpers included): a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
