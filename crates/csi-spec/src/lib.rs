@@ -57,6 +57,7 @@
 
 mod authority;
 mod capability;
+pub mod faults;
 mod redact;
 mod unix;
 
