@@ -1,5 +1,5 @@
-//! The HTTP side: the EC2 query endpoint at `/`, the sim-only endpoints, and the running
-//! [`Simulator`].
+//! The HTTP side: the EC2 query endpoint at `/`, the sim-only endpoints (`/_sim/*`, signed like
+//! the EC2 endpoint; `/metrics` and `/healthz` open), and the running [`Simulator`].
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes;
@@ -137,6 +138,30 @@ impl Simulator {
         )
     }
 
+    /// `X-Amz-Date` and `Authorization` for any request to this simulator (`path` as sent,
+    /// with an optional `?query`), e.g. `PUT /_sim/faults` with its JSON body, signed now with
+    /// its first credentials (see [`crate::sign_request`]).
+    pub fn sign_request(
+        &self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+    ) -> [(&'static str, String); 2] {
+        let (id, secret) = self.shared.credentials.first().unwrap_or(("", ""));
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        auth::sign_request(
+            method,
+            path,
+            query,
+            &self.addr.to_string(),
+            body,
+            &self.shared.region,
+            id,
+            secret,
+            std::time::SystemTime::now(),
+        )
+    }
+
     /// Calls per EC2 action since start (or the last `POST /_sim/calls/reset`).
     pub fn call_counts(&self) -> BTreeMap<String, u64> {
         lock(&self.shared.counts).clone()
@@ -254,15 +279,78 @@ async fn tick_loop(shared: Arc<Shared>, timing: Timing) {
 }
 
 fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/", post(ec2_post).get(ec2_get))
+    // The test-control endpoints change what the simulated cloud does: they take the same
+    // signature as the EC2 endpoint (checked before any handler runs).
+    let sim_only = Router::new()
         .route("/_sim/calls", get(get_calls))
         .route("/_sim/calls/reset", post(reset_calls))
         .route("/_sim/faults", get(get_faults).put(put_faults))
         .route("/_sim/attachments", get(get_attachments))
+        .route_layer(middleware::from_fn_with_state(
+            shared.clone(),
+            require_signature,
+        ));
+    Router::new()
+        .route("/", post(ec2_post).get(ec2_get))
+        .merge(sim_only)
         .route("/metrics", get(get_metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .with_state(shared)
+}
+
+/// The largest body a `/_sim/*` request may have (a fault document is a few hundred bytes).
+const SIM_BODY_LIMIT: usize = 1 << 20;
+
+/// Lets a `/_sim/*` request through only when it carries a valid SigV4 signature by one of the
+/// configured keys (service `ec2`, the sim's region, the SHA-256 of this body), exactly as the
+/// EC2 endpoint checks; otherwise answers EC2's error document: `AuthFailure` 401 when unsigned
+/// or the key is unknown, `SignatureDoesNotMatch` 403 when the signature is wrong.
+async fn require_signature(
+    State(s): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: Next,
+) -> Response {
+    let request_id = ids::request_id();
+    let (parts, body) = request.into_parts();
+    let body = match axum::body::to_bytes(body, SIM_BODY_LIMIT).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::info!(request_id, path = parts.uri.path(), error = %e, "refused: body unreadable or too large");
+            return (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body unreadable or larger than {SIM_BODY_LIMIT} bytes\n"),
+            )
+                .into_response();
+        }
+    };
+    let signed = auth::verify(
+        &s.credentials,
+        &s.region,
+        &auth::Request {
+            method: parts.method.as_str(),
+            path: parts.uri.path(),
+            query: parts.uri.query().unwrap_or(""),
+            headers: &parts.headers,
+            body: &body,
+        },
+        std::time::SystemTime::now(),
+    );
+    match signed {
+        Ok(access_key_id) => {
+            tracing::debug!(
+                request_id,
+                path = parts.uri.path(),
+                access_key_id,
+                "sim endpoint"
+            );
+            next.run(axum::extract::Request::from_parts(parts, body.into()))
+                .await
+        }
+        Err(err) => {
+            tracing::info!(request_id, path = parts.uri.path(), code = %err.code, message = %err.message, "refused: not authenticated");
+            xml_response(err.status, err.to_xml(&request_id))
+        }
+    }
 }
 
 async fn ec2_post(

@@ -54,9 +54,11 @@ async fn unsigned_requests_are_refused_and_change_nothing() {
     let v = s.ec2.ok("DescribeVolumes", &[]).await;
     assert!(v.all("volumeSet/item").is_empty(), "{v:?}");
     assert_eq!(s.sim.call_counts().get("CreateVolume"), None);
-    // The sim-only endpoints stay open (they are not EC2's).
+    // /healthz stays open (the `/_sim/*` endpoints do not: tests/faults_and_sim_endpoints.rs).
     let (status, _) = anonymous.raw("GET", "/healthz", "").await;
     assert_eq!(status, 200);
+    let (status, body) = anonymous.raw("GET", "/_sim/calls", "").await;
+    assert_refused(&reply(status, body), 401, "AuthFailure");
 }
 
 #[tokio::test]

@@ -208,15 +208,52 @@ pub fn assert_recent(what: &str, t: Option<&aws_sdk_ec2::primitives::DateTime>) 
     assert!(skew < 300, "{what}: {t:?} is {skew}s away from now");
 }
 
-/// A plain HTTP/1.0 request (for the simulator's own endpoints, which the SDK does not know);
-/// returns the status code and the body.
+/// A plain, unsigned HTTP/1.0 request (for the simulator's open endpoints, `/metrics` and
+/// `/healthz`, and for checking that the others refuse it); returns the status code and the
+/// body.
 pub async fn http(endpoint: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    http_with_headers(endpoint, method, path, body, &[]).await
+}
+
+/// Like [`http`], signed (SigV4, service `ec2`, [`ec2_conformance::REGION`]) with
+/// [`ec2_conformance::client::CREDENTIALS`], the pair the simulator of [`sim`] accepts: what
+/// the simulator's `/_sim/*` endpoints, which the SDK does not know, need.
+pub async fn http_signed(endpoint: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let host = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let (p, query) = path.split_once('?').unwrap_or((path, ""));
+    let (key, secret) = ec2_conformance::client::CREDENTIALS;
+    let headers = ec2_sim::sign_request(
+        method,
+        p,
+        query,
+        host,
+        body.as_bytes(),
+        ec2_conformance::REGION,
+        key,
+        secret,
+        std::time::SystemTime::now(),
+    );
+    http_with_headers(endpoint, method, path, body, &headers).await
+}
+
+/// Like [`http`], with these extra headers.
+pub async fn http_with_headers(
+    endpoint: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, String)],
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = endpoint.trim_start_matches("http://").trim_end_matches('/');
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let extra: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     let request = format!(
         "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{body}",
+         {extra}Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
     stream.write_all(request.as_bytes()).await.unwrap();

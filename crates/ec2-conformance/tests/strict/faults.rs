@@ -282,14 +282,38 @@ async fn call_counts_per_action() {
 async fn sim_http_endpoints_drive_faults_and_count_calls() {
     let t = sim();
     let c = &t.client;
-    // Faults set over HTTP reach the SDK like the in-process ones.
-    let (status, _) = http(
-        &t.endpoint,
+    let throttle_once = r#"{"throttle": [{"action": "DescribeVolumes", "next": 1}]}"#;
+    // The endpoints take the EC2 endpoint's signature: unsigned (401 AuthFailure) or signed
+    // with the wrong secret (403 SignatureDoesNotMatch), a request is refused like an EC2 call
+    // and changes nothing.
+    let (status, body) = http(&t.endpoint, "PUT", "/_sim/faults", throttle_once).await;
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("<Code>AuthFailure</Code>"), "{body}");
+    let (status, body) = http(&t.endpoint, "GET", "/_sim/calls", "").await;
+    assert_eq!(status, 401, "{body}");
+    let host = t.endpoint.trim_start_matches("http://");
+    let (key, _) = ec2_conformance::client::CREDENTIALS;
+    let forged = ec2_sim::sign_request(
         "PUT",
         "/_sim/faults",
-        r#"{"throttle": [{"action": "DescribeVolumes", "next": 1}]}"#,
-    )
-    .await;
+        "",
+        host,
+        throttle_once.as_bytes(),
+        ec2_conformance::REGION,
+        key,
+        "not-the-secret",
+        std::time::SystemTime::now(),
+    );
+    let (status, body) =
+        http_with_headers(&t.endpoint, "PUT", "/_sim/faults", throttle_once, &forged).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("<Code>SignatureDoesNotMatch</Code>"),
+        "{body}"
+    );
+    c.describe_volumes().send().await.unwrap(); // not throttled: nothing was set
+    // Faults set over HTTP, signed, reach the SDK like the in-process ones.
+    let (status, _) = http_signed(&t.endpoint, "PUT", "/_sim/faults", throttle_once).await;
     assert_eq!(status, 200);
     assert_eq!(
         code_of(c.describe_volumes().send().await),
@@ -297,7 +321,7 @@ async fn sim_http_endpoints_drive_faults_and_count_calls() {
     );
     c.describe_volumes().send().await.unwrap();
     // A bad document is refused naming the field, and changes nothing.
-    let (status, body) = http(
+    let (status, body) = http_signed(
         &t.endpoint,
         "PUT",
         "/_sim/faults",
@@ -308,9 +332,9 @@ async fn sim_http_endpoints_drive_faults_and_count_calls() {
     assert!(body.contains("faults.throttle[0].rate"), "{body}");
     c.describe_volumes().send().await.unwrap();
 
-    let (status, calls) = http(&t.endpoint, "GET", "/_sim/calls", "").await;
+    let (status, calls) = http_signed(&t.endpoint, "GET", "/_sim/calls", "").await;
     assert_eq!(status, 200);
-    assert!(calls.contains(r#""DescribeVolumes":3"#), "{calls}");
+    assert!(calls.contains(r#""DescribeVolumes":4"#), "{calls}");
     let (status, metrics) = http(&t.endpoint, "GET", "/metrics", "").await;
     assert_eq!(status, 200);
     let line = |code: &str| {
@@ -325,5 +349,5 @@ async fn sim_http_endpoints_drive_faults_and_count_calls() {
             .to_string()
     };
     assert!(line("RequestLimitExceeded").ends_with(" 1"), "{metrics}");
-    assert!(line("OK").ends_with(" 2"), "{metrics}");
+    assert!(line("OK").ends_with(" 3"), "{metrics}");
 }

@@ -105,7 +105,8 @@ pub fn parse(xml: &str) -> Node {
         .expect("a root element")
 }
 
-/// A raw HTTP client for one simulator: EC2 requests (path `/`) are signed (SigV4) with
+/// A raw HTTP client for one simulator: every request (the EC2 endpoint `/` and `/_sim/*`,
+/// which need it; `/metrics` and `/healthz`, which ignore it) is signed (SigV4) with
 /// `credentials` unless that is `None`.
 pub struct Ec2 {
     client: Client<HttpConnector, Full<Bytes>>,
@@ -157,9 +158,6 @@ impl Ec2 {
             return Vec::new();
         };
         let (p, query) = path.split_once('?').unwrap_or((path, ""));
-        if p != "/" {
-            return Vec::new();
-        }
         ec2_sim::sign_request(
             method,
             p,
