@@ -4,6 +4,8 @@
 //! - what a failed mount leaves behind (a stage before a failed publish, an uncertain stage)
 //!   stays in `node.status.volumesInUse`, is never detached while there, and is torn down
 //!   once the pod goes;
+//! - a running pod's volume stays published when the agent restarts and its claim cannot be
+//!   resolved any more, until the pod goes;
 //! - a generic ephemeral volume is mounted from the pod's own claim before the pod is Ready;
 //! - node status posts keep the conditions other components write.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -164,6 +166,79 @@ async fn an_uncertain_stage_stays_in_use_until_unstaged() {
     test_support::eventually("out of volumesInUse and detached", PATIENCE, || async {
         let (in_use, attached) = env.node_volumes("node-a").await;
         (!in_use.contains(&unique) && !attached.contains(&unique)).then_some(())
+    })
+    .await;
+    env.shutdown().await;
+}
+
+/// The agent restarts (reconstruction: a publish rebuilt from disk does not know which pod
+/// volume it is) and the running pod's claim is gone meanwhile, so its volume cannot be
+/// resolved: the publish stays mounted under the running pod, and is torn down (and the
+/// volume unstaged) only once the pod goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unresolvable_volume_of_a_running_pod_stays_published_across_a_restart() {
+    if !common::can_mount() {
+        return;
+    }
+    let mut env = Env::new().await;
+    env.create_csidriver(false).await;
+    let n = env.add_node("node-a").await;
+    let options = env.agent_options(n, SkipAttachMode::BypassAdc);
+    env.start_agent(n, options.clone());
+    env.create_bound_claim(n, "pv-1", "claim-1", false).await;
+    env.create_pod("pod-1", "node-a", "claim-1").await;
+    let paths = env.wait_ready("pod-1").await;
+    let publish = Path::new(&paths["data"]).to_path_buf();
+    assert!(is_mounted(&publish).await, "{} mounted", publish.display());
+
+    env.stop_agent(n).await;
+    assert!(
+        is_mounted(&publish).await,
+        "a clean stop leaves volumes mounted"
+    );
+    // The claim goes (no pvc-protection finalizer here: at once): the pod's volume "data"
+    // cannot be resolved any more.
+    let claims: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(env.kube.clone(), NS);
+    claims.delete("claim-1", &Default::default()).await.unwrap();
+    test_support::eventually("claim-1 gone", PATIENCE, || async {
+        claims
+            .get_opt("claim-1")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+
+    env.start_agent(n, options);
+    // The restarted agent has the pod in its desired state, the volume unresolved ...
+    let message = env
+        .event_message(Some("FailedMount"), "PVC default/claim-1 not found")
+        .await;
+    assert!(message.contains("volume \"data\""), "{message}");
+    // ... and leaves the publish alone (it is still registered with the driver, so an
+    // unmount would have gone through by now).
+    env.wait_registered("node-a").await;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut samples = 0;
+    while std::time::Instant::now() < until {
+        assert!(
+            is_mounted(&publish).await,
+            "{} was unmounted under the running pod after {samples} samples",
+            publish.display()
+        );
+        samples += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    println!("{samples} samples over 3 s after the restart: still mounted");
+
+    // The pod goes: now the volume is unpublished and unstaged.
+    env.delete_pod_and_wait("pod-1").await;
+    assert!(!is_mounted(&publish).await, "unpublished with the pod");
+    let root = env.nodes[n].root.clone();
+    test_support::eventually("nothing mounted on the node", PATIENCE, || async {
+        mounts_below(&root).await.is_empty().then_some(())
     })
     .await;
     env.shutdown().await;

@@ -162,7 +162,7 @@ impl Reconciler {
     pub fn adc_manages(&self, v: &VolumeToMount) -> bool {
         match &v.kind {
             MountKind::AwsEbs { .. } => true,
-            MountKind::Csi(c) => !c.ephemeral && self.ctx.csi.attach_path(&c.driver).adc_manages(),
+            MountKind::Csi(c) => self.adc_manages_csi(&c.driver, c.ephemeral),
         }
     }
 
@@ -172,8 +172,14 @@ impl Reconciler {
             VolumeHandle::AwsEbs { .. } => true,
             VolumeHandle::Csi {
                 driver, ephemeral, ..
-            } => !ephemeral && self.ctx.csi.attach_path(driver).adc_manages(),
+            } => self.adc_manages_csi(driver, *ephemeral),
         }
+    }
+
+    /// The one rule behind both: an ephemeral inline volume is never attached; any other CSI
+    /// volume is the attach/detach controller's when its driver's attach path says so.
+    fn adc_manages_csi(&self, driver: &str, ephemeral: bool) -> bool {
+        !ephemeral && self.ctx.csi.attach_path(driver).adc_manages()
     }
 
     /// `node.status.volumesInUse` as it should be: every wanted volume the attach/detach
@@ -205,6 +211,7 @@ impl Reconciler {
 
     pub fn pass(&mut self, input: &PassInput<'_>) {
         let now = Instant::now();
+        self.name_reconstructed(input.dsw);
         self.unmount_unwanted(input.dsw, now);
         self.unstage_unused(input.dsw, now);
         self.mount_wanted(input, now);
@@ -226,19 +233,28 @@ impl Reconciler {
         self.backoff.get(key).is_some_and(|b| b.until > now)
     }
 
+    /// Names each publish rebuilt from disk by the pod volume that resolves to it, so that it
+    /// is still matched by name should that volume become unresolvable later (see
+    /// `PodToMount::keeps_unresolved`), and counts for the pod's readiness.
+    fn name_reconstructed(&mut self, dsw: &DesiredStateOfWorld) {
+        for pod in dsw.pods() {
+            for v in pod.resolved() {
+                self.asw.name_mount(&v.unique_name, &pod.uid, &v.outer_name);
+            }
+        }
+    }
+
     fn unmount_unwanted(&mut self, dsw: &DesiredStateOfWorld, now: Instant) {
         // A live pod whose volume cannot be resolved right now (its PV or claim missing from
         // the cache for a moment, a CSIDriver changed) keeps what it has mounted: as the
         // kubelet, a running pod's volume is only torn down with the pod.
+        // A publish rebuilt from disk after a restart has no pod volume name: see
+        // `PodToMount::keeps_unresolved`.
         let unwanted: Vec<MountedVolume> = self
             .asw
             .all_mounted()
             .filter(|m| !dsw.wants(&m.unique_name, &m.pod_uid))
-            .filter(|m| {
-                !dsw.pod(&m.pod_uid).is_some_and(|p| {
-                    !m.outer_name.is_empty() && p.unresolved.iter().any(|(n, _)| *n == m.outer_name)
-                })
-            })
+            .filter(|m| !dsw.pod(&m.pod_uid).is_some_and(|p| p.keeps_unresolved(m)))
             .cloned()
             .collect();
         for m in unwanted {

@@ -5,6 +5,11 @@
 //! is "uncertain" and repeated if the pod still wants it, or cleaned up (NodeUnpublish, which
 //! is idempotent) if not. Every staged volume comes back the same way, so one that no pod
 //! uses any more is unstaged.
+//!
+//! A rebuilt publish has no pod volume name (`outer_name` is empty: the disk only names the
+//! spec). The reconciler names it once one of the pod's volumes resolves to it, and until
+//! then keeps it for a running pod that has an unresolved volume
+//! (`PodToMount::keeps_unresolved`).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

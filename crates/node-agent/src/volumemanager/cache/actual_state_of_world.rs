@@ -42,7 +42,9 @@ pub struct StagedVolume {
 pub struct MountedVolume {
     pub unique_name: String,
     pub pod_uid: String,
-    /// The pod's volume name (empty when reconstructed: the pod may be gone).
+    /// The pod's volume name. Empty when reconstructed (the disk names only the spec, and
+    /// the pod may be gone) until a pod resolves one of its volumes to this publish
+    /// ([`ActualStateOfWorld::name_mount`]).
     pub outer_name: String,
     pub spec_name: String,
     pub handle: VolumeHandle,
@@ -85,6 +87,18 @@ impl ActualStateOfWorld {
     pub fn remove_mounted(&mut self, unique_name: &str, pod_uid: &str) -> Option<MountedVolume> {
         self.mounted
             .remove(&(unique_name.to_string(), pod_uid.to_string()))
+    }
+
+    /// Gives a reconstructed publish (no pod volume name yet) the name of the pod volume
+    /// that resolved to it; a named one keeps its name.
+    pub fn name_mount(&mut self, unique_name: &str, pod_uid: &str, outer_name: &str) {
+        if let Some(m) = self
+            .mounted
+            .get_mut(&(unique_name.to_string(), pod_uid.to_string()))
+            && m.outer_name.is_empty()
+        {
+            m.outer_name = outer_name.to_string();
+        }
     }
 
     pub fn mounted(&self, unique_name: &str, pod_uid: &str) -> Option<&MountedVolume> {
@@ -152,5 +166,26 @@ mod tests {
         assert_eq!(asw.all_staged().count(), 1);
         asw.remove_staged("v1");
         assert_eq!(asw.all_staged().count(), 0);
+    }
+
+    #[test]
+    fn a_reconstructed_publish_is_named_once() {
+        let mut asw = ActualStateOfWorld::default();
+        asw.add_mounted(MountedVolume {
+            unique_name: "v1".into(),
+            pod_uid: "p1".into(),
+            outer_name: String::new(),
+            spec_name: "pv1".into(),
+            handle: handle(),
+            host_path: "/x".into(),
+            uncertain: false,
+            reported_in_use: true,
+        });
+        asw.name_mount("v1", "p2", "data");
+        assert_eq!(asw.mounted("v1", "p1").unwrap().outer_name, "");
+        asw.name_mount("v1", "p1", "data");
+        assert_eq!(asw.mounted("v1", "p1").unwrap().outer_name, "data");
+        asw.name_mount("v1", "p1", "other");
+        assert_eq!(asw.mounted("v1", "p1").unwrap().outer_name, "data");
     }
 }
