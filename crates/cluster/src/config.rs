@@ -36,6 +36,10 @@ pub enum Command {
     /// Measure pod-volume-ready latency, API writes per pod, provisioning throughput and each
     /// component's memory, per scenario, on throw-away clusters.
     Bench(crate::bench::BenchFlags),
+    /// A randomized fault test: a seeded schedule of workload operations, CSI and EC2 faults
+    /// and component kills on a throw-away cluster, with storage-safety invariants checked
+    /// all along; exits non-zero on a violation (docs/chaos.md).
+    Chaos(crate::chaos::ChaosFlags),
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -277,6 +281,9 @@ pub struct UpConfig {
     /// `None`: [`DEFAULT_PORT`] if free, else any; `Some(0)`: any.
     pub port: Option<u16>,
     pub verbosity: u8,
+    /// `csi-cluster chaos`: a fault proxy ([`csi_spec::faults`]) in front of every driver
+    /// socket, failing what this plan names; `None` (the default) leaves the sockets direct.
+    pub csi_faults: Option<csi_spec::faults::FaultPlan>,
 }
 
 impl UpFlags {
@@ -325,6 +332,7 @@ impl UpFlags {
             kubeconfig_out: self.kubeconfig_out.clone(),
             port: self.port,
             verbosity: self.v,
+            csi_faults: None,
         })
     }
 }
@@ -349,6 +357,7 @@ impl UpConfig {
             kubeconfig_out: None,
             port: None,
             verbosity: 0,
+            csi_faults: None,
         }
     }
 }

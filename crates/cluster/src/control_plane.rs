@@ -225,6 +225,41 @@ pub(crate) fn start_ebs_controller(
     Ok(endpoint)
 }
 
+/// With a fault plan (`csi-cluster chaos`): a fault proxy in front of the driver at `endpoint`,
+/// on `<socket dir>/<socket stem>-faults.sock` next to it, and that proxy's endpoint, which
+/// the driver's callers then dial. Without one: `endpoint` itself.
+pub(crate) fn fault_proxy(
+    sup: &Supervisor,
+    what: &str,
+    endpoint: &str,
+    plan: Option<&csi_spec::faults::FaultPlan>,
+) -> Result<String, Error> {
+    let Some(plan) = plan else {
+        return Ok(endpoint.to_string());
+    };
+    let socket = csi_spec::parse_endpoint(endpoint).map_err(|e| Error::start(what, e))?;
+    let stem = socket
+        .file_stem()
+        .map_or_else(|| "csi".into(), |s| s.to_string_lossy().into_owned());
+    let proxy = socket.with_file_name(format!("{stem}-faults.sock"));
+    let proxy_endpoint = format!("unix://{}", proxy.display());
+    let (target, plan) = (endpoint.to_string(), plan.clone());
+    let name = fault_proxy_name(what);
+    let factory = driver_factory(&proxy_endpoint, &name, move |socket, stop| {
+        let (target, plan) = (target.clone(), plan.clone());
+        supervisor::run(async move {
+            csi_spec::faults::serve_proxy(socket, &target, plan, stop.cancelled_owned()).await
+        })
+    })?;
+    sup.spawn(&name, Stage::Drivers, factory);
+    Ok(proxy_endpoint)
+}
+
+/// The component name of the fault proxy in front of `what`.
+pub fn fault_proxy_name(what: &str) -> String {
+    format!("{what}: CSI fault proxy")
+}
+
 /// A driver's factory: the socket is bound now, so the sidecars find it as soon as they start;
 /// every later run (after a kill or failure) binds it again, replacing the stale file.
 pub(crate) fn driver_factory<F>(endpoint: &str, what: &str, serve: F) -> Result<Factory, Error>
@@ -386,6 +421,7 @@ pub(crate) fn start_hostpath_attach(
     sup: &Supervisor,
     data_dir: &Path,
     kubeconfig: &Path,
+    plan: Option<&csi_spec::faults::FaultPlan>,
 ) -> Result<(), Error> {
     let dir = data_dir.join("sockets");
     std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
@@ -409,6 +445,7 @@ pub(crate) fn start_hostpath_attach(
         },
     )?;
     sup.spawn(HOSTPATH_CONTROLLER, Stage::Drivers, factory);
+    let endpoint = fault_proxy(sup, HOSTPATH_CONTROLLER, &endpoint, plan)?;
     spawn_attacher(sup, &attacher_name(HOSTPATH_DRIVER), &endpoint, kubeconfig)
 }
 

@@ -300,6 +300,7 @@ pub(crate) async fn start(
                 &node.name,
                 &driver.name,
                 &socket,
+                &socket,
                 &root.join("plugins_registry"),
             );
             if config.driver_node_deployment {

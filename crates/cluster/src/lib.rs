@@ -20,6 +20,7 @@
 
 pub mod background;
 pub mod bench;
+pub mod chaos;
 pub mod config;
 mod control_plane;
 pub mod demo;

@@ -41,6 +41,23 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Demo(demo) => cluster::demo::run(demo).await?,
             Command::Bench(bench) => cluster::bench::run(bench).await?,
+            Command::Chaos(flags) => {
+                let report = cluster::chaos::run(&flags).await?;
+                for v in &report.violations {
+                    println!("violation {v}");
+                }
+                println!(
+                    "seed {}: {} files written, {} read back, {:.0}s",
+                    report.seed,
+                    report.files_written,
+                    report.files_verified,
+                    report.elapsed.as_secs_f64()
+                );
+                println!("{}", report.summary());
+                if !report.violations.is_empty() {
+                    anyhow::bail!("replay: {}", flags.replay(report.seed));
+                }
+            }
         }
         Ok(())
     })

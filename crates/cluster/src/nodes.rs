@@ -72,11 +72,12 @@ pub(crate) fn spawn_registrar(
     node: &str,
     driver: &str,
     socket: &Path,
+    registration_path: &Path,
     registry: &Path,
 ) {
     let config = registrar::Config {
         csi_address: socket.display().to_string(),
-        kubelet_registration_path: socket.display().to_string(),
+        kubelet_registration_path: registration_path.display().to_string(),
         plugin_registration_path: registry.to_path_buf(),
         timeout: Duration::from_secs(10),
         http_endpoint: None,
@@ -164,11 +165,20 @@ pub(crate) async fn start_node(
     )?;
     sup.spawn(hostpath_driver(&node.name), Stage::Drivers, factory);
 
-    for (driver, socket) in [
-        (EBS_DRIVER, &ebs_socket),
-        (HOSTPATH_DRIVER, &hostpath_socket),
+    // `chaos`: the node agent and the node's provisioner dial the drivers through fault
+    // proxies (the registrar tells the agent the proxy's socket, as a kubelet would be told).
+    let plan = config.csi_faults.as_ref();
+    let ebs_proxy =
+        control_plane::fault_proxy(sup, &ebs_node_driver(&node.name), &ebs_endpoint, plan)?;
+    let hostpath_endpoint =
+        control_plane::fault_proxy(sup, &hostpath_driver(&node.name), &hostpath_endpoint, plan)?;
+    for (driver, socket, registered) in [
+        (EBS_DRIVER, &ebs_socket, ebs_proxy),
+        (HOSTPATH_DRIVER, &hostpath_socket, hostpath_endpoint.clone()),
     ] {
-        spawn_registrar(sup, &node.name, driver, socket, &registry);
+        let registered = csi_spec::parse_endpoint(&registered)
+            .map_err(|e| Error::start(registrar(&node.name, driver), e))?;
+        spawn_registrar(sup, &node.name, driver, socket, &registered, &registry);
     }
 
     let mut options = node_agent::Options::new(&node.name, &root);

@@ -105,6 +105,12 @@ impl RunningCluster {
         let sup = Supervisor::new();
         let components = async {
             let ebs_endpoint = control_plane::start_ebs_controller(&sup, &cloud, &data_dir)?;
+            let ebs_endpoint = control_plane::fault_proxy(
+                &sup,
+                crate::EBS_CONTROLLER,
+                &ebs_endpoint,
+                config.csi_faults.as_ref(),
+            )?;
             control_plane::start_controllers(
                 &sup,
                 &cloud,
@@ -115,7 +121,12 @@ impl RunningCluster {
             )
             .await?;
             if config.hostpath_attach_required {
-                control_plane::start_hostpath_attach(&sup, &data_dir, &kubeconfig)?;
+                control_plane::start_hostpath_attach(
+                    &sup,
+                    &data_dir,
+                    &kubeconfig,
+                    config.csi_faults.as_ref(),
+                )?;
             }
             let mut specs = Vec::new();
             for (i, (instance_id, zone)) in cloud.instances.iter().enumerate() {
