@@ -62,6 +62,22 @@ pub struct ChaosFlags {
     /// /var/tmp, removed afterwards unless a violation was found.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+
+    /// Breaks the storage itself once, behind the components' backs, so a run proves that
+    /// its checks see what they are there to see (the test of the test).
+    #[arg(long, hide = true, value_enum, value_name = "KIND")]
+    pub sabotage: Vec<Sabotage>,
+}
+
+/// What `--sabotage` breaks, each once, through the first pod whose file was written.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sabotage {
+    /// Unmounts the pod's volume under it (a node agent tearing down a running pod).
+    Unmount,
+    /// Overwrites the file written through the pod (lost or corrupted data).
+    Corrupt,
+    /// Removes the backing file of a Bound claim's EBS volume (a volume deleted under its claim).
+    DeleteVolume,
 }
 
 impl ChaosFlags {
@@ -74,6 +90,7 @@ impl ChaosFlags {
             claims: 8,
             settle: Duration::from_secs(180),
             data_dir: None,
+            sabotage: Vec::new(),
         }
     }
 
@@ -123,6 +140,8 @@ pub struct Report {
     pub files_verified: u64,
     pub violations: Vec<Violation>,
     pub elapsed: Duration,
+    /// The temp data dir kept because of a violation (its logs explain it).
+    pub kept: Option<PathBuf>,
 }
 
 impl Report {

@@ -15,7 +15,7 @@ use serde_json::json;
 use tonic::Code;
 
 use super::check::{self, Checker};
-use super::{ChaosFlags, Report, SplitMix64};
+use super::{ChaosFlags, Report, Sabotage, SplitMix64};
 use crate::{Error, HOSTPATH_DRIVER, RunningCluster, UpConfig};
 
 /// The label that marks the schedule's pods, with the claim slot as its value.
@@ -86,9 +86,13 @@ struct World<'a> {
     verified: BTreeSet<String>,
     /// Every EBS volume a PV named, for the final leak check.
     ebs_volumes: BTreeSet<String>,
+    /// PV name → EBS volume ID, as last listed.
+    pv_handles: BTreeMap<String, String>,
     kills: u64,
     flips: u64,
     ec2_armed: u64,
+    /// `--sabotage` not done yet.
+    sabotage: Vec<Sabotage>,
 }
 
 pub(super) async fn run(flags: &ChaosFlags, seed: u64) -> Result<Report, Error> {
@@ -125,7 +129,7 @@ pub(super) async fn run(flags: &ChaosFlags, seed: u64) -> Result<Report, Error> 
     }
     .await;
     let stopped = cluster.stop().await;
-    let report = result?;
+    let mut report = result?;
     stopped?;
     if let Some(t) = temp
         && !report.violations.is_empty()
@@ -133,6 +137,7 @@ pub(super) async fn run(flags: &ChaosFlags, seed: u64) -> Result<Report, Error> 
         // The logs explain the violation: keep them.
         let kept = t.keep();
         eprintln!("chaos: logs kept in {}", kept.join("logs").display());
+        report.kept = Some(kept);
     }
     Ok(report)
 }
@@ -171,9 +176,11 @@ async fn drive(
         expected: BTreeMap::new(),
         verified: BTreeSet::new(),
         ebs_volumes: BTreeSet::new(),
+        pv_handles: BTreeMap::new(),
         kills: 0,
         flips: 0,
         ec2_armed: 0,
+        sabotage: flags.sabotage.clone(),
     };
     let end = start + flags.duration;
     let (mut next_check, mut next_history) = (start, start);
@@ -185,6 +192,8 @@ async fn drive(
             w.operate(&pods, &claims).await;
             if Instant::now() >= next_check {
                 w.check(&pods, &claims).await;
+                // Every Ready pod's file is read back (and written anew) once per period.
+                w.verified.clear();
                 next_check = Instant::now() + CHECK_EVERY;
             }
         }
@@ -613,10 +622,57 @@ impl World<'_> {
             {
                 self.expected.insert(claim_uid, content);
                 self.report.files_written += 1;
+                self.sabotage(slot, &path, &file, claims);
             } else {
                 // Whether it reached the volume is unknown: nothing to expect.
                 self.expected.remove(&claim_uid);
             }
+        }
+    }
+
+    /// `--sabotage`: breaks what the checks guard, once each.
+    fn sabotage(
+        &mut self,
+        slot: usize,
+        path: &Path,
+        file: &Path,
+        claims: &[PersistentVolumeClaim],
+    ) {
+        let Some(kind) = self.sabotage.first().copied() else {
+            return;
+        };
+        let done = match kind {
+            Sabotage::Unmount => std::process::Command::new("umount")
+                .arg("-l")
+                .arg(path)
+                .status()
+                .is_ok_and(|s| s.success()),
+            Sabotage::Corrupt => write_synced(file, b"not what was written").is_ok(),
+            Sabotage::DeleteVolume => {
+                let Some(handle) = claims
+                    .iter()
+                    .find(|c| c.metadata.name.as_deref() == Some(claim_name(slot).as_str()))
+                    .and_then(|c| c.spec.as_ref()?.volume_name.clone())
+                    .filter(|_| slot % 2 == 0)
+                    .and_then(|pv| self.pv_handles.get(&pv).cloned())
+                else {
+                    return;
+                };
+                let img = self
+                    .cluster
+                    .data_dir()
+                    .join("ec2")
+                    .join("volumes")
+                    .join(format!("{handle}.img"));
+                std::fs::remove_file(img).is_ok()
+            }
+        };
+        if done {
+            eprintln!(
+                "chaos: sabotage {kind:?} through claim {}",
+                claim_name(slot)
+            );
+            self.sabotage.remove(0);
         }
     }
 
@@ -651,8 +707,12 @@ impl World<'_> {
             .await;
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
         if let Ok(l) = pvs.list(&ListParams::default()).await {
-            self.ebs_volumes
-                .extend(l.items.iter().filter_map(check::ebs_handle));
+            for pv in &l.items {
+                if let (Some(name), Some(h)) = (pv.metadata.name.clone(), check::ebs_handle(pv)) {
+                    self.ebs_volumes.insert(h.clone());
+                    self.pv_handles.insert(name, h);
+                }
+            }
         }
     }
 
