@@ -233,7 +233,14 @@ impl RunningApiServer {
     /// A kubeconfig for `user` (its own token, minted on first use), so the audit trail names
     /// it. With a data directory the token is kept across restarts.
     pub fn kubeconfig_yaml_for(&self, user: &str) -> Result<String, Error> {
-        let token = self.app.tokens.token_for(user, &[])?;
+        self.kubeconfig_yaml_for_member(user, &[])
+    }
+
+    /// [`Self::kubeconfig_yaml_for`] a `user` in `groups` (a kubelet's `system:node:<name>` in
+    /// `system:nodes`, a service account in `system:serviceaccounts`), as a
+    /// `--token-auth-file` line names them. A user keeps the groups of its first token.
+    pub fn kubeconfig_yaml_for_member(&self, user: &str, groups: &[&str]) -> Result<String, Error> {
+        let token = self.app.tokens.token_for(user, groups)?;
         Ok(kubeconfig_yaml(&self.url, &self.app.ca_pem, user, &token))
     }
 

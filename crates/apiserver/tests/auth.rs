@@ -306,6 +306,71 @@ async fn kubeconfig_is_private_and_tokens_and_ca_survive_a_restart() {
 }
 
 #[tokio::test]
+async fn a_user_minted_with_groups_keeps_them_across_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = apiserver::Config {
+        data_dir: Some(dir.path().to_path_buf()),
+        ..Default::default()
+    };
+    let first = apiserver::ApiServer::start(config.clone()).await.unwrap();
+    let yaml = first
+        .kubeconfig_yaml_for_member("system:node:n1", &["system:nodes"])
+        .unwrap();
+    let token = kubeconfig_token(&yaml);
+    // The kubeconfig names the user (quoted: it holds colons).
+    let kc = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+    assert_eq!(kc.auth_infos[0].name, "system:node:n1");
+    // Asked again: the same token.
+    assert_eq!(
+        kubeconfig_token(
+            &first
+                .kubeconfig_yaml_for_member("system:node:n1", &["system:nodes"])
+                .unwrap()
+        ),
+        token
+    );
+    let alice = kubeconfig_token(&first.kubeconfig_yaml_for("alice").unwrap());
+    first.shutdown().await.unwrap();
+
+    // Kept as `--token-auth-file` lines: the user with its groups, the other with none.
+    let kept = std::fs::read_to_string(dir.path().join("tokens.csv")).unwrap();
+    let line = |t: &str| {
+        kept.lines()
+            .find(|l| l.starts_with(&format!("{t},")))
+            .unwrap_or_else(|| panic!("{t} not in {kept}"))
+            .to_string()
+    };
+    let node = line(&token);
+    assert!(
+        node.starts_with(&format!("{token},system:node:n1,")),
+        "{node}"
+    );
+    assert!(node.ends_with(",\"system:nodes\""), "{node}");
+    assert!(line(&alice).ends_with(",\"\""), "{}", line(&alice));
+
+    // After a restart the token still authenticates (a 401 otherwise) and the audit names it.
+    let second = apiserver::ApiServer::start(config).await.unwrap();
+    let host = second.addr().to_string();
+    let (code, body) = raw(
+        &second,
+        "POST",
+        "/api/v1/namespaces",
+        &host,
+        Some(&format!("Bearer {token}")),
+        Some(ns("by-n1")),
+    )
+    .await;
+    assert_eq!(code, 201, "{body}");
+    let creators: Vec<String> = second
+        .audit()
+        .into_iter()
+        .filter(|r| r.verb == "create" && r.resource == "namespaces")
+        .map(|r| r.user)
+        .collect();
+    assert_eq!(creators, vec!["system:node:n1"]);
+}
+
+#[tokio::test]
 async fn token_auth_file_users_authenticate() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("tokens.csv");

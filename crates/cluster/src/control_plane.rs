@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::HOSTPATH_DRIVER;
 use crate::config::{DEFAULT_PORT, Migration, SharedMigration, UpConfig};
+use crate::identity::{self, Identity, Kubeconfigs};
 use crate::supervisor::{self, Factory, Run, Stage, Supervisor};
 use crate::{CLUSTER_NAME, Error, REGION};
 
@@ -64,7 +65,7 @@ pub(crate) async fn start_api_server(
 }
 
 /// Writes `data` to `path` with mode 0600 (also when the file exists).
-fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut f = std::fs::OpenOptions::new()
@@ -288,18 +289,23 @@ where
 
 /// The PV controller, the attach/detach controller (both with the in-tree plugin's EC2 client
 /// and the controller side's migration gate, read at each start), csi-attacher and
-/// csi-provisioner for the EBS driver at `ebs_endpoint`.
+/// csi-provisioner for the EBS driver at `ebs_endpoint`; each with its own identity.
 pub(crate) async fn start_controllers(
     sup: &Supervisor,
     cloud: &Cloud,
-    kubeconfig: &Path,
+    kubeconfigs: &Kubeconfigs<'_>,
     migration: &SharedMigration,
     skip_attach: volume_plugins::SkipAttachMode,
     ebs_endpoint: &str,
 ) -> Result<(), Error> {
     let in_tree: Arc<dyn ebs_cloud::Cloud> = cloud.in_tree.clone();
 
-    let pv_client = client(kubeconfig, &pv_controller::user_agent()).await?;
+    let pv_client = kubeconfigs
+        .client(
+            &Identity::service_account(identity::PV_CONTROLLER_SA),
+            &pv_controller::user_agent(),
+        )
+        .await?;
     let (cloud_for_pv, gates) = (in_tree.clone(), migration.clone());
     sup.spawn(
         PV_CONTROLLER,
@@ -320,7 +326,12 @@ pub(crate) async fn start_controllers(
 
     // apiserver-lite has no garbage collector: the controller also deletes the claims of
     // pods that are gone (docs/ephemeral-volume.md).
-    let ephemeral_client = client(kubeconfig, &ephemeral_volume::user_agent()).await?;
+    let ephemeral_client = kubeconfigs
+        .client(
+            &Identity::service_account(identity::EPHEMERAL_VOLUME_SA),
+            &ephemeral_volume::user_agent(),
+        )
+        .await?;
     sup.spawn(
         EPHEMERAL_VOLUME,
         Stage::Controllers,
@@ -337,7 +348,8 @@ pub(crate) async fn start_controllers(
         }),
     );
 
-    let (kubeconfig_for_adc, gates) = (kubeconfig.to_path_buf(), migration.clone());
+    let kubeconfig_for_adc = kubeconfigs.path(&Identity::service_account(identity::ADC_SA))?;
+    let gates = migration.clone();
     sup.spawn(
         ADC,
         Stage::Controllers,
@@ -359,9 +371,15 @@ pub(crate) async fn start_controllers(
         }),
     );
 
-    spawn_attacher(sup, ATTACHER, ebs_endpoint, kubeconfig)?;
+    let sidecars = kubeconfigs.path(&Identity::attacher(crate::EBS_DRIVER))?;
+    spawn_attacher(sup, ATTACHER, ebs_endpoint, &sidecars)?;
 
-    let provisioner_client = client(kubeconfig, "csi-provisioner/csi-cluster").await?;
+    let provisioner_client = kubeconfigs
+        .client(
+            &Identity::provisioner(crate::EBS_DRIVER),
+            "csi-provisioner/csi-cluster",
+        )
+        .await?;
     let provisioner_config = provisioner_config(ebs_endpoint, &["--default-fstype=ext4".into()])?;
     sup.spawn(
         PROVISIONER,
@@ -420,7 +438,7 @@ pub fn attacher_name(driver: &str) -> String {
 pub(crate) fn start_hostpath_attach(
     sup: &Supervisor,
     data_dir: &Path,
-    kubeconfig: &Path,
+    kubeconfigs: &Kubeconfigs<'_>,
     plan: Option<&csi_spec::faults::FaultPlan>,
 ) -> Result<(), Error> {
     let dir = data_dir.join("sockets");
@@ -446,7 +464,8 @@ pub(crate) fn start_hostpath_attach(
     )?;
     sup.spawn(HOSTPATH_CONTROLLER, Stage::Drivers, factory);
     let endpoint = fault_proxy(sup, HOSTPATH_CONTROLLER, &endpoint, plan)?;
-    spawn_attacher(sup, &attacher_name(HOSTPATH_DRIVER), &endpoint, kubeconfig)
+    let kubeconfig = kubeconfigs.path(&Identity::attacher(HOSTPATH_DRIVER))?;
+    spawn_attacher(sup, &attacher_name(HOSTPATH_DRIVER), &endpoint, &kubeconfig)
 }
 
 /// The plugins the controller side migrates now.
@@ -462,13 +481,18 @@ fn controller_plugins(gates: &SharedMigration) -> Result<volume_plugins::Migrate
 /// A csi-provisioner for `driver` at `endpoint`: central, or `--node-deployment` for `node`.
 pub(crate) async fn spawn_provisioner(
     sup: &Supervisor,
-    kubeconfig: &Path,
+    kubeconfigs: &Kubeconfigs<'_>,
     driver: &str,
     endpoint: &str,
     node: Option<&str>,
 ) -> Result<(), Error> {
     let name = crate::external::external_provisioner(node, driver);
-    let client = client(kubeconfig, &format!("csi-provisioner/csi-cluster {name}")).await?;
+    let client = kubeconfigs
+        .client(
+            &Identity::provisioner(driver),
+            &format!("csi-provisioner/csi-cluster {name}"),
+        )
+        .await?;
     let extra: Vec<String> = match node {
         Some(node) => vec!["--node-deployment".into(), format!("--node-name={node}")],
         None => Vec::new(),

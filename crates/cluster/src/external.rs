@@ -26,6 +26,7 @@ use csi_spec::v1::identity_client::IdentityClient;
 use crate::config::UpConfig;
 use crate::control_plane::{self, attacher_name, spawn_provisioner};
 use crate::external_process::{Child, child_factory};
+use crate::identity::{Identity, Kubeconfigs};
 use crate::nodes::{self, NodeSpec};
 use crate::supervisor::{Stage, Supervisor};
 use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER};
@@ -241,7 +242,7 @@ pub(crate) async fn start(
     drivers: &[ExternalDriver],
     config: &UpConfig,
     data_dir: &Path,
-    kubeconfig: &Path,
+    kubeconfigs: &Kubeconfigs<'_>,
     specs: &[NodeSpec],
 ) -> Result<(), Error> {
     let sockets = data_dir.join("sockets");
@@ -286,11 +287,11 @@ pub(crate) async fn start(
                 sup,
                 &attacher_name(&driver.name),
                 &controller_endpoint,
-                kubeconfig,
+                &kubeconfigs.path(&Identity::attacher(&driver.name))?,
             )?;
         }
         if !config.driver_node_deployment {
-            spawn_provisioner(sup, kubeconfig, &driver.name, &controller_endpoint, None).await?;
+            spawn_provisioner(sup, kubeconfigs, &driver.name, &controller_endpoint, None).await?;
         }
         for node in specs {
             let root = node.root_dir(data_dir);
@@ -305,7 +306,7 @@ pub(crate) async fn start(
             );
             if config.driver_node_deployment {
                 let endpoint = format!("unix://{}", socket.display());
-                spawn_provisioner(sup, kubeconfig, &driver.name, &endpoint, Some(&node.name))
+                spawn_provisioner(sup, kubeconfigs, &driver.name, &endpoint, Some(&node.name))
                     .await?;
             }
         }

@@ -13,7 +13,8 @@
 //! file; [`status`] prints what the cluster is doing.
 //!
 //! Modules: [`config`] (flags and what `up` runs with), `logs` (one log file per component),
-//! `control_plane`, `nodes`, `objects` (CSIDrivers, StorageClasses), `external` and
+//! `control_plane`, `nodes`, [`identity`] (each component's own kubeconfig and API user),
+//! `objects` (CSIDrivers, StorageClasses), `external` and
 //! `external_process` (`--driver` plugins as child processes), `workloads` (scheduler,
 //! StatefulSet controller), `teardown` (mounts, loop devices, sockets), `pidfile`, [`status`].
 //! `docs/cluster.md` is the user's guide.
@@ -26,6 +27,7 @@ mod control_plane;
 pub mod demo;
 mod external;
 mod external_process;
+pub mod identity;
 mod logs;
 mod nodes;
 mod objects;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::config::{Migration, SharedMigration, UpConfig};
 use crate::control_plane::{self, driver_factory};
+use crate::identity::{Identity, Kubeconfigs};
 use crate::supervisor::{self, Stage, Supervisor};
 use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER, REGION};
 
@@ -97,7 +98,7 @@ pub(crate) async fn start_node(
     node: &NodeSpec,
     index: usize,
     data_dir: &Path,
-    kubeconfig: &Path,
+    kubeconfigs: &Kubeconfigs<'_>,
     migration: &SharedMigration,
     config: &UpConfig,
 ) -> Result<(), Error> {
@@ -194,7 +195,9 @@ pub(crate) async fn start_node(
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    let (kubeconfig_for_agent, gates) = (kubeconfig.to_path_buf(), migration.clone());
+    // The kubelet's own credential: system:node:<name>.
+    let kubeconfig_for_agent = kubeconfigs.path(&Identity::node(&node.name))?;
+    let gates = migration.clone();
     sup.spawn(
         node_agent(&node.name),
         Stage::Controllers,
@@ -218,7 +221,7 @@ pub(crate) async fn start_node(
 
     control_plane::spawn_provisioner(
         sup,
-        kubeconfig,
+        kubeconfigs,
         HOSTPATH_DRIVER,
         &hostpath_endpoint,
         Some(&node.name),

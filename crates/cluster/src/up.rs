@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{MigrationState, SharedMigration, UpConfig};
 use crate::control_plane::{self, kubeconfig_path};
+use crate::identity::{self, Kubeconfigs};
 use crate::nodes::{self, NodeSpec};
 use crate::supervisor::Supervisor;
 use crate::teardown::{self, Leftovers};
@@ -88,7 +89,8 @@ impl RunningCluster {
         tracing::info!(data_dir = %data_dir.display(), nodes = config.nodes, migration = %config.migration, "starting");
 
         let server = control_plane::start_api_server(&config, &data_dir).await?;
-        let kubeconfig = kubeconfig_path(&data_dir);
+        // Each component's own credential (identity.rs); `<data-dir>/kubeconfig` is the admin's.
+        let kubeconfigs = Kubeconfigs::new(&server, &data_dir)?;
         let admin = server.client();
         let created = objects::ensure(
             &admin,
@@ -114,7 +116,7 @@ impl RunningCluster {
             control_plane::start_controllers(
                 &sup,
                 &cloud,
-                &kubeconfig,
+                &kubeconfigs,
                 &migration,
                 config.skip_attach,
                 &ebs_endpoint,
@@ -124,7 +126,7 @@ impl RunningCluster {
                 control_plane::start_hostpath_attach(
                     &sup,
                     &data_dir,
-                    &kubeconfig,
+                    &kubeconfigs,
                     config.csi_faults.as_ref(),
                 )?;
             }
@@ -137,12 +139,12 @@ impl RunningCluster {
                     dev_root: cloud.sim.node_dev_root(instance_id),
                     ebs_metrics: ebs_driver::DriverMetrics::default(),
                 };
-                nodes::start_node(&sup, &spec, i, &data_dir, &kubeconfig, &migration, &config)
+                nodes::start_node(&sup, &spec, i, &data_dir, &kubeconfigs, &migration, &config)
                     .await?;
                 specs.push(spec);
             }
-            external::start(&sup, &drivers, &config, &data_dir, &kubeconfig, &specs).await?;
-            let workload_controllers = workloads::start(&sup, &kubeconfig).await?;
+            external::start(&sup, &drivers, &config, &data_dir, &kubeconfigs, &specs).await?;
+            let workload_controllers = workloads::start(&sup, &kubeconfigs).await?;
             Ok::<_, Error>((specs, workload_controllers))
         }
         .await;
@@ -211,6 +213,11 @@ impl RunningCluster {
 
     pub fn kubeconfig(&self) -> PathBuf {
         kubeconfig_path(&self.data_dir)
+    }
+
+    /// `<data-dir>/kubeconfigs`: one kubeconfig per component identity ([`identity`]).
+    pub fn kubeconfigs_dir(&self) -> PathBuf {
+        identity::kubeconfigs_dir(&self.data_dir)
     }
 
     /// The nodes' names, `node-0` first.
@@ -506,6 +513,10 @@ fn print_summary(
         }
     }
     println!("  workloads   {}", workload_controllers.join(", "));
+    println!(
+        "  components' kubeconfigs  {}/ (each its own user)",
+        identity::kubeconfigs_dir(data_dir).display()
+    );
     println!("  logs        {}/", data_dir.join("logs").display());
     for c in logs::COMPONENTS {
         println!("    {:<20} {}", c.file, c.what);

@@ -2,11 +2,10 @@
 //! Pods and claims. They stop first on shutdown, so nothing new is asked of the storage stack
 //! while it stops.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use crate::Error;
-use crate::control_plane::client;
+use crate::identity::{self, Identity, Kubeconfigs};
 use crate::supervisor::{self, Stage, Supervisor};
 
 /// The workload controllers' component names.
@@ -14,8 +13,13 @@ pub const SCHEDULER: &str = "scheduler";
 pub const STATEFULSET: &str = "StatefulSet controller";
 
 /// Starts the scheduler and the StatefulSet controller; returns their names.
-pub(crate) async fn start(sup: &Supervisor, kubeconfig: &Path) -> Result<Vec<String>, Error> {
-    let scheduler_client = client(kubeconfig, &scheduler::user_agent()).await?;
+pub(crate) async fn start(
+    sup: &Supervisor,
+    kubeconfigs: &Kubeconfigs<'_>,
+) -> Result<Vec<String>, Error> {
+    let scheduler_client = kubeconfigs
+        .client(&Identity::scheduler(), &scheduler::user_agent())
+        .await?;
     sup.spawn(
         SCHEDULER,
         Stage::Workloads,
@@ -27,7 +31,12 @@ pub(crate) async fn start(sup: &Supervisor, kubeconfig: &Path) -> Result<Vec<Str
             ))
         }),
     );
-    let statefulset_client = client(kubeconfig, &statefulset::user_agent()).await?;
+    let statefulset_client = kubeconfigs
+        .client(
+            &Identity::service_account(identity::STATEFULSET_SA),
+            &statefulset::user_agent(),
+        )
+        .await?;
     sup.spawn(
         STATEFULSET,
         Stage::Workloads,
