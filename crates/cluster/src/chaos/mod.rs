@@ -6,7 +6,8 @@
 //! moment after they are created (in the middle of stage or publish), CSI calls fail before or
 //! after the driver did the work (fault proxies in front of every driver socket, see
 //! [`csi_spec::faults`]) or are held back, EC2 calls are throttled or slowed, every component
-//! is killed and started again, and the hostpath CSIDriver's `attachRequired` is flipped
+//! is killed and started again (apiserver-lite restarted from its data dir, breaking every
+//! watch), and the hostpath CSIDriver's `attachRequired` is flipped
 //! (the field is immutable, so the object is replaced, as an operator would).
 //!
 //! All along, invariants are checked from sources that are not the components themselves

@@ -65,7 +65,7 @@ enum Later {
 
 /// The schedule's state.
 struct World<'a> {
-    cluster: &'a RunningCluster,
+    cluster: &'a mut RunningCluster,
     client: Client,
     plan: FaultPlan,
     rng: SplitMix64,
@@ -122,10 +122,10 @@ pub(super) async fn run(flags: &ChaosFlags, seed: u64) -> Result<Report, Error> 
     config.hostpath_attach_required = true;
     config.csi_faults = Some(plan.clone());
     config.port = Some(0);
-    let cluster = RunningCluster::start(config).await?;
+    let mut cluster = RunningCluster::start(config).await?;
     let result = async {
         cluster.wait_ready().await?;
-        drive(&cluster, flags, seed, plan).await
+        drive(&mut cluster, flags, seed, plan).await
     }
     .await;
     let stopped = cluster.stop().await;
@@ -143,7 +143,7 @@ pub(super) async fn run(flags: &ChaosFlags, seed: u64) -> Result<Report, Error> 
 }
 
 async fn drive(
-    cluster: &RunningCluster,
+    cluster: &mut RunningCluster,
     flags: &ChaosFlags,
     seed: u64,
     plan: FaultPlan,
@@ -155,6 +155,8 @@ async fn drive(
         .into_iter()
         .filter(|c| !c.contains("fault proxy"))
         .collect();
+    let nodes = cluster.node_names();
+    let checker = Checker::new(start, cluster.data_dir());
     let mut w = World {
         cluster,
         client,
@@ -162,8 +164,8 @@ async fn drive(
         rng: SplitMix64::new(seed),
         seed,
         claims: flags.claims,
-        nodes: cluster.node_names(),
-        checker: Checker::new(start, cluster.data_dir()),
+        nodes,
+        checker,
         report: Report {
             seed,
             ..Report::default()
@@ -198,7 +200,7 @@ async fn drive(
             }
         }
         if Instant::now() >= next_history {
-            w.checker.ec2_history(cluster.ec2());
+            w.checker.ec2_history(w.cluster.ec2());
             next_history = Instant::now() + HISTORY_EVERY;
         }
         if last_progress.elapsed() >= Duration::from_secs(30) {
@@ -221,7 +223,7 @@ async fn drive(
     w.settle(flags.settle).await;
     eprintln!("chaos: settled; deleting everything");
     w.delete_everything(flags.settle).await;
-    w.checker.ec2_history(cluster.ec2());
+    w.checker.ec2_history(w.cluster.ec2());
     w.finish(start);
     Ok(w.report)
 }
@@ -308,9 +310,14 @@ impl World<'_> {
             72..=83 => self.csi_fault(),
             84..=86 => self.csi_delay(),
             87..=96 => self.ec2_fault(),
-            _ => {
+            97 | 98 => {
                 if self.rng.chance(0.3) {
                     self.flip_attach_required().await;
+                }
+            }
+            _ => {
+                if self.rng.chance(0.3) {
+                    self.restart_api_server().await;
                 }
             }
         }
@@ -473,6 +480,20 @@ impl World<'_> {
             self.op();
             let after = self.rng.millis(200, 4000);
             self.later(after, Later::Start(c));
+        }
+    }
+
+    /// apiserver-lite stopped and started again from its data dir: every watch breaks.
+    async fn restart_api_server(&mut self) {
+        match self.cluster.restart_api_server().await {
+            Ok(()) => {
+                self.kills += 1;
+                self.op();
+            }
+            Err(e) => tracing::warn!(error = %e, "chaos: restarting apiserver-lite"),
+        }
+        if let Ok(c) = self.cluster.client() {
+            self.client = c;
         }
     }
 
@@ -884,10 +905,18 @@ impl World<'_> {
 /// Bound (a claim being deleted with no pod left must go).
 fn stuck(pods: &[Pod], claims: &[PersistentVolumeClaim]) -> Vec<String> {
     let mut out = Vec::new();
+    let deleting: BTreeSet<&str> = claims
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_some())
+        .filter_map(|c| c.metadata.name.as_deref())
+        .collect();
     for p in pods {
+        // A pod whose claim is being deleted never starts ("PVC is being deleted"), as in
+        // Kubernetes: waiting for it is right, not stuck.
+        let claim_deleting = slot_of(p).is_some_and(|s| deleting.contains(claim_name(s).as_str()));
         if p.metadata.deletion_timestamp.is_some() {
             out.push(format!("pod {} being deleted", pod_name(p)));
-        } else if !check::is_ready(p) {
+        } else if !check::is_ready(p) && !claim_deleting {
             out.push(format!(
                 "pod {} not Ready on {:?}",
                 pod_name(p),
