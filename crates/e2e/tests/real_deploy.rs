@@ -66,7 +66,7 @@ async fn ebs_overlay_installed_from_images_serves_a_pod_and_uninstalls_clean() {
     let (key_id, secret) = ("AKIDDEPLOYTEST", "deploy-test-secret");
     let sim = Simulator::start(
         SimConfig {
-            state_dir: run.work.path().join("ec2"),
+            state_dir: dev_dir.1.join("ec2"),
             timing: Timing::Fast,
             backing: Backing::Loop,
             device_dir: Some(dev_dir.0.clone()),
@@ -816,20 +816,62 @@ fn collect_strings(v: &Value, pointer: &str, out: &mut Vec<(String, String)>) {
     }
 }
 
-/// A dir under /dev for ec2-sim's attachment links, removed on drop.
-struct DevDir(PathBuf);
+/// Where this run keeps ec2-sim's attachment links (a dir under /dev, as udev's links on an
+/// instance) and its state (the volumes' backing files), both named by the test's pid and
+/// removed on drop. A run that was killed never drops them: the next run sweeps what runs
+/// whose pid is gone left, loop devices included.
+struct DevDir(PathBuf, PathBuf);
+
+const RUN_PREFIX: &str = "csi-rs-real-deploy-";
 
 impl DevDir {
     fn new() -> DevDir {
-        let dir = PathBuf::from(format!("/dev/csi-rs-real-deploy-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        DevDir(dir)
+        sweep_killed_runs();
+        let pid = std::process::id();
+        let dir = PathBuf::from(format!("/dev/{RUN_PREFIX}{pid}"));
+        let state = PathBuf::from(format!("/var/tmp/{RUN_PREFIX}{pid}"));
+        for d in [&dir, &state] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        DevDir(dir, state)
     }
 }
 
 impl Drop for DevDir {
     fn drop(&mut self) {
+        // ec2-sim has released its loop devices by now (its shutdown detaches them).
         let _ = std::fs::remove_dir_all(&self.0);
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+/// Removes the dirs of runs whose process is gone, after detaching the loop devices backed by
+/// files in their state dir (unmounting what still uses them first).
+fn sweep_killed_runs() {
+    for parent in ["/dev", "/var/tmp"] {
+        let Ok(entries) = std::fs::read_dir(parent) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.strip_prefix(RUN_PREFIX) else {
+                continue;
+            };
+            if Path::new("/proc").join(pid).exists() {
+                continue;
+            }
+            let path = e.path();
+            if parent == "/var/tmp" {
+                for (dev, backing) in test_support::loop_devices() {
+                    if Path::new(&backing).starts_with(&path) {
+                        test_support::unmount_device(&dev);
+                        let _ = Command::new("losetup").arg("-d").arg(&dev).status();
+                    }
+                }
+            }
+            eprintln!("removing {} (left by a killed run)", path.display());
+            let _ = std::fs::remove_dir_all(&path);
+        }
     }
 }
 

@@ -93,6 +93,46 @@ pub fn unmount_all_below(dir: &std::path::Path) {
     }
 }
 
+/// Every loop device and its backing file (`losetup --list`); empty if losetup fails.
+pub fn loop_devices() -> Vec<(String, std::path::PathBuf)> {
+    let Ok(out) = std::process::Command::new("losetup")
+        .args([
+            "--list",
+            "--noheadings",
+            "--raw",
+            "--output",
+            "NAME,BACK-FILE",
+        ])
+        .output()
+    else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (dev, file) = l.split_once(' ')?;
+            Some((dev.to_string(), std::path::PathBuf::from(file.trim())))
+        })
+        .collect()
+}
+
+/// Unmounts (lazily) every mount whose source is `device`; errors are ignored, as in
+/// [`unmount_all_below`].
+pub fn unmount_device(device: &str) {
+    let Ok(bytes) = std::fs::read("/proc/self/mountinfo") else {
+        return;
+    };
+    let Ok(table) = mount_utils::findmnt::parse(&bytes) else {
+        return;
+    };
+    for e in table.into_iter().filter(|e| e.source == device) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&e.mount_point)
+            .status();
+    }
+}
+
 /// Debian's kubectl 1.20 (`kubernetes-client`, the one a machine without kubectl gets), which
 /// `scripts/setup` unpacks into `~/.cache/csi-rs-kubectl-1.20` beside the kubectl on PATH
 /// (`CSI_RS_KUBECTL_1_20` overrides where). `None`, after [`skip_or_fail`] saying why, when it
