@@ -176,7 +176,7 @@ async fn mount_steps(
                     ))
                     .await;
                 if let Err(s) = staged {
-                    if !is_final(&s) {
+                    if !is_final(&s) || left_mounted(&staging, "NodeStageVolume", &s).await {
                         progress.staged = Some(StagedVolume {
                             unique_name: v.unique_name.clone(),
                             spec_name: v.spec_name.clone(),
@@ -289,7 +289,7 @@ async fn mount_steps(
         ))
         .await;
     if let Err(s) = result {
-        if !is_final(&s) {
+        if !is_final(&s) || left_mounted(&target, "NodePublishVolume", &s).await {
             progress.published = Some(published);
         }
         return Err(OpError::new(Step::SetUp, rpc_error(&s)));
@@ -435,6 +435,26 @@ async fn remove_unmounted_dir(dir: &Path) -> Result<(), OpError> {
                 dir.display()
             ),
         ));
+/// Whether a stage or publish that failed with a final code left `path` mounted anyway. The
+/// kubelet believes a final code and records nothing, so a driver that mounted and then failed
+/// a later step (a resize, a fsck, an answer lost behind a proxy) without unmounting leaves a
+/// mount that nothing tears down, and the volume drops out of volumesInUse while mounted: the
+/// attach/detach controller may detach it under the mount. We look at the mount table instead
+/// (a deliberate difference from the kubelet, docs/node-agent.md): a mount that is there is
+/// recorded as uncertain, kept in use, and torn down when no pod wants it. `csi-cluster chaos`
+/// found this with a fault after a NodeStage that had succeeded.
+async fn left_mounted(path: &Path, call: &str, status: &tonic::Status) -> bool {
+    let Ok(table) = mount_utils::findmnt::read().await else {
+        // Unknown: assume the worst, as for a non-final code.
+        return true;
+    };
+    let mounted = mount_utils::findmnt::mount_at(&table, path).is_some();
+    if mounted {
+        tracing::warn!(path = %path.display(), code = ?status.code(), "{call} failed with a final code but left its target mounted: recorded as uncertain");
+    }
+    mounted
+}
+
     }
     match tokio::fs::remove_dir(dir).await {
         Ok(()) => Ok(()),
