@@ -42,7 +42,8 @@ fn main() -> anyhow::Result<()> {
             Command::Demo(demo) => cluster::demo::run(demo).await?,
             Command::Bench(bench) => cluster::bench::run(bench).await?,
             Command::Chaos(flags) => {
-                let report = cluster::chaos::run(&flags).await?;
+                let report =
+                    cluster::chaos::run_until(&flags, sidecar::shutdown_on_signals()).await?;
                 for v in &report.violations {
                     println!("violation {v}");
                 }
@@ -54,6 +55,9 @@ fn main() -> anyhow::Result<()> {
                     report.elapsed.as_secs_f64()
                 );
                 println!("{}", report.summary());
+                if report.interrupted {
+                    println!("(interrupted: the schedule was cut short)");
+                }
                 if !report.violations.is_empty() {
                     anyhow::bail!("replay: {}", flags.replay(report.seed));
                 }

@@ -141,6 +141,8 @@ pub struct Report {
     pub files_verified: u64,
     pub violations: Vec<Violation>,
     pub elapsed: Duration,
+    /// The schedule was cut short (Ctrl-C / SIGTERM).
+    pub interrupted: bool,
     /// The temp data dir kept because of a violation (its logs explain it).
     pub kept: Option<PathBuf>,
 }
@@ -161,6 +163,15 @@ impl Report {
 /// Runs the schedule on a throw-away cluster and checks it; a violation is in the report, not
 /// an error (errors are for a cluster that could not be run at all).
 pub async fn run(flags: &ChaosFlags) -> Result<Report, Error> {
+    run_until(flags, tokio_util::sync::CancellationToken::new()).await
+}
+
+/// [`run`], with the schedule cut short when `stop` is cancelled (Ctrl-C): the cluster still
+/// settles, is checked and cleaned up, and the report says so.
+pub async fn run_until(
+    flags: &ChaosFlags,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<Report, Error> {
     crate::require_root("chaos")?;
     if flags.nodes < 2 || flags.nodes > 10 {
         return Err(Error::Config(format!(
@@ -175,7 +186,7 @@ pub async fn run(flags: &ChaosFlags) -> Result<Report, Error> {
         )));
     }
     let seed = flags.seed.unwrap_or_else(seed_from_clock);
-    schedule::run(flags, seed).await
+    schedule::run(flags, seed, stop).await
 }
 
 fn seed_from_clock() -> u64 {

@@ -95,7 +95,11 @@ struct World<'a> {
     sabotage: Vec<Sabotage>,
 }
 
-pub(super) async fn run(flags: &ChaosFlags, seed: u64) -> Result<Report, Error> {
+pub(super) async fn run(
+    flags: &ChaosFlags,
+    seed: u64,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<Report, Error> {
     let (dir, temp) = match &flags.data_dir {
         Some(d) => {
             std::fs::create_dir_all(d).map_err(|e| Error::io("creating the data dir", d, e))?;
@@ -125,7 +129,7 @@ pub(super) async fn run(flags: &ChaosFlags, seed: u64) -> Result<Report, Error> 
     let mut cluster = RunningCluster::start(config).await?;
     let result = async {
         cluster.wait_ready().await?;
-        drive(&mut cluster, flags, seed, plan).await
+        drive(&mut cluster, flags, seed, plan, stop).await
     }
     .await;
     let stopped = cluster.stop().await;
@@ -147,6 +151,7 @@ async fn drive(
     flags: &ChaosFlags,
     seed: u64,
     plan: FaultPlan,
+    stop: tokio_util::sync::CancellationToken,
 ) -> Result<Report, Error> {
     let start = Instant::now();
     let client = cluster.client()?;
@@ -188,6 +193,14 @@ async fn drive(
     let (mut next_check, mut next_history) = (start, start);
     let mut last_progress = start;
     while Instant::now() < end {
+        if stop.is_cancelled() {
+            eprintln!(
+                "chaos: interrupted after {}s; settling and cleaning up",
+                start.elapsed().as_secs()
+            );
+            w.report.interrupted = true;
+            break;
+        }
         w.run_due(false).await;
         if let Some((pods, claims)) = w.list().await {
             w.data(&pods, &claims).await;
@@ -214,7 +227,10 @@ async fn drive(
             );
         }
         let pause = w.rng.millis(40, 200);
-        tokio::time::sleep(pause).await;
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = stop.cancelled() => {}
+        }
     }
     eprintln!(
         "chaos: schedule done after {}s; settling",
