@@ -418,23 +418,6 @@ pub(super) async fn unpublish(ctx: &OpContext, v: &MountedVolume) -> Result<(), 
     Ok(())
 }
 
-/// Removes `dir` if it is still there and not a mount point; a mount still there is an error
-/// (the driver said it unpublished, but the kernel disagrees).
-async fn remove_unmounted_dir(dir: &Path) -> Result<(), OpError> {
-    if tokio::fs::symlink_metadata(dir).await.is_err() {
-        return Ok(());
-    }
-    let table = mount_utils::findmnt::read()
-        .await
-        .map_err(|e| OpError::new(Step::TearDown, e.to_string()))?;
-    if mount_utils::findmnt::mount_at(&table, dir).is_some() {
-        return Err(OpError::new(
-            Step::TearDown,
-            format!(
-                "{} is still mounted after NodeUnpublishVolume succeeded",
-                dir.display()
-            ),
-        ));
 /// Whether a stage or publish that failed with a final code left `path` mounted anyway. The
 /// kubelet believes a final code and records nothing, so a driver that mounted and then failed
 /// a later step (a resize, a fsck, an answer lost behind a proxy) without unmounting leaves a
@@ -455,6 +438,23 @@ async fn left_mounted(path: &Path, call: &str, status: &tonic::Status) -> bool {
     mounted
 }
 
+/// Removes `dir` if it is still there and not a mount point; a mount still there is an error
+/// (the driver said it unpublished, but the kernel disagrees).
+async fn remove_unmounted_dir(dir: &Path) -> Result<(), OpError> {
+    if tokio::fs::symlink_metadata(dir).await.is_err() {
+        return Ok(());
+    }
+    let table = mount_utils::findmnt::read()
+        .await
+        .map_err(|e| OpError::new(Step::TearDown, e.to_string()))?;
+    if mount_utils::findmnt::mount_at(&table, dir).is_some() {
+        return Err(OpError::new(
+            Step::TearDown,
+            format!(
+                "{} is still mounted after NodeUnpublishVolume succeeded",
+                dir.display()
+            ),
+        ));
     }
     match tokio::fs::remove_dir(dir).await {
         Ok(()) => Ok(()),
