@@ -162,10 +162,39 @@ fn mint(listen: IpAddr) -> Result<(String, String, String), Error> {
     Ok((ca_cert.pem(), leaf_cert.pem(), leaf_key.serialize_pem()))
 }
 
+/// The audiences of the API server itself (kube-apiserver's `--api-audiences`, which defaults
+/// to its `--service-account-issuer`; this is kubeadm's and the test harness's issuer): a
+/// TokenRequest without audiences gets these, and only a token issued for one of them is
+/// accepted by the API server.
+pub(crate) const API_AUDIENCES: &[&str] = &["https://kubernetes.default.svc.cluster.local"];
+
+/// What a token issued through the TokenRequest API (`serviceaccounts/<name>/token`) is
+/// limited to: it authenticates as its ServiceAccount until `expires`, only for the API
+/// audiences, and only while its ServiceAccount (and the pod it is bound to) still exist with
+/// the same uid, as kube-apiserver's service-account authenticator checks (the handlers check
+/// those objects). Kept in memory
+/// only (a restart forgets them; their holders ask for new ones, as the kubelet does).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BoundToken {
+    pub expires: jiff::Timestamp,
+    pub audiences: Vec<String>,
+    pub namespace: String,
+    pub service_account: String,
+    pub service_account_uid: String,
+    /// The object it is bound to: (kind `Pod` or `Secret`, name, uid).
+    pub bound: Option<(String, String, String)>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    user: UserInfo,
+    bound: Option<BoundToken>,
+}
+
 /// Bearer tokens and whom they stand for.
 #[derive(Debug)]
 pub(crate) struct Tokens {
-    by_token: Mutex<HashMap<String, UserInfo>>,
+    by_token: Mutex<HashMap<String, Entry>>,
     /// Minted tokens are appended here (when the server has a data directory).
     file: Option<PathBuf>,
 }
@@ -195,7 +224,7 @@ impl Tokens {
                         n + 1
                     ))
                 })?;
-                by_token.insert(token, user);
+                by_token.insert(token, Entry { user, bound: None });
             }
         }
         Ok(Tokens {
@@ -204,23 +233,71 @@ impl Tokens {
         })
     }
 
-    pub fn authenticate(&self, token: &str) -> Option<UserInfo> {
-        self.by_token
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(token)
-            .cloned()
+    /// Whom `token` stands for at `now`, and what an issued token is bound to (the caller
+    /// checks that those objects still exist). An expired issued token is forgotten; one
+    /// issued for other audiences is not accepted here (it is meant for someone else).
+    pub fn authenticate(
+        &self,
+        token: &str,
+        now: jiff::Timestamp,
+    ) -> Option<(UserInfo, Option<BoundToken>)> {
+        let mut map = self.by_token.lock().unwrap_or_else(PoisonError::into_inner);
+        let entry = map.get(token)?;
+        if let Some(b) = &entry.bound {
+            if b.expires <= now {
+                map.remove(token);
+                return None;
+            }
+            if !b
+                .audiences
+                .iter()
+                .any(|a| API_AUDIENCES.contains(&a.as_str()))
+            {
+                return None;
+            }
+        }
+        Some((entry.user.clone(), entry.bound.clone()))
+    }
+
+    /// A new token for ServiceAccount `bound.namespace/bound.service_account` (a
+    /// TokenRequest), valid as [`BoundToken`] says. Expired tokens are dropped on the way.
+    pub fn issue(&self, bound: BoundToken) -> String {
+        let token = random_token();
+        let user = UserInfo {
+            name: format!(
+                "system:serviceaccount:{}:{}",
+                bound.namespace, bound.service_account
+            ),
+            uid: bound.service_account_uid.clone(),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{}", bound.namespace),
+                "system:authenticated".into(),
+            ],
+        };
+        let mut map = self.by_token.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = jiff::Timestamp::now();
+        map.retain(|_, e| e.bound.as_ref().is_none_or(|b| b.expires > now));
+        map.insert(
+            token.clone(),
+            Entry {
+                user,
+                bound: Some(bound),
+            },
+        );
+        token
     }
 
     /// The token of `user` (minted, and kept in the data directory, on first use).
     pub fn token_for(&self, user: &str, groups: &[&str]) -> Result<String, Error> {
         let mut map = self.by_token.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((t, _)) = map.iter().find(|(_, u)| u.name == user) {
+        if let Some((t, _)) = map
+            .iter()
+            .find(|(_, e)| e.bound.is_none() && e.user.name == user)
+        {
             return Ok(t.clone());
         }
-        let mut bytes = [0u8; 32];
-        rand::rng().fill_bytes(&mut bytes);
-        let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let token = random_token();
         let info = UserInfo {
             name: user.to_string(),
             uid: uuid::Uuid::new_v4().to_string(),
@@ -237,9 +314,22 @@ impl Tokens {
             write_private(path, text.as_bytes())
                 .map_err(|e| pki_err(format!("{}: {e}", path.display())))?;
         }
-        map.insert(token.clone(), info);
+        map.insert(
+            token.clone(),
+            Entry {
+                user: info,
+                bound: None,
+            },
+        );
         Ok(token)
     }
+}
+
+/// 32 random bytes, hex.
+fn random_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `token,user,uid[,"group1,group2"]`, as kube-apiserver's `--token-auth-file`.
@@ -304,13 +394,54 @@ mod tests {
         let t = tokens.token_for("alice", &["g"]).unwrap();
         assert_eq!(tokens.token_for("alice", &["g"]).unwrap(), t);
         let again = Tokens::load(None, Some(dir.path())).unwrap();
-        assert_eq!(again.authenticate(&t).unwrap().name, "alice");
-        assert!(again.authenticate("nope").is_none());
+        let now = jiff::Timestamp::now();
+        assert_eq!(again.authenticate(&t, now).unwrap().0.name, "alice");
+        assert!(again.authenticate("nope", now).is_none());
         use std::os::unix::fs::PermissionsExt;
         let mode = std::fs::metadata(dir.path().join("tokens.csv"))
             .unwrap()
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn issued_tokens_expire_and_serve_only_the_api_audiences() {
+        let tokens = Tokens::load(None, None).unwrap();
+        let now = jiff::Timestamp::now();
+        let bound = |audience: &str, secs: i64| BoundToken {
+            expires: now + jiff::SignedDuration::from_secs(secs),
+            audiences: vec![audience.to_string()],
+            namespace: "ns".into(),
+            service_account: "sa".into(),
+            service_account_uid: "u1".into(),
+            bound: None,
+        };
+        let t = tokens.issue(bound(API_AUDIENCES[0], 600));
+        let (user, b) = tokens.authenticate(&t, now).unwrap();
+        assert_eq!(user.name, "system:serviceaccount:ns:sa");
+        assert_eq!(user.uid, "u1");
+        assert_eq!(
+            user.groups,
+            vec![
+                "system:serviceaccounts",
+                "system:serviceaccounts:ns",
+                "system:authenticated"
+            ]
+        );
+        assert_eq!(b.unwrap().service_account, "sa");
+        let later = now + jiff::SignedDuration::from_secs(601);
+        assert!(tokens.authenticate(&t, later).is_none(), "expired");
+        assert!(
+            tokens.authenticate(&t, now).is_none(),
+            "forgotten once expired"
+        );
+        let vault = tokens.issue(bound("vault", 600));
+        assert!(tokens.authenticate(&vault, now).is_none(), "not for us");
+        // A user's own token is never an issued one.
+        let admin = tokens
+            .token_for("system:serviceaccount:ns:sa", &[])
+            .unwrap();
+        assert_ne!(admin, t);
     }
 }

@@ -102,6 +102,17 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "verbs": ["create"],
             }));
         }
+        if r.group.is_empty() && r.plural == "serviceaccounts" {
+            out.push(json!({
+                "name": "serviceaccounts/token",
+                "singularName": "",
+                "namespaced": true,
+                "group": "authentication.k8s.io",
+                "version": "v1",
+                "kind": "TokenRequest",
+                "verbs": ["create"],
+            }));
+        }
     }
     if out.is_empty() {
         return None;

@@ -1,6 +1,6 @@
 //! Request bodies in Kubernetes' protobuf encoding (`application/vnd.kubernetes.protobuf`),
 //! which kubectl's `create <generator>` commands (`create namespace`, `create secret`, ...)
-//! post, decoded into the JSON the rest of the server works on. Only the kinds those commands
+//! and `create token` post, decoded into the JSON the rest of the server works on. Only the kinds those commands
 //! make and this server serves are known: a body of another kind, or with a field not listed
 //! here, is refused (415) rather than stored without it. Zero values are absent, as JSON's
 //! `omitempty` leaves them out (Go's encoder writes them).
@@ -126,12 +126,36 @@ const BINDING: &[Field] = &[
     ),
 ];
 
+/// What `kubectl create token` (and the kubelet) post to `serviceaccounts/NAME/token`.
+const TOKEN_REQUEST: &[Field] = &[
+    (1, "metadata", F::Msg(META)),
+    (
+        2,
+        "spec",
+        F::Msg(&[
+            (1, "audiences", F::RepStr),
+            (
+                3,
+                "boundObjectRef",
+                F::Msg(&[
+                    (1, "kind", F::Str),
+                    (2, "apiVersion", F::Str),
+                    (3, "name", F::Str),
+                    (4, "uid", F::Str),
+                ]),
+            ),
+            (4, "expirationSeconds", F::Int),
+        ]),
+    ),
+];
+
 fn schema(api_version: &str, kind: &str) -> Option<&'static [Field]> {
     Some(match (api_version, kind) {
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         ("v1", "Secret") => SECRET,
         ("v1", "ConfigMap") => CONFIG_MAP,
+        ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
         ("rbac.authorization.k8s.io/v1", "Role") => ROLE,
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => CLUSTER_ROLE,
         ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => BINDING,

@@ -211,6 +211,22 @@ impl ApiError {
         .with_details(Self::object_details(def, name))
     }
 
+    /// A 409 `Conflict` on something named by group and resource only (kube-apiserver's
+    /// `NewConflict` with a hand-made GroupResource).
+    pub fn conflict_on(group: &str, resource: &str, name: &str, why: &str) -> Self {
+        let qualified = if group.is_empty() {
+            resource.to_string()
+        } else {
+            format!("{resource}.{group}")
+        };
+        Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {qualified} \"{name}\": {why}"),
+        )
+        .with_details(json!({ "name": name, "group": group, "kind": resource }))
+    }
+
     pub fn stale(def: &ResourceDef, name: &str) -> Self {
         Self::conflict(
             def,
@@ -220,6 +236,26 @@ impl ApiError {
     }
 
     pub fn invalid(def: &ResourceDef, name: &str, errors: &[FieldError]) -> Self {
+        Self::invalid_named(&def.qualified_kind(), def.group, def.kind, name, errors)
+    }
+
+    /// [`Self::invalid`] for a kind that is not a stored resource (a TokenRequest).
+    pub fn invalid_kind(group: &str, kind: &str, name: &str, errors: &[FieldError]) -> Self {
+        let qualified = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{kind}.{group}")
+        };
+        Self::invalid_named(&qualified, group, kind, name, errors)
+    }
+
+    fn invalid_named(
+        qualified: &str,
+        group: &str,
+        kind: &str,
+        name: &str,
+        errors: &[FieldError],
+    ) -> Self {
         let joined = if errors.len() == 1 {
             errors[0].to_string()
         } else {
@@ -233,12 +269,12 @@ impl ApiError {
         Self::new(
             422,
             "Invalid",
-            format!("{} \"{name}\" is invalid: {joined}", def.qualified_kind()),
+            format!("{qualified} \"{name}\" is invalid: {joined}"),
         )
         .with_details(json!({
             "name": name,
-            "group": def.group,
-            "kind": def.kind,
+            "group": group,
+            "kind": kind,
             "causes": causes,
         }))
     }

@@ -8,6 +8,7 @@ mod scale;
 
 pub(crate) use scale::has_scale;
 mod smp;
+mod token;
 mod write;
 
 use std::collections::HashMap;
@@ -98,7 +99,9 @@ pub(crate) async fn dispatch(State(app): State<Arc<App>>, request: Request) -> R
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(crate::auth::bearer)
-        .and_then(|t| app.tokens.authenticate(t));
+        .and_then(|t| app.tokens.authenticate(t, jiff::Timestamp::now()))
+        .filter(|(_, bound)| bound.as_ref().is_none_or(|b| token::still_bound(&app, b)))
+        .map(|(user, _)| user);
     let Some(user) = user else {
         app.metrics
             .request(parts.method.as_str(), resource_label(&path), 401);
@@ -219,6 +222,7 @@ async fn route(app: &Arc<App>, path: &str, req: Req) -> ApiResult<Response> {
         (&Method::PATCH, true, None | Some("status")) => write::patch(app, &target, &req),
         (&Method::DELETE, true, None) => delete::delete(app, &target, &req),
         (&Method::POST, true, Some("binding")) => write::bind(app, &target, &req),
+        (&Method::POST, true, Some("token")) => token::create(app, &target, &req),
         (&Method::GET, true, Some("scale")) => scale::get(app, &target),
         (&Method::PUT, true, Some("scale")) => scale::write(app, &target, &req, false),
         (&Method::PATCH, true, Some("scale")) => scale::write(app, &target, &req, true),
@@ -254,6 +258,7 @@ fn parse_target(group: &str, version: &str, rest: &[&str]) -> ApiResult<Target> 
         None => {}
         Some("status") if def.status => {}
         Some("binding") if def.plural == "pods" && def.group.is_empty() => {}
+        Some("token") if def.plural == "serviceaccounts" && def.group.is_empty() => {}
         Some("scale") if scale::has_scale(def) => {}
         Some(_) => return Err(ApiError::no_route()),
     }

@@ -67,6 +67,21 @@ impl Target {
         }
     }
 
+    /// A client that sends `token` as its bearer token (and no client certificate).
+    pub async fn client_with_token(&self, token: &str) -> kube::Client {
+        let mut config = match &self.server {
+            Server::Lite(s) => s.kube_config().unwrap(),
+            Server::Real(c) => {
+                let kc = kube::config::Kubeconfig::read_from(c.admin_kubeconfig()).unwrap();
+                kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                    .await
+                    .unwrap()
+            }
+        };
+        config.auth_info = serde_json::from_value(serde_json::json!({ "token": token })).unwrap();
+        kube::Client::try_from(config).unwrap()
+    }
+
     /// The `minor` of the server's `/version`.
     pub fn minor(&self) -> &'static str {
         if self.is_real() { "26" } else { "34" }
