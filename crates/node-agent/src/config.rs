@@ -86,6 +86,12 @@ pub struct Flags {
     #[arg(long, default_value = "100ms", value_parser = parse_go_duration, value_name = "DURATION")]
     pub reconciler_sync_period: Duration,
 
+    /// How often the pods' volumes are synced again when nothing changed: a volume whose
+    /// CSIDriver says requiresRepublish is published again (NodePublishVolume) this often, as
+    /// the kubelet's --sync-frequency.
+    #[arg(long, default_value = "1m", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub sync_frequency: Duration,
+
     /// Queries per second to the API server (client-go semantics: negative = unlimited).
     #[arg(
         long,
@@ -135,6 +141,9 @@ pub struct Options {
     pub node_status_report_frequency: Duration,
     pub node_lease_duration_seconds: i32,
     pub reconciler_sync_period: Duration,
+    /// How often volumes of `requiresRepublish` drivers are published again
+    /// (`--sync-frequency`).
+    pub sync_frequency: Duration,
     /// First retry delay of a failed mount or unmount; doubles up to `backoff_max`.
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
@@ -169,6 +178,7 @@ impl Options {
             node_status_report_frequency: Duration::from_secs(300),
             node_lease_duration_seconds: 40,
             reconciler_sync_period: Duration::from_millis(100),
+            sync_frequency: Duration::from_secs(60),
             backoff_initial: Duration::from_millis(500),
             backoff_max: Duration::from_secs(122),
             csi_timeout: Duration::from_secs(120),
@@ -244,6 +254,7 @@ impl Flags {
         }
         for (flag, value) in [
             ("--reconciler-sync-period", self.reconciler_sync_period),
+            ("--sync-frequency", self.sync_frequency),
             (
                 "--node-status-update-frequency",
                 self.node_status_update_frequency,
@@ -268,6 +279,7 @@ impl Flags {
         options.node_status_report_frequency = self.node_status_report_frequency;
         options.node_lease_duration_seconds = self.node_lease_duration_seconds;
         options.reconciler_sync_period = self.reconciler_sync_period;
+        options.sync_frequency = self.sync_frequency;
         options.volume_stats_period = self.volume_stats_agg_period;
         options.dev_root = self.dev_root.clone();
         Ok(Config {

@@ -164,6 +164,7 @@ impl VolumeManager {
             running: Arc::new(tokio::sync::Semaphore::new(
                 operations::DEFAULT_MAX_CONCURRENT_OPERATIONS,
             )),
+            tokens: operations::sa_tokens::TokenCache::default(),
         });
         let (results_tx, mut results) = mpsc::unbounded_channel();
         let mut reconciler = Reconciler::new(
@@ -172,6 +173,7 @@ impl VolumeManager {
                 backoff_initial: self.options.backoff_initial,
                 backoff_max: self.options.backoff_max,
                 stuck_event_after: self.stuck_event_after,
+                republish_period: self.options.sync_frequency,
             },
             asw,
             results_tx,

@@ -99,6 +99,9 @@ pub struct ReconcilerOptions {
     /// How long a volume may wait (for volumesAttached, a driver, a PVC) before a
     /// `FailedMount` Event says why.
     pub stuck_event_after: Duration,
+    /// How often a published volume whose CSIDriver says `requiresRepublish` is published
+    /// again (the kubelet remounts such volumes on each pod sync, `--sync-frequency`).
+    pub republish_period: Duration,
 }
 
 pub struct Reconciler {
@@ -116,6 +119,8 @@ pub struct Reconciler {
     /// operations, the unmounts' too); forgotten once unstaged. After a restart a volume is
     /// known migrated again once a pod that wants it is mounted.
     migrated: HashSet<String>,
+    /// When each (volume, pod) was last published, for `requiresRepublish` drivers.
+    published_at: HashMap<(String, String), Instant>,
 }
 
 /// What a pass needs to read.
@@ -149,7 +154,34 @@ impl Reconciler {
             metrics,
             vas,
             migrated: HashSet::new(),
+            published_at: HashMap::new(),
         }
+    }
+
+    /// Whether the volume's driver wants NodePublish again now and then
+    /// (`requiresRepublish`, for tokens or contents that expire).
+    fn requires_republish(&self, v: &VolumeToMount) -> bool {
+        let MountKind::Csi(c) = &v.kind else {
+            return false;
+        };
+        self.ctx
+            .csidrivers
+            .get(&c.driver)
+            .and_then(|d| d.spec.requires_republish)
+            .unwrap_or(false)
+    }
+
+    /// Whether a published volume is due for its periodic republish. A publish this agent has
+    /// not timed (rebuilt from disk) counts from the first time it is looked at.
+    fn republish_due(&mut self, v: &VolumeToMount, pod_uid: &str, now: Instant) -> bool {
+        if !self.requires_republish(v) {
+            return false;
+        }
+        let at = *self
+            .published_at
+            .entry((v.unique_name.clone(), pod_uid.to_string()))
+            .or_insert(now);
+        now.duration_since(at) >= self.options.republish_period
     }
 
     /// Whether an operation on the volume is running.
@@ -401,6 +433,7 @@ impl Reconciler {
                 .asw
                 .mounted(&v.unique_name, &pod.uid)
                 .is_some_and(|m| !m.uncertain)
+                && !self.republish_due(v, &pod.uid, now)
             {
                 continue;
             }
@@ -515,6 +548,7 @@ impl Reconciler {
                 match result {
                     Ok(m) => {
                         self.backoff.remove(&key);
+                        self.published_at.insert(key.clone(), Instant::now());
                         self.metrics.operation(
                             "volume_mount",
                             &unique_name,
@@ -546,7 +580,13 @@ impl Reconciler {
                             tracing::info!(volume = %unique_name, uncertain = s.uncertain, "recording the stage of a failed mount");
                             self.asw.add_staged(s);
                         }
-                        if let Some(m) = published {
+                        // A failed republish leaves the volume as it was: still published
+                        // for the pod (the kubelet keeps a mounted volume mounted).
+                        let was_published = self
+                            .asw
+                            .mounted(&unique_name, &pod_uid)
+                            .is_some_and(|m| !m.uncertain);
+                        if let Some(m) = published.filter(|_| !was_published) {
                             self.asw.add_mounted(m);
                         }
                         self.back_off(key.clone());
@@ -588,6 +628,7 @@ impl Reconciler {
                         );
                         self.asw
                             .remove_mounted(&volume.unique_name, &volume.pod_uid);
+                        self.published_at.remove(&key);
                     }
                     Err(e) => {
                         self.metrics.operation(

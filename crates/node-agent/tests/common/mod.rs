@@ -5,6 +5,8 @@
 //! `node_agent::run`, or the real binary).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod recorder;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -57,7 +59,11 @@ pub struct TestNode {
     pub root: PathBuf,
     pub driver_socket: PathBuf,
     pub state_dir: PathBuf,
+    /// Where the hostpath driver itself serves when a recording shim
+    /// ([`Env::add_recorded_node`]) is in front of it on `driver_socket`.
+    pub behind_shim: Option<PathBuf>,
     driver: Option<Task>,
+    shim: Option<Task>,
     registrar: Option<Task>,
     agent: Option<Task>,
 }
@@ -65,6 +71,11 @@ pub struct TestNode {
 impl TestNode {
     pub fn registry_dir(&self) -> PathBuf {
         self.root.join("plugins_registry")
+    }
+
+    /// The hostpath driver's own socket (CreateVolume goes there directly).
+    pub fn hostpath_socket(&self) -> &Path {
+        self.behind_shim.as_deref().unwrap_or(&self.driver_socket)
     }
 }
 
@@ -201,7 +212,9 @@ impl Env {
             root,
             driver_socket,
             state_dir,
+            behind_shim: None,
             driver: None,
+            shim: None,
             registrar: None,
             agent: None,
         };
@@ -209,6 +222,50 @@ impl Env {
         start_registrar(&mut node).await;
         self.nodes.push(node);
         self.nodes.len() - 1
+    }
+
+    /// [`Env::add_node`] with the recording shim (`recorder`) on the registered socket in
+    /// front of the hostpath driver: returns the node's index and its NodePublishVolume
+    /// requests as they arrive.
+    pub async fn add_recorded_node(&mut self, name: &str) -> (usize, recorder::Publishes) {
+        let root = self.dir.path().join(name).join("kubelet");
+        let state_dir = self.dir.path().join(name).join("hostpath-state");
+        let sock_dir = root.join("plugins").join(DRIVER);
+        std::fs::create_dir_all(&sock_dir).unwrap();
+        std::fs::create_dir_all(root.join("plugins_registry")).unwrap();
+        let mut node = TestNode {
+            name: name.into(),
+            root,
+            driver_socket: sock_dir.join("csi.sock"),
+            state_dir,
+            behind_shim: Some(sock_dir.join("hostpath.sock")),
+            driver: None,
+            shim: None,
+            registrar: None,
+            agent: None,
+        };
+        start_driver(&mut node).await;
+        let publishes = recorder::Publishes::default();
+        let channel =
+            csi_spec::connect_unix_lazy(&node.hostpath_socket().display().to_string()).unwrap();
+        let router = recorder::router(channel, publishes.clone());
+        let socket =
+            csi_spec::UnixSocket::bind(&format!("unix://{}", node.driver_socket.display()))
+                .expect("bind the shim's socket");
+        let stop = CancellationToken::new();
+        let s = stop.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = socket.serve(router, s.cancelled_owned()).await {
+                eprintln!("recording shim stopped: {e}");
+            }
+        });
+        node.shim = Some(Task {
+            stop,
+            task: Some(task),
+        });
+        start_registrar(&mut node).await;
+        self.nodes.push(node);
+        (self.nodes.len() - 1, publishes)
     }
 
     /// The agent's options for node `i` (fast backoff and Events).
@@ -287,9 +344,14 @@ impl Env {
             stop_task(t).await;
         }
         for n in &mut self.nodes {
-            for t in [n.agent.take(), n.registrar.take(), n.driver.take()]
-                .into_iter()
-                .flatten()
+            for t in [
+                n.agent.take(),
+                n.registrar.take(),
+                n.shim.take(),
+                n.driver.take(),
+            ]
+            .into_iter()
+            .flatten()
             {
                 stop_task(t).await;
             }
@@ -350,9 +412,10 @@ impl Env {
         use csi_spec::v1::controller_client::ControllerClient;
         use csi_spec::v1::volume_capability::{AccessMode, AccessType, BlockVolume, MountVolume};
         use csi_spec::v1::{CapacityRange, CreateVolumeRequest, VolumeCapability};
-        let channel = csi_spec::connect_unix(&self.nodes[i].driver_socket.display().to_string())
-            .await
-            .unwrap();
+        let channel =
+            csi_spec::connect_unix(&self.nodes[i].hostpath_socket().display().to_string())
+                .await
+                .unwrap();
         let access_type = if block {
             AccessType::Block(BlockVolume {})
         } else {
@@ -540,12 +603,12 @@ async fn stop_task(mut t: Task) {
 
 async fn start_driver(node: &mut TestNode) {
     let config = hostpath_driver::Config {
-        endpoint: format!("unix://{}", node.driver_socket.display()),
+        endpoint: format!("unix://{}", node.hostpath_socket().display()),
         node_id: node.name.clone(),
         state_dir: node.state_dir.clone(),
         ..hostpath_driver::Config::default()
     };
-    let _ = std::fs::remove_file(&node.driver_socket);
+    let _ = std::fs::remove_file(node.hostpath_socket());
     let socket = csi_spec::UnixSocket::bind(&config.endpoint).expect("bind driver socket");
     let stop = CancellationToken::new();
     let s = stop.clone();

@@ -15,6 +15,7 @@ use csi_spec::v1::{
     NodeUnstageVolumeRequest, VolumeCapability,
 };
 
+use super::sa_tokens;
 use super::vol_data::{self, VolData};
 use super::{
     MountFailure, MountRequest, Mounted, OpContext, OpError, Progress, Step, is_final, make_dir,
@@ -235,9 +236,9 @@ async fn mount_steps(
     };
     let mut volume_context: HashMap<String, String> =
         c.volume_context.clone().into_iter().collect();
-    let pod_info = ctx
-        .csidrivers
-        .get(&c.driver)
+    let csidriver = ctx.csidrivers.get(&c.driver);
+    let pod_info = csidriver
+        .as_ref()
         .and_then(|d| d.spec.pod_info_on_mount)
         .unwrap_or(false);
     if pod_info {
@@ -257,6 +258,18 @@ async fn mount_steps(
             crate::volumemanager::volume_spec::EPHEMERAL_CONTEXT_KEY.into(),
             c.ephemeral.to_string(),
         );
+    }
+    // The pod's service account tokens, when the CSIDriver asks for them (with or without
+    // the pod's info); a token that cannot be had fails the publish before it starts.
+    let token_requests = csidriver
+        .as_ref()
+        .and_then(|d| d.spec.token_requests.clone())
+        .unwrap_or_default();
+    if !token_requests.is_empty() {
+        let tokens = sa_tokens::tokens_for(&ctx.client, &ctx.tokens, &req.pod, &token_requests)
+            .await
+            .map_err(|e| OpError::new(Step::SetUp, format!("{}: {e}", sa_tokens::FAILED)))?;
+        volume_context.insert(sa_tokens::TOKENS_CONTEXT_KEY.into(), tokens);
     }
     let published = MountedVolume {
         unique_name: v.unique_name.clone(),

@@ -5,6 +5,7 @@
 
 mod aws_ebs;
 mod csi;
+pub mod sa_tokens;
 pub mod vol_data;
 
 pub use csi::not_registered as csi_not_registered;
@@ -42,6 +43,8 @@ pub struct OpContext {
     /// otherwise runs 200 stages and publishes side by side, which buys no speed on a few
     /// cores but costs memory for all of them at once.
     pub running: Arc<tokio::sync::Semaphore>,
+    /// The pods' service account tokens handed to drivers with `tokenRequests`.
+    pub tokens: sa_tokens::TokenCache,
 }
 
 /// How many operations run at once by default.
