@@ -109,6 +109,76 @@ async fn a_failed_publish_keeps_the_stage_in_use_and_unstages_it_when_the_pod_go
     env.shutdown().await;
 }
 
+/// The driver stages the volume and then answers a final error (Internal: a driver that
+/// mounted, failed a later step and did not unmount; here a fault proxy drops its success).
+/// The kubelet would believe the code and forget the mount, so the volume would leave
+/// volumesInUse while mounted and could be detached under it. The agent sees the mount: the
+/// stage is uncertain, stays in use and attached, and is unstaged when the pod goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_final_error_after_the_driver_staged_keeps_the_stage_in_use() {
+    if !common::can_mount() {
+        return;
+    }
+    let mut env = Env::new().await;
+    env.create_csidriver(true).await;
+    let (n, plan) = env.add_faulty_node("node-a").await;
+    env.start_adc(SkipAttachMode::ThroughAdc);
+    env.start_attacher().await;
+    let options = env.agent_options(n, SkipAttachMode::ThroughAdc);
+    env.start_agent(n, options);
+    let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
+    let unique = csi_unique_volume_name(DRIVER, &handle);
+    env.wait_registered("node-a").await;
+    // Every NodeStage fails after the driver staged, until the rule is cleared.
+    plan.add(csi_spec::faults::Fault {
+        method: "NodeStageVolume".into(),
+        code: tonic::Code::Internal,
+        when: csi_spec::faults::When::After,
+        count: 1000,
+    });
+    env.create_pod("pod-1", "node-a", "claim-1").await;
+    let message = env
+        .event_message(Some("FailedMount"), "MountVolume.MountDevice failed")
+        .await;
+    assert!(
+        message.contains("fault injected after NodeStageVolume"),
+        "{message}"
+    );
+    let staging_root = env.nodes[n]
+        .root
+        .join("plugins/kubernetes.io/csi")
+        .join(DRIVER);
+    let staged = mounts_below(&staging_root).await;
+    assert_eq!(staged.len(), 1, "the driver staged: {staged:?}");
+
+    // The pod goes while the stage is still there. Until it is unstaged the volume must stay
+    // in volumesInUse and attached; then it is unstaged (NodeUnstage works) and released.
+    plan.clear();
+    env.pods()
+        .delete("pod-1", &Default::default())
+        .await
+        .unwrap();
+    let staging = Path::new(&staged[0]).to_path_buf();
+    test_support::eventually("unstaged, out of volumesInUse, detached", PATIENCE, || {
+        let (env, staging, unique) = (&env, &staging, &unique);
+        async move {
+            let still_staged = is_mounted(staging).await;
+            let (in_use, attached) = env.node_volumes("node-a").await;
+            if still_staged {
+                assert!(
+                    in_use.contains(unique) && attached.contains(unique),
+                    "{unique} left volumesInUse or volumesAttached while staged"
+                );
+                return None;
+            }
+            (!in_use.contains(unique) && !attached.contains(unique)).then_some(())
+        }
+    })
+    .await;
+    assert!(mounts_below(&staging_root).await.is_empty());
+    env.shutdown().await;
+}
+
 /// NodeStage fails with Unavailable (the driver is down): the driver may or may not have
 /// staged, so the stage is uncertain, not absent. The pod goes: the volume stays in
 /// volumesInUse and attached until the driver is back and NodeUnstage proves it clean.

@@ -268,6 +268,49 @@ impl Env {
         (self.nodes.len() - 1, publishes)
     }
 
+    /// [`Env::add_node`] with a fault proxy (`csi_spec::faults`) on the registered socket in
+    /// front of the hostpath driver: returns the node's index and the plan that fails calls.
+    pub async fn add_faulty_node(&mut self, name: &str) -> (usize, csi_spec::faults::FaultPlan) {
+        let root = self.dir.path().join(name).join("kubelet");
+        let state_dir = self.dir.path().join(name).join("hostpath-state");
+        let sock_dir = root.join("plugins").join(DRIVER);
+        std::fs::create_dir_all(&sock_dir).unwrap();
+        std::fs::create_dir_all(root.join("plugins_registry")).unwrap();
+        let mut node = TestNode {
+            name: name.into(),
+            root,
+            driver_socket: sock_dir.join("csi.sock"),
+            state_dir,
+            behind_shim: Some(sock_dir.join("hostpath.sock")),
+            driver: None,
+            shim: None,
+            registrar: None,
+            agent: None,
+        };
+        start_driver(&mut node).await;
+        let plan = csi_spec::faults::FaultPlan::new();
+        let socket =
+            csi_spec::UnixSocket::bind(&format!("unix://{}", node.driver_socket.display()))
+                .expect("bind the fault proxy's socket");
+        let target = format!("unix://{}", node.hostpath_socket().display());
+        let (stop, p) = (CancellationToken::new(), plan.clone());
+        let s = stop.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) =
+                csi_spec::faults::serve_proxy(socket, &target, p, s.cancelled_owned()).await
+            {
+                eprintln!("fault proxy stopped: {e}");
+            }
+        });
+        node.shim = Some(Task {
+            stop,
+            task: Some(task),
+        });
+        start_registrar(&mut node).await;
+        self.nodes.push(node);
+        (self.nodes.len() - 1, plan)
+    }
+
     /// The agent's options for node `i` (fast backoff and Events).
     pub fn agent_options(&self, i: usize, mode: SkipAttachMode) -> node_agent::Options {
         let n = &self.nodes[i];
