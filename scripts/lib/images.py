@@ -38,6 +38,20 @@ IMAGES = {
     "hostpath-csi-driver": "hostpath-driver",
 }
 
+# Cargo flags per image. The EBS driver's default `embedded-ec2` feature links ec2-sim (for
+# development, tests and `csictl demo`); a shipped driver must not, so it is built without it, in
+# a cargo invocation of its own (--no-default-features would apply to every -p of one call).
+CARGO_FLAGS = {
+    "ebs-csi-driver": ["--no-default-features"],
+}
+# Text a binary must hold: the EBS driver's answer to --embedded-ec2 in a build without the
+# simulator (ebs_driver::NO_EMBEDDED_EC2), only compiled in when the feature is off. A ship
+# binary without it is refused; a dev or release one (`--no-build` from the workspace build,
+# as crates/e2e's real_deploy test does) gets a warning.
+MUST_CONTAIN = {
+    "ebs-csi-driver": b"this build has no embedded EC2 (built without the embedded-ec2 feature)",
+}
+
 # What mount-utils execs (mount.rs, blkid.rs, format.rs, fsck.rs, resize.rs), found in PATH.
 MOUNT_TOOLS = [
     "mount", "umount", "blkid", "mkfs.ext2", "mkfs.ext3", "mkfs.ext4", "mkfs.xfs", "e2fsck",
@@ -296,12 +310,17 @@ def main():
     target = os.environ.get("CARGO_TARGET_DIR") or os.path.join(REPO, "target")
     profile_dir = "debug" if args.profile == "dev" else args.profile
     if not args.no_build:
-        cmd = ["cargo", "build", "--profile", args.profile]
+        # One cargo call per set of flags: the plain ones together, each flagged one alone.
+        groups = {}
         for n in names:
-            cmd += ["-p", IMAGES[n], "--bin", n]
-        print("images: " + " ".join(cmd), file=sys.stderr)
-        if subprocess.run(cmd, cwd=REPO, check=False).returncode != 0:
-            die("cargo build failed")
+            groups.setdefault(tuple(CARGO_FLAGS.get(n, [])), []).append(n)
+        for flags, group in sorted(groups.items()):
+            cmd = ["cargo", "build", "--profile", args.profile, *flags]
+            for n in group:
+                cmd += ["-p", IMAGES[n], "--bin", n]
+            print("images: " + " ".join(cmd), file=sys.stderr)
+            if subprocess.run(cmd, cwd=REPO, check=False).returncode != 0:
+                die("cargo build failed")
 
     epoch = os.environ.get("SOURCE_DATE_EPOCH", "0")
     try:
@@ -315,6 +334,21 @@ def main():
         binary_path = os.path.join(target, profile_dir, n)
         if not os.path.isfile(binary_path):
             die(f"{binary_path}: not built (drop --no-build, or build with --profile {args.profile})")
+        marker = MUST_CONTAIN.get(n)
+        if marker is not None:
+            with open(binary_path, "rb") as f:
+                built_right = marker in f.read()
+            if not built_right:
+                flags = " ".join(CARGO_FLAGS.get(n, []))
+                why = (f"{binary_path} was not built with {flags} (it links the embedded EC2 "
+                       f"simulator)")
+                # Ship images are the ones that run in real clusters: never with the simulator.
+                # A dev or release image from the workspace build (e2e's real_deploy test) may.
+                if args.profile == "ship":
+                    die(f"{why}: drop --no-build, or build it with "
+                        f"`cargo build --profile ship {flags} -p {IMAGES[n]}`")
+                print(f"images: warning: {why}; a {args.profile} image for tests only",
+                      file=sys.stderr)
         tag = f"{args.tag_prefix}{n}:{version}"
         path, config_digest = build_image(n, binary_path, tag, args.out, mtime, arch)
         size = os.path.getsize(path)

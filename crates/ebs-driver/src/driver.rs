@@ -17,12 +17,14 @@ use tonic::transport::Server;
 
 use crate::controller::{ControllerConfig, ControllerService};
 use crate::controller_svc::CsiControllerSvc;
+#[cfg(feature = "embedded-ec2")]
+use crate::embedded;
 use crate::identity::{CsiIdentitySvc, IdentityConfig};
 use crate::metrics::{RpcMetrics, RpcMetricsLayer};
 use crate::node::requests::NodeConfig;
 use crate::node::service::NodeService;
 use crate::node::{CsiNodeSvc, NodeInfo};
-use crate::{Error, Result, embedded};
+use crate::{Error, Result};
 
 /// Which services this process runs (seed 004, "No credentials on nodes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -57,9 +59,11 @@ pub struct DriverConfig {
     pub controller: ControllerConfig,
     /// The EC2 client (controller side only).
     pub aws: AwsConfig,
-    /// `--embedded-ec2 DIR`.
+    /// `--embedded-ec2 DIR`. Without the `embedded-ec2` feature the field is still there, and
+    /// setting it fails with [`crate::NO_EMBEDDED_EC2`].
     pub embedded_ec2: Option<PathBuf>,
     /// The embedded simulator's timing.
+    #[cfg(feature = "embedded-ec2")]
     pub embedded_timing: ec2_sim::Timing,
     /// `--http-endpoint`: metrics and health.
     pub http_endpoint: Option<SocketAddr>,
@@ -92,6 +96,7 @@ impl Default for DriverConfig {
             controller: ControllerConfig::default(),
             aws: AwsConfig::default(),
             embedded_ec2: None,
+            #[cfg(feature = "embedded-ec2")]
             embedded_timing: ec2_sim::Timing::Fast,
             http_endpoint: None,
             metrics: DriverMetrics::default(),
@@ -119,6 +124,7 @@ pub async fn serve(
 
 struct Parts {
     config: DriverConfig,
+    #[cfg(feature = "embedded-ec2")]
     embedded: Option<embedded::Embedded>,
     controller: Option<ControllerService>,
     node: Option<NodeService>,
@@ -131,7 +137,13 @@ impl Parts {
         let mut registry = Registry::with_prefix("ebs_csi");
         let rpc = config.metrics.rpc.clone();
         rpc.register(&mut registry);
+        #[cfg(not(feature = "embedded-ec2"))]
+        if config.embedded_ec2.is_some() {
+            return Err(Error::invalid("embedded_ec2", crate::NO_EMBEDDED_EC2));
+        }
+        #[cfg(feature = "embedded-ec2")]
         let mut embedded = None;
+        #[cfg(feature = "embedded-ec2")]
         if let Some(dir) = config.embedded_ec2.clone() {
             if !config.mode.controller() {
                 return Err(Error::invalid(
@@ -157,6 +169,7 @@ impl Parts {
             let cloud = AwsCloud::new(config.aws.clone(), metrics)
                 .await
                 .map_err(|e| Error::invalid("aws", e.to_string()))?;
+            #[cfg(feature = "embedded-ec2")]
             if let Some(dir) = &config.embedded_ec2 {
                 let instance = embedded::register_instance(&cloud, dir).await?;
                 if config.node_info.node_id.is_empty() {
@@ -195,6 +208,7 @@ impl Parts {
         config.identity.controller_service = controller.is_some();
         Ok(Parts {
             config,
+            #[cfg(feature = "embedded-ec2")]
             embedded,
             controller,
             node,
@@ -206,6 +220,7 @@ impl Parts {
     async fn serve(self, socket: UnixSocket, shutdown: impl Future<Output = ()>) -> Result<()> {
         let Parts {
             config,
+            #[cfg(feature = "embedded-ec2")]
             embedded,
             controller,
             node,
@@ -264,6 +279,7 @@ impl Parts {
         if let Some(server) = http {
             server.shutdown().await;
         }
+        #[cfg(feature = "embedded-ec2")]
         if let Some(e) = embedded {
             if let Err(err) = e.sim.shutdown().await {
                 tracing::warn!(error = %err, "stopping the embedded EC2");

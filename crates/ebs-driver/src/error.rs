@@ -41,7 +41,6 @@ pub(crate) fn code(e: &Error) -> Code {
         // The attach failed on the cloud side and was undone; a retry starts afresh.
         Error::StuckAttaching { .. } => Code::Internal,
         Error::Cloud(c) => cloud_code(c),
-        Error::Rpc { .. } => Code::Unknown,
         Error::Io { .. } | Error::Endpoint(_) | Error::Http(_) | Error::Internal(_) => {
             Code::Internal
         }

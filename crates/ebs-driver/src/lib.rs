@@ -1,4 +1,4 @@
-//! ebs-csi-driver: the AWS EBS CSI driver (seed 004), and `csictl`.
+//! ebs-csi-driver: the AWS EBS CSI driver (seed 004).
 //!
 //! - [`ControllerService`] (`controller/`): volumes, attachments and snapshots through the
 //!   `ebs_cloud::Cloud` trait (implemented over aws-sdk-ec2 by `ebs-cloud-aws`); idempotent,
@@ -8,8 +8,11 @@
 //!   only on blank devices, fsck, mount and bind mounts, stats, online resize; [`CsiNodeSvc`] is
 //!   its csi.v1.Node adapter; [`CsiIdentitySvc`] answers csi.v1.Identity;
 //! - [`run`] / [`serve`]: the services of a [`Mode`] (controller, node, all) on a unix socket,
-//!   `--embedded-ec2`, the metrics and health endpoint (`metrics`);
-//! - [`csictl`]: a CSI client for any driver socket, and `csictl demo`.
+//!   `--embedded-ec2` (only with the `embedded-ec2` feature, on by default; the images are
+//!   built without it, so a shipped driver links no simulator), the metrics and health
+//!   endpoint (`metrics`).
+//!
+//! `csictl`, a CSI client for any driver socket, is its own crate (`crates/csictl`).
 //!
 //! Adapters validate requests and map [`Error`] to a status in one place (`error.rs`). See
 //! `docs/ebs-driver.md` and `docs/ebs-driver-node.md`.
@@ -19,8 +22,8 @@ use std::path::PathBuf;
 mod capability;
 pub mod controller;
 mod controller_svc;
-pub mod csictl;
 mod driver;
+#[cfg(feature = "embedded-ec2")]
 mod embedded;
 mod error;
 pub mod go_args;
@@ -33,6 +36,10 @@ pub use controller_svc::CsiControllerSvc;
 pub use driver::{DriverConfig, DriverMetrics, Mode, run, serve};
 pub use ebs_cloud::BatchConfig;
 pub use ebs_cloud_aws::AwsConfig;
+#[cfg(feature = "embedded-ec2")]
+pub use ec2_sim::Timing as EmbeddedTiming;
+#[cfg(feature = "embedded-ec2")]
+pub use embedded::loop_devices_available;
 pub use identity::{CsiIdentitySvc, IdentityConfig};
 pub use mount_utils::{Usage, VolumeStats};
 pub use node::requests::{
@@ -236,16 +243,18 @@ pub enum Error {
     #[error(transparent)]
     Cloud(#[from] ebs_cloud::CloudError),
 
-    /// A CSI call made by csictl failed.
-    #[error("{code}: {message}")]
-    Rpc { code: String, message: String },
-
     /// A bug or an unexpected runtime condition (a worker task panicked...).
     #[error("internal error: {0}")]
     Internal(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why `--embedded-ec2` (`DriverConfig::embedded_ec2`) fails in a build without the
+/// `embedded-ec2` feature, such as the images' (scripts/images checks a shipped binary holds
+/// this text, i.e. was built without the simulator).
+pub const NO_EMBEDDED_EC2: &str =
+    "this build has no embedded EC2 (built without the embedded-ec2 feature)";
 
 impl Error {
     pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {

@@ -43,11 +43,12 @@ struct Flags {
 
     /// Start ec2-sim in this process with its state in DIR (loop-device backed), point the
     /// EC2 client at it and register this machine as an instance: a complete driver on one
-    /// machine with `--mode all`.
+    /// machine with `--mode all`. Only in builds with the `embedded-ec2` feature (the
+    /// default of `cargo build`); the images are built without it and refuse the flag.
     #[arg(long, value_name = "DIR")]
     embedded_ec2: Option<PathBuf>,
 
-    /// Timing of the embedded EC2: instant, fast, realistic.
+    /// Timing of the embedded EC2: instant, fast, realistic (with --embedded-ec2).
     #[arg(long, default_value = "fast")]
     embedded_timing: String,
 
@@ -340,10 +341,19 @@ async fn main() -> anyhow::Result<()> {
         };
         (26 - reserved).max(1)
     };
+    #[cfg(feature = "embedded-ec2")]
     let embedded_timing = f
         .embedded_timing
         .parse()
         .map_err(|e| anyhow::anyhow!("--embedded-timing: {e}"))?;
+    #[cfg(not(feature = "embedded-ec2"))]
+    {
+        if f.embedded_ec2.is_some() {
+            anyhow::bail!("--embedded-ec2: {}", ebs_driver::NO_EMBEDDED_EC2);
+        }
+        // Only read with --embedded-ec2, which this build refuses.
+        let _ = &f.embedded_timing;
+    }
     let mut extra_tags: BTreeMap<String, String> = BTreeMap::new();
     extra_tags.extend(f.extra_volume_tags.into_iter().flatten());
     extra_tags.extend(f.extra_tags.into_iter().flatten());
@@ -392,6 +402,7 @@ async fn main() -> anyhow::Result<()> {
             ..AwsConfig::default()
         },
         embedded_ec2: f.embedded_ec2,
+        #[cfg(feature = "embedded-ec2")]
         embedded_timing,
         http_endpoint: f.http_endpoint,
         metrics: ebs_driver::DriverMetrics::default(),

@@ -1,5 +1,5 @@
 //! Whole flows over the real socket: the volume lifecycle with real mounts (data survives
-//! unstage/stage and detach/attach), `csictl demo`, 100 concurrent publishes, the attach limit,
+//! unstage/stage and detach/attach), 100 concurrent publishes, the attach limit,
 //! "Kubernetes changes its mind" (seed 004), and faults from ec2-sim.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -78,26 +78,6 @@ async fn data_survives_unstage_stage_and_detach_attach() {
         .await
         .unwrap();
     c.delete_volume(delete_req(&v.volume_id)).await.unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn csictl_demo_walks_a_volume_through_its_life() {
-    if !ctl::block_parts_or_skip("the demo needs loop devices and mkfs/mount") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let r = ebs_driver::csictl::demo::run(ebs_driver::csictl::demo::DemoArgs {
-        dir: Some(dir.path().to_path_buf()),
-        fs_type: "ext4".into(),
-        timing: "fast".into(),
-    })
-    .await;
-    ctl::unmount_under(dir.path());
-    r.unwrap();
-    // Nothing left mounted, and the socket is gone.
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!info.contains(&dir.path().display().to_string()));
-    assert!(!dir.path().join("csi.sock").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -308,6 +308,44 @@ fn pre_stop_hook_returns_at_once() {
     assert!(out.status.success(), "{out:?}");
 }
 
+/// `--embedded-ec2` is in every build's help; a build without the `embedded-ec2` feature (the
+/// images') refuses it with a clear error before it creates anything, one with the feature
+/// takes it (and here refuses it in node mode, also before creating anything).
+#[test]
+fn embedded_ec2_flag_is_documented_and_refused_without_the_feature() {
+    let help = Command::new(env!("CARGO_BIN_EXE_ebs-csi-driver"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("--embedded-ec2 <DIR>") && help.contains("embedded-ec2` feature"),
+        "{help}"
+    );
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path().join("ec2");
+    let endpoint = format!("unix://{}", scratch.path().join("csi.sock").display());
+    let out = Command::new(env!("CARGO_BIN_EXE_ebs-csi-driver"))
+        .args(["--mode", "node", "--node-id", "i-0123456789abcdef0"])
+        .args(["--endpoint", &endpoint, "--embedded-ec2"])
+        .arg(&dir)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let needle = if cfg!(feature = "embedded-ec2") {
+        "needs --mode all or controller"
+    } else {
+        "--embedded-ec2: this build has no embedded EC2 (built without the embedded-ec2 feature)"
+    };
+    assert!(stderr.contains(needle), "{stderr}");
+    assert!(!dir.exists());
+    assert!(!scratch.path().join("csi.sock").exists());
+}
+
 /// A fake instance metadata service (IMDSv2: a token first, then the paths with it).
 async fn fake_imds(instance_id: &'static str, zone: &'static str) -> std::net::SocketAddr {
     use axum::http::{HeaderMap, StatusCode};

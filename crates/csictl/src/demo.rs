@@ -11,24 +11,9 @@ use csi_spec::v1::volume_capability::access_mode::Mode;
 use csi_spec::v1::*;
 use tokio::sync::oneshot;
 
-use super::Clients;
-use crate::driver::{DriverConfig, Mode as DriverMode};
-use crate::node::DEVICE_PATH_KEY;
-use crate::{Error, Result};
+use ebs_driver::{DriverConfig, EmbeddedTiming, Mode as DriverMode};
 
-/// `csictl demo` flags.
-#[derive(Debug, Clone, clap::Args)]
-pub struct DemoArgs {
-    /// Work directory (default: a new temp dir, removed afterwards).
-    #[arg(long)]
-    pub dir: Option<PathBuf>,
-    /// Filesystem to format the volume with.
-    #[arg(long, default_value = "ext4")]
-    pub fs_type: String,
-    /// The embedded EC2's timing: instant, fast or realistic (AWS-like seconds).
-    #[arg(long, default_value = "fast")]
-    pub timing: String,
-}
+use crate::{Clients, DEVICE_PATH_KEY, DemoArgs, Error, Result, rpc};
 
 const FILE_NAME: &str = "hello.txt";
 
@@ -59,13 +44,6 @@ impl Steps {
     }
 }
 
-fn rpc(e: tonic::Status) -> Error {
-    Error::Rpc {
-        code: e.code().description().to_string(),
-        message: e.message().to_string(),
-    }
-}
-
 /// What the demo made, for the clean-up.
 #[derive(Default)]
 struct Made {
@@ -76,10 +54,12 @@ struct Made {
 }
 
 pub async fn run(args: DemoArgs) -> Result<()> {
-    let timing: ec2_sim::Timing = args
-        .timing
-        .parse()
-        .map_err(|e: ec2_sim::Error| Error::invalid("timing", e.to_string()))?;
+    let timing: EmbeddedTiming =
+        args.timing
+            .parse()
+            .map_err(|e: <EmbeddedTiming as std::str::FromStr>::Err| {
+                Error::invalid("timing", e.to_string())
+            })?;
     let temp;
     let dir = match &args.dir {
         Some(d) => d.clone(),
@@ -91,7 +71,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
             temp.path().to_path_buf()
         }
     };
-    if !crate::embedded::loop_devices_available() {
+    if !ebs_driver::loop_devices_available() {
         return Err(Error::invalid(
             "demo",
             "needs root and /dev/loop-control: the embedded EC2 attaches volumes as loop devices and the node service formats and mounts them (try: sudo csictl demo)",
@@ -103,9 +83,9 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         mode: DriverMode::All,
         embedded_ec2: Some(dir.join("ec2")),
         embedded_timing: timing,
-        node: crate::NodeConfig {
+        node: ebs_driver::NodeConfig {
             device_wait: Duration::from_secs(30),
-            ..crate::NodeConfig::default()
+            ..ebs_driver::NodeConfig::default()
         },
         ..DriverConfig::default()
     };
@@ -116,7 +96,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     );
     println!("             CSI endpoint {endpoint}");
     let (stop, stopped) = oneshot::channel::<()>();
-    let driver = tokio::spawn(crate::run(config, async move {
+    let driver = tokio::spawn(ebs_driver::run(config, async move {
         let _ = stopped.await;
     }));
     let mut steps = Steps {

@@ -11,7 +11,7 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = ebs_driver::csictl::Cli::parse();
-    ebs_driver::csictl::run(cli).await?;
+    let cli = csictl::Cli::parse();
+    csictl::run(cli).await?;
     Ok(())
 }

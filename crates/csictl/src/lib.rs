@@ -1,5 +1,9 @@
-//! `csictl`: a CSI command-line client for any driver on a unix socket, and `csictl demo`.
+//! `csictl`: a CSI command-line client for any driver on a unix socket (every Identity,
+//! Controller and Node call; responses as text or protobuf's canonical JSON), and `csictl demo`
+//! (with the `demo` feature, on by default: the EBS driver on its embedded EC2 in this process,
+//! one volume walked through its life). See docs/ebs-driver.md, "csictl".
 
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod json;
 
@@ -13,7 +17,65 @@ use csi_spec::v1::volume_capability::access_mode::Mode;
 use csi_spec::v1::*;
 use tonic::transport::Channel;
 
-use crate::{Error, Result};
+/// The publish context key that carries the device path (`stage --device-path`,
+/// `node-publish --device-path`): the EBS driver's key, which other block drivers share.
+pub const DEVICE_PATH_KEY: &str = "devicePath";
+
+/// The topology key `create --zone` asks for: the EBS driver's zone key.
+pub const TOPOLOGY_ZONE_KEY: &str = "topology.ebs.csi.aws.com/zone";
+
+/// What can fail in csictl.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The endpoint could not be dialled.
+    #[error(transparent)]
+    Endpoint(csi_spec::Error),
+
+    /// A CSI call failed: its status code and message.
+    #[error("{code}: {message}")]
+    Rpc { code: String, message: String },
+
+    /// A flag is not valid, or this build cannot do what it asks.
+    #[error("invalid {field}: {reason}")]
+    InvalidArgument { field: &'static str, reason: String },
+
+    /// A file operation failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Something that should not happen (a message missing from csi.proto), or a check of
+    /// `csictl demo` that failed.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    #[cfg_attr(not(feature = "demo"), allow(dead_code))]
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Self::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+}
+
+/// Why `csictl demo` fails in a build without the `demo` feature.
+pub const NO_DEMO: &str = "this csictl has no demo (built without the demo feature, which links the EBS driver and its embedded EC2)";
 
 /// How responses are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -220,8 +282,23 @@ pub enum Command {
         #[arg(long)]
         starting_token: Option<String>,
     },
-    /// Starts the driver on an embedded EC2 and walks one volume through its whole life.
-    Demo(demo::DemoArgs),
+    /// Starts the EBS driver on an embedded EC2 in this process and walks one volume through
+    /// its whole life (needs root and loop devices; builds with the `demo` feature only).
+    Demo(DemoArgs),
+}
+
+/// `csictl demo` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DemoArgs {
+    /// Work directory (default: a new temp dir, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Filesystem to format the volume with.
+    #[arg(long, default_value = "ext4")]
+    pub fs_type: String,
+    /// The embedded EC2's timing: instant, fast or realistic (AWS-like seconds).
+    #[arg(long, default_value = "fast")]
+    pub timing: String,
 }
 
 /// The three CSI clients on one channel.
@@ -264,7 +341,13 @@ fn print<M: prost::Message + std::fmt::Debug>(output: Output, name: &str, m: &M)
 /// Runs one command.
 pub async fn run(cli: Cli) -> Result<()> {
     if let Command::Demo(args) = cli.command {
+        #[cfg(feature = "demo")]
         return demo::run(args).await;
+        #[cfg(not(feature = "demo"))]
+        {
+            let _ = args;
+            return Err(Error::invalid("demo", NO_DEMO));
+        }
     }
     let mut c = Clients::connect(&cli.endpoint).await?;
     let o = cli.output;
@@ -325,10 +408,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                     }),
                     accessibility_requirements: zone.map(|z| TopologyRequirement {
                         requisite: vec![],
-                        preferred: vec![Topology::from_segments([(
-                            crate::node::TOPOLOGY_ZONE_KEY,
-                            z,
-                        )])],
+                        preferred: vec![Topology::from_segments([(TOPOLOGY_ZONE_KEY, z)])],
                     }),
                     ..Default::default()
                 })
@@ -415,10 +495,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 .node
                 .node_stage_volume(NodeStageVolumeRequest {
                     volume_id,
-                    publish_context: HashMap::from([(
-                        crate::node::DEVICE_PATH_KEY.to_string(),
-                        device_path,
-                    )]),
+                    publish_context: HashMap::from([(DEVICE_PATH_KEY.to_string(), device_path)]),
                     staging_target_path: path(&staging_path),
                     volume_capability: Some(cap.capability()),
                     ..Default::default()
@@ -454,7 +531,7 @@ pub async fn run(cli: Cli) -> Result<()> {
                 .node_publish_volume(NodePublishVolumeRequest {
                     volume_id,
                     publish_context: device_path
-                        .map(|d| HashMap::from([(crate::node::DEVICE_PATH_KEY.to_string(), d)]))
+                        .map(|d| HashMap::from([(DEVICE_PATH_KEY.to_string(), d)]))
                         .unwrap_or_default(),
                     staging_target_path: path(&staging_path),
                     target_path: path(&target_path),
@@ -567,5 +644,13 @@ mod tests {
         assert!(parse_size("-1").is_err());
         assert_eq!(parse_mode("single-node-writer"), Ok(Mode::SingleNodeWriter));
         assert!(parse_mode("nope").is_err());
+    }
+
+    /// csictl's keys are the EBS driver's (it does not link the driver without `demo`).
+    #[cfg(feature = "demo")]
+    #[test]
+    fn keys_are_the_ebs_drivers() {
+        assert_eq!(DEVICE_PATH_KEY, ebs_driver::node::DEVICE_PATH_KEY);
+        assert_eq!(TOPOLOGY_ZONE_KEY, ebs_driver::node::TOPOLOGY_ZONE_KEY);
     }
 }
