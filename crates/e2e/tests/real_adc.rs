@@ -20,6 +20,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use k8s_harness::support::{bins_or_skip, spawn_component};
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
@@ -28,7 +29,7 @@ use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 mod real_support;
-use real_support::{eventually, repo_file, spawn};
+use real_support::{eventually, repo_file};
 
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "node-adc";
@@ -55,16 +56,14 @@ enum Adc {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_attach_detach_controller_writes_what_kcms_writes() {
-    let Some([driver, registrar, attacher, provisioner, adc, hostpath]) =
-        real_support::bins_or_skip([
-            "ebs-csi-driver",
-            "csi-node-driver-registrar",
-            "csi-attacher",
-            "csi-provisioner",
-            "attach-detach-controller",
-            "hostpath-csi-driver",
-        ])
-    else {
+    let Some([driver, registrar, attacher, provisioner, adc, hostpath]) = bins_or_skip([
+        "ebs-csi-driver",
+        "csi-node-driver-registrar",
+        "csi-attacher",
+        "csi-provisioner",
+        "attach-detach-controller",
+        "hostpath-csi-driver",
+    ]) else {
         return;
     };
     if !real_support::loop_devices_or_skip() {
@@ -139,7 +138,7 @@ async fn scenario(bins: &Bins, adc: Adc) -> Option<Value> {
         .await
         .unwrap();
     let mut children = vec![
-        spawn(
+        spawn_component(
             &bins.driver,
             &[
                 "--mode=all".into(),
@@ -148,7 +147,7 @@ async fn scenario(bins: &Bins, adc: Adc) -> Option<Value> {
             ],
             &log("ebs-plugin"),
         ),
-        spawn(
+        spawn_component(
             &bins.registrar,
             &[
                 format!("--csi-address={}", socket.display()),
@@ -167,7 +166,7 @@ async fn scenario(bins: &Bins, adc: Adc) -> Option<Value> {
     let hp_dir = root.join("plugins").join(HOSTPATH);
     std::fs::create_dir_all(&hp_dir).unwrap();
     let hp_socket = hp_dir.join("csi.sock");
-    children.push(spawn(
+    children.push(spawn_component(
         &bins.hostpath,
         &[
             format!("--endpoint=unix://{}", hp_socket.display()),
@@ -177,7 +176,7 @@ async fn scenario(bins: &Bins, adc: Adc) -> Option<Value> {
         ],
         &log("hostpath-plugin"),
     ));
-    children.push(spawn(
+    children.push(spawn_component(
         &bins.registrar,
         &[
             format!("--csi-address={}", hp_socket.display()),
@@ -206,7 +205,7 @@ async fn scenario(bins: &Bins, adc: Adc) -> Option<Value> {
                 "--default-fstype=ext4".into(),
             ]);
         }
-        children.push(spawn(bin, &args, &log(name)));
+        children.push(spawn_component(bin, &args, &log(name)));
     }
     if adc == Adc::Ours {
         // The account kcm's own controller runs as (--use-service-account-credentials): the
@@ -215,7 +214,7 @@ async fn scenario(bins: &Bins, adc: Adc) -> Option<Value> {
             .service_account_kubeconfig("kube-system", "attachdetach-controller")
             .await
             .unwrap();
-        children.push(spawn(
+        children.push(spawn_component(
             &bins.adc,
             &[format!("--kubeconfig={}", adc_sa.display()), "--v=4".into()],
             &log("attach-detach-controller"),

@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use k8s_harness::support::{bins_or_skip, spawn_component};
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
@@ -19,21 +20,19 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
 mod real_support;
-use real_support::{eventually, is_mount_point, repo_file, spawn};
+use real_support::{eventually, is_mount_point, repo_file};
 
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "node-ebs";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ebs_claim_provisioned_attached_and_mounted_under_real_kcm_and_kubelet() {
-    let Some([driver_bin, registrar_bin, attacher_bin, provisioner_bin]) =
-        real_support::bins_or_skip([
-            "ebs-csi-driver",
-            "csi-node-driver-registrar",
-            "csi-attacher",
-            "csi-provisioner",
-        ])
-    else {
+    let Some([driver_bin, registrar_bin, attacher_bin, provisioner_bin]) = bins_or_skip([
+        "ebs-csi-driver",
+        "csi-node-driver-registrar",
+        "csi-attacher",
+        "csi-provisioner",
+    ]) else {
         return;
     };
     if !real_support::loop_devices_or_skip() {
@@ -68,7 +67,7 @@ async fn ebs_claim_provisioned_attached_and_mounted_under_real_kcm_and_kubelet()
         .unwrap();
 
     // The node DaemonSet's containers and the controller Deployment's, as host processes.
-    let _driver = spawn(
+    let _driver = spawn_component(
         &driver_bin,
         &[
             "--mode=all".into(),
@@ -77,7 +76,7 @@ async fn ebs_claim_provisioned_attached_and_mounted_under_real_kcm_and_kubelet()
         ],
         &log("ebs-plugin"),
     );
-    let _registrar = spawn(
+    let _registrar = spawn_component(
         &registrar_bin,
         &[
             format!("--csi-address={}", socket.display()),
@@ -89,7 +88,7 @@ async fn ebs_claim_provisioned_attached_and_mounted_under_real_kcm_and_kubelet()
         ],
         &log("registrar"),
     );
-    let _attacher = spawn(
+    let _attacher = spawn_component(
         &attacher_bin,
         &[
             format!("--csi-address={}", socket.display()),
@@ -101,7 +100,7 @@ async fn ebs_claim_provisioned_attached_and_mounted_under_real_kcm_and_kubelet()
         ],
         &log("csi-attacher"),
     );
-    let _provisioner = spawn(
+    let _provisioner = spawn_component(
         &provisioner_bin,
         &[
             format!("--csi-address={}", socket.display()),

@@ -34,6 +34,7 @@ use std::time::Instant;
 use ebs_cloud::Cloud;
 use ebs_cloud_aws::{AwsCloud, AwsConfig, CloudMetrics};
 use ec2_sim::{Backing, DeviceLayout, SimConfig, Simulator, Timing};
+use k8s_harness::support::{bins_or_skip, workspace_bin};
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
@@ -204,7 +205,7 @@ impl Run {
             ],
         };
         for name in images {
-            real_support::bins_or_skip([*name])?;
+            bins_or_skip([*name])?;
         }
         if overlay == "ebs" && !real_support::loop_devices_or_skip() {
             return None;
@@ -217,7 +218,7 @@ impl Run {
         let work = tempfile::tempdir().unwrap();
         let t0 = Instant::now();
         let out = work.path().join("images");
-        let target = real_support::workspace_bin(images[0])
+        let target = workspace_bin(images[0])
             .unwrap()
             .parent()
             .unwrap()

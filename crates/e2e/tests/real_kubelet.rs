@@ -11,6 +11,7 @@ use std::time::Instant;
 use csi_spec::v1::controller_client::ControllerClient;
 use csi_spec::v1::volume_capability::{AccessMode, AccessType, MountVolume, access_mode};
 use csi_spec::v1::{CapacityRange, CreateVolumeRequest, VolumeCapability};
+use k8s_harness::support::{bins_or_skip, spawn_component};
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::CSINode;
@@ -18,23 +19,15 @@ use kube::Api;
 use kube::api::DeleteParams;
 
 mod real_support;
-use real_support::{eventually, is_mount_point, spawn};
+use real_support::{eventually, is_mount_point};
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
 const NODE: &str = "node-a";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registrar_registers_hostpath_with_the_real_kubelet_and_a_pod_reaches_its_data() {
     let Some([driver_bin, registrar_bin]) =
-        real_support::bins_or_skip(["hostpath-csi-driver", "csi-node-driver-registrar"])
+        bins_or_skip(["hostpath-csi-driver", "csi-node-driver-registrar"])
     else {
         return;
     };
@@ -49,7 +42,7 @@ async fn registrar_registers_hostpath_with_the_real_kubelet_and_a_pod_reaches_it
     let endpoint = format!("unix://{}", socket.display());
 
     // The node DaemonSet's two containers, as processes on the host.
-    let _driver = spawn(
+    let _driver = spawn_component(
         &driver_bin,
         &[
             format!("--endpoint={endpoint}"),
@@ -59,8 +52,8 @@ async fn registrar_registers_hostpath_with_the_real_kubelet_and_a_pod_reaches_it
         ],
         &work.path().join("driver.log"),
     );
-    let health_port = free_port();
-    let _registrar = spawn(
+    let health_port = k8s_harness::support::free_ports(1).unwrap()[0];
+    let _registrar = spawn_component(
         &registrar_bin,
         &[
             format!("--csi-address={}", socket.display()),

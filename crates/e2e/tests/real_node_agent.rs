@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use k8s_harness::support::{bins_or_skip, spawn_component};
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
@@ -17,7 +18,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
 mod real_support;
-use real_support::{eventually, is_mount_point, repo_file, spawn};
+use real_support::{eventually, is_mount_point, repo_file};
 
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "agent-node";
@@ -41,7 +42,7 @@ async fn node_agent_serves_a_pod_under_real_kcm_and_scheduler() {
             provisioner_bin,
             agent_bin,
         ],
-    ) = real_support::bins_or_skip([
+    ) = bins_or_skip([
         "ebs-csi-driver",
         "csi-node-driver-registrar",
         "csi-attacher",
@@ -84,7 +85,7 @@ async fn node_agent_serves_a_pod_under_real_kcm_and_scheduler() {
         .unwrap();
     let agent_kubeconfig = agent_identity(&cluster);
 
-    let _driver = spawn(
+    let _driver = spawn_component(
         &driver_bin,
         &[
             "--mode=all".into(),
@@ -93,7 +94,7 @@ async fn node_agent_serves_a_pod_under_real_kcm_and_scheduler() {
         ],
         &log("ebs-plugin"),
     );
-    let _agent = spawn(
+    let _agent = spawn_component(
         &agent_bin,
         &[
             format!("--node-name={NODE}"),
@@ -103,7 +104,7 @@ async fn node_agent_serves_a_pod_under_real_kcm_and_scheduler() {
         ],
         &log("node-agent"),
     );
-    let _registrar = spawn(
+    let _registrar = spawn_component(
         &registrar_bin,
         &[
             format!("--csi-address={}", socket.display()),
@@ -125,13 +126,14 @@ async fn node_agent_serves_a_pod_under_real_kcm_and_scheduler() {
             "--leader-election-namespace=kube-system".into(),
         ]
     };
-    let _attacher = spawn(&attacher_bin, &common("csi-attacher"), &log("csi-attacher"));
+    let _attacher = spawn_component(&attacher_bin, &common("csi-attacher"), &log("csi-attacher"));
     let mut provisioner_args = common("csi-provisioner");
     provisioner_args.extend([
         "--feature-gates=Topology=true".into(),
         "--default-fstype=ext4".into(),
     ]);
-    let _provisioner = spawn(&provisioner_bin, &provisioner_args, &log("csi-provisioner"));
+    let _provisioner =
+        spawn_component(&provisioner_bin, &provisioner_args, &log("csi-provisioner"));
     let kcm_log = cluster.log_path("kube-controller-manager");
     let sched_log = cluster.log_path("kube-scheduler");
     let logs = [

@@ -19,13 +19,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use k8s_harness::support::{create, eventually_with_logs, spawn_component};
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolumeClaim, Pod, ServiceAccount};
-use kube::api::PostParams;
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -39,56 +38,6 @@ const SETTLE: Duration = Duration::from_secs(3);
 enum Side {
     Kcm,
     Ours,
-}
-
-/// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// `probe`'s first `Some` within [`PATIENCE`]; on time-out, panics with the logs' ends.
-async fn eventually<T, F, Fut>(logs: &[PathBuf], what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            let tails: Vec<String> = logs
-                .iter()
-                .map(|p| {
-                    let text = std::fs::read_to_string(p).unwrap_or_default();
-                    let lines: Vec<&str> = text.lines().collect();
-                    format!(
-                        "--- {} ---\n{}",
-                        p.display(),
-                        lines[lines.len().saturating_sub(30)..].join("\n")
-                    )
-                })
-                .collect();
-            panic!("timed out waiting for {what}\n{}", tails.join("\n"));
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn create<K>(api: &Api<K>, v: Value) -> K
-where
-    K: kube::Resource + serde::Serialize + serde::de::DeserializeOwned + Clone + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(v.clone()).unwrap();
-    api.create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("creating {v}: {e}"))
 }
 
 /// What a claim looks like, owner UIDs made comparable across clusters.
@@ -141,19 +90,14 @@ async fn run(side: Side) -> Option<BTreeMap<String, Value>> {
     let _ours = (side == Side::Ours).then(|| {
         let log = work.path().join("ephemeral-volume.log");
         logs.push(log.clone());
-        let file = std::fs::File::create(&log).unwrap();
-        ChildGuard(
-            Command::new(env!("CARGO_BIN_EXE_csi-ephemeral-volume-controller"))
-                .args([
-                    format!("--kubeconfig={}", cluster.admin_kubeconfig().display()),
-                    "--leader-elect=false".into(),
-                    "--v=4".into(),
-                ])
-                .stdin(Stdio::null())
-                .stdout(file.try_clone().unwrap())
-                .stderr(file)
-                .spawn()
-                .unwrap(),
+        spawn_component(
+            Path::new(env!("CARGO_BIN_EXE_csi-ephemeral-volume-controller")),
+            &[
+                format!("--kubeconfig={}", cluster.admin_kubeconfig().display()),
+                "--leader-elect=false".into(),
+                "--v=4".into(),
+            ],
+            &log,
         )
     });
     let client = cluster.admin_client().await.unwrap();
@@ -184,7 +128,7 @@ async fn scenarios(client: &Client, logs: &[PathBuf]) -> BTreeMap<String, Value>
     )
     .await;
     let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), NS);
-    eventually(logs, "ServiceAccount ev/default", || {
+    eventually_with_logs("ServiceAccount ev/default", PATIENCE, logs, || {
         let sas = sas.clone();
         async move { sas.get_opt("default").await.ok()?.map(|_| ()) }
     })
@@ -250,7 +194,7 @@ async fn scenarios(client: &Client, logs: &[PathBuf]) -> BTreeMap<String, Value>
         .collect();
 
     for name in ["web-scratch", "web-bare"] {
-        let claim = eventually(logs, &format!("claim {name}"), || {
+        let claim = eventually_with_logs(&format!("claim {name}"), PATIENCE, logs, || {
             let pvcs = pvcs.clone();
             async move { pvcs.get_opt(name).await.ok()? }
         })
@@ -258,7 +202,7 @@ async fn scenarios(client: &Client, logs: &[PathBuf]) -> BTreeMap<String, Value>
         record.insert(format!("claim/{name}"), claim_record(&claim, &uids));
     }
     let events: Api<Event> = Api::namespaced(client.clone(), NS);
-    eventually(logs, "a FailedBinding Event on pod clash", || {
+    eventually_with_logs("a FailedBinding Event on pod clash", PATIENCE, logs, || {
         let events = events.clone();
         async move {
             let list = events.list(&Default::default()).await.ok()?;
@@ -310,7 +254,7 @@ async fn scenarios(client: &Client, logs: &[PathBuf]) -> BTreeMap<String, Value>
     pvcs.delete("clash-scratch", &Default::default())
         .await
         .unwrap();
-    let own = eventually(logs, "pod clash's own claim", || {
+    let own = eventually_with_logs("pod clash's own claim", PATIENCE, logs, || {
         let (pvcs, foreign_uid) = (pvcs.clone(), foreign_uid.clone());
         async move {
             pvcs.get_opt("clash-scratch")

@@ -28,6 +28,9 @@
 //! each test starts its own cluster: ~10 s for the control plane, ~25–40 s with a node, on 2
 //! cores (the start prints its steps' times).
 //!
+//! [`support`] has what those tests need around the cluster: our own binaries as host
+//! processes killed on drop, waiting with their logs' ends in the failure.
+//!
 //! Why a crate of its own and not a module of `test-support`: `test-support` is a dev-
 //! dependency of nearly every crate and stays light (no kube, no TLS); this one pulls kube,
 //! k8s-openapi and rustls, which only the real-Kubernetes tests need.
@@ -38,6 +41,7 @@ mod components;
 mod kubeconfig;
 mod pki;
 mod process;
+pub mod support;
 mod teardown;
 
 pub use assets::{ASSETS_ENV, Assets, CNI_BIN_DIR, PAUSE_IMAGE_ENV};

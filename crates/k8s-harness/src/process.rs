@@ -172,7 +172,7 @@ pub(crate) fn tail(log: &Path, lines: usize) -> String {
 
 /// `n` distinct free TCP ports on 127.0.0.1, found by binding port 0 (all held until every one
 /// is picked, so they differ).
-pub(crate) fn free_ports(n: usize) -> Result<Vec<u16>, Error> {
+pub fn free_ports(n: usize) -> Result<Vec<u16>, Error> {
     let listeners = (0..n)
         .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
         .collect::<Result<Vec<_>, _>>()

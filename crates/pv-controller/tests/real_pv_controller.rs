@@ -32,21 +32,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Debug;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use k8s_harness::support::{create, eventually_with_logs, spawn_component};
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::{
     Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Client, Resource};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, Client};
 use serde_json::{Value, json};
 
 const NODE: &str = "node-pv";
@@ -76,16 +73,6 @@ enum Side {
     Ours,
 }
 
-/// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// What a scenario needs: the admin client, the logs to show on a time-out, a host dir.
 struct Ctx {
     client: Client,
@@ -109,36 +96,13 @@ impl Ctx {
         self.record.lock().unwrap().insert(key.to_string(), v);
     }
 
-    /// `probe`'s first `Some` within [`PATIENCE`], polled every 200 ms; on time-out, panics
-    /// with `what` and the end of each log.
-    async fn eventually<T, F, Fut>(&self, what: &str, mut probe: F) -> T
+    /// `probe`'s first `Some` within [`PATIENCE`]; on time-out, panics with the logs' ends.
+    async fn eventually<T, F, Fut>(&self, what: &str, probe: F) -> T
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(v) = probe().await {
-                return v;
-            }
-            if Instant::now() >= deadline {
-                let tails: Vec<String> = self
-                    .logs
-                    .iter()
-                    .map(|p| {
-                        let text = std::fs::read_to_string(p).unwrap_or_default();
-                        let lines: Vec<&str> = text.lines().collect();
-                        format!(
-                            "--- {} ---\n{}",
-                            p.display(),
-                            lines[lines.len().saturating_sub(30)..].join("\n")
-                        )
-                    })
-                    .collect();
-                panic!("timed out waiting for {what}\n{}", tails.join("\n"));
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        eventually_with_logs(what, PATIENCE, &self.logs, probe).await
     }
 
     async fn pv_phase(&self, name: &str, phase: &str) {
@@ -264,16 +228,6 @@ fn annotations(meta: &ObjectMeta) -> BTreeMap<String, String> {
     let mut a = meta.annotations.clone().unwrap_or_default();
     a.remove(LAST_APPLIED);
     a
-}
-
-async fn create<K>(api: &Api<K>, v: Value) -> K
-where
-    K: Resource + Serialize + DeserializeOwned + Clone + Debug,
-{
-    let obj: K = serde_json::from_value(v.clone()).unwrap();
-    api.create(&PostParams::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("creating {v}: {e}"))
 }
 
 /// A PV of `size`, `modes`, `class`, `policy` on `source` (a JSON object with one volume
@@ -441,20 +395,15 @@ async fn run(side: Side) -> Option<BTreeMap<String, Value>> {
     let _ours = (side == Side::Ours).then(|| {
         let log = work.path().join("pv-controller.log");
         logs.push(log.clone());
-        let file = std::fs::File::create(&log).unwrap();
-        ChildGuard(
-            Command::new(env!("CARGO_BIN_EXE_pv-controller"))
-                .args([
-                    format!("--kubeconfig={}", cluster.admin_kubeconfig().display()),
-                    "--leader-elect=false".into(),
-                    "--feature-gates=CSIMigrationAWS=true".into(),
-                    "--v=4".into(),
-                ])
-                .stdin(Stdio::null())
-                .stdout(file.try_clone().unwrap())
-                .stderr(file)
-                .spawn()
-                .unwrap(),
+        spawn_component(
+            Path::new(env!("CARGO_BIN_EXE_pv-controller")),
+            &[
+                format!("--kubeconfig={}", cluster.admin_kubeconfig().display()),
+                "--leader-elect=false".into(),
+                "--feature-gates=CSIMigrationAWS=true".into(),
+                "--v=4".into(),
+            ],
+            &log,
         )
     });
     let client = cluster.admin_client().await.unwrap();

@@ -1,11 +1,13 @@
-//! What the real-Kubernetes e2e tests (`real_*.rs`) share: our binaries as host processes,
-//! waiting with the components' logs at hand, and mountinfo.
+//! What the real-Kubernetes e2e tests (`real_*.rs`) share beyond `k8s_harness::host` (our
+//! binaries as host processes, waiting with their logs at hand): a longer patience, mountinfo,
+//! repository files, pods' readiness.
 // Each test binary uses a part of this module.
 #![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_harness::support::eventually_with_logs;
 
 /// How long one step may take before the test fails with the logs' ends.
 pub const PATIENCE: Duration = Duration::from_secs(90);
@@ -20,70 +22,14 @@ pub fn mountinfo_line(path: &Path) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
-pub struct ChildGuard(pub Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// A workspace binary beside the test executable (scripts/test builds every binary).
-pub fn workspace_bin(name: &str) -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    Some(exe.parent()?.parent()?.join(name)).filter(|p| p.exists())
-}
-
-/// Starts `bin` with `args`, stdout and stderr to `log`.
-pub fn spawn(bin: &Path, args: &[String], log: &Path) -> ChildGuard {
-    let log = std::fs::File::create(log).unwrap();
-    ChildGuard(
-        Command::new(bin)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display())),
-    )
-}
-
-/// `probe`'s first `Some` within `timeout`, polled every 250 ms; on time-out, panics with
-/// `what` and the logs `logs` names (the end of each).
-pub async fn eventually<T, F, Fut, P>(what: &str, logs: &[P], mut probe: F) -> T
+/// [`eventually_with_logs`] with [`PATIENCE`].
+pub async fn eventually<T, F, Fut, P>(what: &str, logs: &[P], probe: F) -> T
 where
     P: AsRef<Path>,
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        if Instant::now() >= deadline {
-            let tails: Vec<String> = logs
-                .iter()
-                .map(|p| {
-                    let p = p.as_ref();
-                    let text = std::fs::read_to_string(p).unwrap_or_default();
-                    let lines: Vec<&str> = text.lines().collect();
-                    format!(
-                        "--- {} ---\n{}",
-                        p.display(),
-                        lines[lines.len().saturating_sub(25)..].join("\n")
-                    )
-                })
-                .collect();
-            panic!(
-                "timed out after {PATIENCE:?} waiting for {what}\n{}",
-                tails.join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually_with_logs(what, PATIENCE, logs, probe).await
 }
 
 /// Whether `path` is a mount point.
@@ -97,26 +43,6 @@ pub fn repo_file(rel: &str) -> String {
         .join("../..")
         .join(rel);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-/// The workspace binaries `names`, in order; when one is not built, says which through
-/// `test_support::skip_or_fail` (a failure under CSI_RS_REQUIRE_ALL) and gives `None`.
-pub fn bins_or_skip<const N: usize>(names: [&str; N]) -> Option<[PathBuf; N]> {
-    let found = names.map(workspace_bin);
-    let missing: Vec<&str> = names
-        .iter()
-        .zip(&found)
-        .filter(|(_, p)| p.is_none())
-        .map(|(n, _)| *n)
-        .collect();
-    if !missing.is_empty() {
-        test_support::skip_or_fail(&format!(
-            "workspace binaries not built: {} (cargo build --workspace --bins)",
-            missing.join(", ")
-        ));
-        return None;
-    }
-    Some(found.map(|p| p.expect("checked above: none is missing")))
 }
 
 /// Whether loop devices can be had (the embedded EC2 backs volumes with them); says why not
