@@ -25,7 +25,7 @@ pub use aws_ebs::AwsEbsPlugin;
 pub use csi_plugin::{AttachSource, Attached, CsiPlugin, CsiVolume};
 pub use feature_gates::{MigratedPlugins, feature_gate_warnings};
 pub use migration::{Backend, NodeMigrationInfo, decide};
-pub use object_cache::ObjectCache;
+pub use object_cache::{ObjectCache, ScopedPolicy};
 pub use skip_attach::{AttachPath, DriverAttach, SkipAttachMode, attach_path};
 
 /// Errors of this crate. Messages name the object and say what was expected: they end up in

@@ -27,6 +27,8 @@ where
     store: Store<K>,
     generation: watch::Receiver<u64>,
     by_name: Arc<NameNotifiers>,
+    /// Scoped caches ([`ObjectCache::spawn_scoped`]) only: the objects asked for.
+    interest: Option<Arc<Interest>>,
 }
 
 /// Who waits for which object, by name: a waiter for one VolumeAttachment among thousands is
@@ -59,6 +61,11 @@ impl NameNotifiers {
         if let Some(n) = n {
             n.notify_waiters();
         }
+    }
+
+    /// Whether someone holds a waiter for `name` now.
+    fn is_waited(&self, name: &str) -> bool {
+        self.map().get(name).is_some_and(|w| w.strong_count() > 0)
     }
 
     fn notify_all(&self) {
@@ -97,6 +104,45 @@ where
             store,
             generation,
             by_name,
+            interest: None,
+        }
+    }
+
+    /// A cache of only the objects its readers ask for, fetched with GETs, as the kubelet reads
+    /// the claims, volumes and attachments of its own pods: what the Node authorizer lets a
+    /// node read, and memory that follows the node's pods rather than the cluster.
+    ///
+    /// A lookup ([`Self::get`], [`Self::get_namespaced`]) that misses registers the object and
+    /// wakes the fetcher; [`Self::changed`] fires once it is in (or known to be absent). Every
+    /// object asked for is fetched again on a backoff: `policy.fast` after it changed, doubling
+    /// up to `policy.slow` while it stays the same, and every `policy.fast` while someone waits
+    /// on it ([`Self::name_changed`]). An object nobody asked for in `policy.idle` is dropped.
+    /// `api` gives the `Api` for a namespace (`None`: cluster-scoped).
+    pub fn spawn_scoped<F>(api: F, policy: ScopedPolicy, stop: CancellationToken) -> Self
+    where
+        F: Fn(Option<&str>) -> Api<K> + Send + Sync + 'static,
+    {
+        let (store, mut writer) = reflector::store();
+        writer.apply_watcher_event(&Event::Init);
+        writer.apply_watcher_event(&Event::InitDone);
+        let (tx, generation) = watch::channel(1u64);
+        let by_name = Arc::new(NameNotifiers::default());
+        let interest = Arc::new(Interest::default());
+        tokio::spawn(fetch(
+            api,
+            policy,
+            store.clone(),
+            writer,
+            tx,
+            by_name.clone(),
+            interest.clone(),
+            stop,
+        ));
+        Self {
+            store,
+            generation,
+            by_name,
+            interest: Some(interest),
         }
     }
 
@@ -119,12 +165,40 @@ where
 {
     /// A cluster-scoped object by name.
     pub fn get(&self, name: &str) -> Option<Arc<K>> {
+        if let Some(i) = &self.interest {
+            i.want(None, name);
+        }
         self.store.get(&ObjectRef::new(name))
     }
 
     /// A namespaced object.
     pub fn get_namespaced(&self, namespace: &str, name: &str) -> Option<Arc<K>> {
+        if let Some(i) = &self.interest {
+            i.want(Some(namespace), name);
+        }
         self.store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    /// A scoped cache: the reader waits for this object to change (a claim to be bound, a
+    /// volume to appear), so it is fetched every `policy.fast` for a while instead of backing
+    /// off. A no-op on a watch-fed cache, which sees every change anyway.
+    pub fn hot(&self, namespace: Option<&str>, name: &str) {
+        if let Some(i) = &self.interest {
+            i.want(namespace, name);
+            let mut map = i.map();
+            let woke = map
+                .get_mut(&(namespace.map(str::to_string), name.to_string()))
+                .is_some_and(|k| !std::mem::replace(&mut k.hot, true));
+            drop(map);
+            if woke {
+                i.wake.notify_one();
+            }
+        }
+    }
+
+    /// How many objects a scoped cache is asked about (0 for a watch-fed one).
+    pub fn interest_len(&self) -> usize {
+        self.interest.as_ref().map_or(0, |i| i.map().len())
     }
 
     /// Every cached object, in no particular order.
@@ -152,7 +226,12 @@ where
     /// re-list. Create the `notified()` future and `enable()` it before looking at the cache,
     /// so that a change in between is not missed. Hold the returned `Arc` while waiting.
     pub fn name_changed(&self, name: &str) -> Arc<Notify> {
-        self.by_name.get(name)
+        let n = self.by_name.get(name);
+        if let Some(i) = &self.interest {
+            // A scoped cache looks at what is waited on every `fast`: from now on.
+            i.wake.notify_one();
+        }
+        n
     }
 
     /// A cache over a fixed set of objects that never changes: for unit tests of code that
@@ -169,6 +248,7 @@ where
             store,
             generation,
             by_name: Arc::default(),
+            interest: None,
         }
     }
 }
@@ -220,6 +300,221 @@ async fn feed<K>(
                 }
                 _ => by_name.notify_all(),
             }
+        }
+    }
+}
+
+/// How a scoped cache ([`ObjectCache::spawn_scoped`]) refreshes what it holds.
+#[derive(Debug, Clone, Copy)]
+pub struct ScopedPolicy {
+    /// Between fetches of an object that just changed or that someone waits on.
+    pub fast: Duration,
+    /// The longest time between fetches of an object that stays the same.
+    pub slow: Duration,
+    /// An object nobody asked for this long is dropped.
+    pub idle: Duration,
+    /// GETs in flight at once.
+    pub parallel: usize,
+}
+
+impl Default for ScopedPolicy {
+    fn default() -> Self {
+        Self {
+            fast: Duration::from_millis(100),
+            slow: Duration::from_secs(5),
+            idle: Duration::from_secs(60),
+            parallel: 16,
+        }
+    }
+}
+
+type Key = (Option<String>, String);
+
+/// The objects a scoped cache is asked about, and when to fetch each again.
+#[derive(Default)]
+struct Interest {
+    keys: Mutex<HashMap<Key, KeyState>>,
+    wake: Notify,
+}
+
+struct KeyState {
+    wanted: std::time::Instant,
+    /// `None`: never fetched (fetch now).
+    next: Option<std::time::Instant>,
+    interval: Duration,
+    /// Marked [`ObjectCache::hot`] since the last fetch.
+    hot: bool,
+}
+
+impl Interest {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Key, KeyState>> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn want(&self, namespace: Option<&str>, name: &str) {
+        let now = std::time::Instant::now();
+        let key = (namespace.map(str::to_string), name.to_string());
+        let new = {
+            let mut map = self.map();
+            match map.get_mut(&key) {
+                Some(k) => {
+                    k.wanted = now;
+                    false
+                }
+                None => {
+                    map.insert(
+                        key,
+                        KeyState {
+                            wanted: now,
+                            next: None,
+                            interval: Duration::ZERO,
+                            hot: false,
+                        },
+                    );
+                    true
+                }
+            }
+        };
+        if new {
+            self.wake.notify_one();
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn fetch<K, F>(
+    api: F,
+    policy: ScopedPolicy,
+    store: Store<K>,
+    mut writer: reflector::store::Writer<K>,
+    generation: watch::Sender<u64>,
+    by_name: Arc<NameNotifiers>,
+    interest: Arc<Interest>,
+    stop: CancellationToken,
+) where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    F: Fn(Option<&str>) -> Api<K> + Send + Sync + 'static,
+{
+    let kind = K::kind(&()).to_string();
+    loop {
+        let now = std::time::Instant::now();
+        // What is due, what nobody wants any more, and when to look next.
+        let (due, dropped) = {
+            let mut map = interest.map();
+            let mut dropped = Vec::new();
+            map.retain(|key, k| {
+                let keep = now.duration_since(k.wanted) < policy.idle;
+                if !keep {
+                    dropped.push(key.clone());
+                }
+                keep
+            });
+            let mut due = Vec::new();
+            for (key, k) in map.iter_mut() {
+                // Someone waits on it: look often.
+                if k.next.is_some() && (k.hot || by_name.is_waited(&key.1)) {
+                    k.interval = k.interval.min(policy.fast);
+                    k.next = k.next.map(|n| n.min(now + policy.fast));
+                }
+                if k.next.is_none_or(|at| at <= now) {
+                    due.push(key.clone());
+                }
+            }
+            (due, dropped)
+        };
+        let mut changed = Vec::new();
+        for (ns, name) in dropped {
+            let r = match &ns {
+                Some(ns) => ObjectRef::new(&name).within(ns),
+                None => ObjectRef::new(&name),
+            };
+            if let Some(obj) = store.get(&r) {
+                writer.apply_watcher_event(&Event::Delete((*obj).clone()));
+                changed.push(name);
+            }
+        }
+        let fetched: Vec<(Key, Result<Option<K>, kube::Error>)> =
+            futures::stream::iter(due.into_iter().map(|key| {
+                let api = api(key.0.as_deref());
+                async move {
+                    let got = api.get_opt(&key.1).await;
+                    (key, got)
+                }
+            }))
+            .buffer_unordered(policy.parallel.max(1))
+            .collect()
+            .await;
+        let now = std::time::Instant::now();
+        for (key, got) in fetched {
+            let r = match &key.0 {
+                Some(ns) => ObjectRef::new(&key.1).within(ns),
+                None => ObjectRef::new(&key.1),
+            };
+            let had = store.get(&r);
+            let differs = match (&got, &had) {
+                (Ok(Some(new)), Some(old)) => {
+                    new.meta().resource_version != old.meta().resource_version
+                        || new.meta().uid != old.meta().uid
+                }
+                (Ok(Some(_)), None) | (Ok(None), Some(_)) => true,
+                (Ok(None), None) | (Err(_), _) => false,
+            };
+            match got {
+                Ok(Some(obj)) if differs => writer.apply_watcher_event(&Event::Apply(obj)),
+                Ok(None) if differs => {
+                    if let Some(old) = &had {
+                        writer.apply_watcher_event(&Event::Delete(K::clone(old)));
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(kind = %kind, name = %key.1, error = %e, "fetch failed; trying again")
+                }
+                _ => {}
+            }
+            let mut map = interest.map();
+            if let Some(k) = map.get_mut(&key) {
+                let first = k.next.is_none();
+                let hot = std::mem::take(&mut k.hot);
+                k.interval = if differs || first || hot {
+                    policy.fast
+                } else {
+                    (k.interval * 2).clamp(policy.fast, policy.slow)
+                };
+                k.next = Some(now + k.interval);
+            }
+            drop(map);
+            if differs {
+                changed.push(key.1);
+            }
+        }
+        if !changed.is_empty() {
+            generation.send_modify(|g| *g += 1);
+            for name in &changed {
+                by_name.notify(name);
+            }
+        }
+        // The earliest next fetch, the ones just made included; a waited-on or hot object
+        // is looked at again within `fast`.
+        let next = {
+            let now = std::time::Instant::now();
+            let map = interest.map();
+            map.iter()
+                .filter_map(|(key, k)| {
+                    let at = k.next?;
+                    Some(if k.hot || by_name.is_waited(&key.1) {
+                        at.min(now + policy.fast)
+                    } else {
+                        at
+                    })
+                })
+                .min()
+                .unwrap_or(now + policy.slow)
+                .min(now + policy.slow)
+        };
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = interest.wake.notified() => {}
+            () = tokio::time::sleep_until(next.into()) => {}
         }
     }
 }

@@ -25,7 +25,7 @@ use kube::Client;
 use sidecar::EventRecorder;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use volume_plugins::{CsiPlugin, ObjectCache};
+use volume_plugins::{CsiPlugin, ObjectCache, ScopedPolicy};
 
 use crate::config::Options;
 use crate::drivers::DriverRegistry;
@@ -61,15 +61,39 @@ impl Caches {
                 all().fields(&format!("spec.nodeName={node_name}")),
                 stop.clone(),
             ),
-            pvcs: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
-            pvs: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
+            // The claims, volumes and attachments of this node's pods only, fetched as they
+            // are asked for (the kubelet's GETs, all the Node authorizer lets a node read):
+            // memory follows the node's pods, not the cluster (docs/node-agent.md).
+            pvcs: {
+                let c = client.clone();
+                ObjectCache::spawn_scoped(
+                    move |ns| Api::namespaced(c.clone(), ns.unwrap_or("default")),
+                    ScopedPolicy::default(),
+                    stop.clone(),
+                )
+            },
+            pvs: {
+                let c = client.clone();
+                ObjectCache::spawn_scoped(
+                    move |_| Api::all(c.clone()),
+                    ScopedPolicy::default(),
+                    stop.clone(),
+                )
+            },
             node: ObjectCache::spawn(
                 Api::all(client.clone()),
                 all().fields(&format!("metadata.name={node_name}")),
                 stop.clone(),
             ),
             csidrivers: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
-            vas: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
+            vas: {
+                let c = client.clone();
+                ObjectCache::spawn_scoped(
+                    move |_| Api::all(c.clone()),
+                    ScopedPolicy::default(),
+                    stop.clone(),
+                )
+            },
         }
     }
 

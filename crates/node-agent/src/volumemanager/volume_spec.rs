@@ -229,7 +229,11 @@ pub fn volume_to_mount(ctx: &SpecContext<'_>, pod: &Pod, volume: &Volume) -> Spe
         // A generic ephemeral volume is the claim `<pod>-<volume>` made for this pod.
         return match volume_plugins::claims::ephemeral_claim(ctx.pvcs, pod, volume) {
             Ok(claim) => from_claim(ctx, namespace, &claim, volume, false),
-            Err(ClaimProblem::Pending(why)) => SpecOutcome::Pending(why),
+            Err(ClaimProblem::Pending(why)) => {
+                let claim = volume_plugins::claims::ephemeral_claim_name(pod, volume);
+                ctx.pvcs.hot(Some(namespace), &claim);
+                SpecOutcome::Pending(why)
+            }
             Err(ClaimProblem::NotOwned(why) | ClaimProblem::Mismatch { reason: why, .. }) => {
                 SpecOutcome::Failed(why)
             }
@@ -275,6 +279,18 @@ fn bound_pv(
     claim: &str,
 ) -> Result<Arc<PersistentVolume>, Box<SpecOutcome>> {
     volume_plugins::claims::bound_pv(ctx.pvcs, ctx.pvs, namespace, claim).map_err(|p| {
+        if let ClaimProblem::Pending(_) = p {
+            // Waiting for the claim to be bound or its volume to appear: the scoped caches
+            // look again soon instead of backing off.
+            ctx.pvcs.hot(Some(namespace), claim);
+            if let Some(pv) = ctx
+                .pvcs
+                .get_namespaced(namespace, claim)
+                .and_then(|c| c.spec.as_ref()?.volume_name.clone())
+            {
+                ctx.pvs.hot(None, &pv);
+            }
+        }
         Box::new(match p {
             ClaimProblem::Pending(why) => SpecOutcome::Pending(why),
             ClaimProblem::Mismatch { reason, .. } | ClaimProblem::NotOwned(reason) => {
