@@ -23,13 +23,14 @@ use real_support::{eventually, is_mount_point, repo_file};
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "agent-node";
 
-/// The agent's credentials: admin for now. With the node's own identity (user
-/// `system:node:agent-node`, group `system:nodes`) the Node authorizer refuses the agent's
-/// cluster-wide list/watch of PersistentVolumes, PersistentVolumeClaims and VolumeAttachments
-/// (tried: a 403 on each, and the Node never Ready); the kubelet gets only the objects of its
-/// own pods. Scoping the agent to its node (issue 23) lets it run as the node.
+/// The agent's credentials: the node's own identity (user `system:node:agent-node`, group
+/// `system:nodes`), under kube-apiserver's Node authorizer and NodeRestriction, as a kubelet.
+/// It reads only its own pods' claims, PVs and VolumeAttachments (GETs), its own CSINode, and
+/// writes pod status, not pod metadata.
 fn agent_identity(cluster: &Cluster) -> PathBuf {
-    cluster.admin_kubeconfig().to_path_buf()
+    cluster
+        .user_kubeconfig(&format!("system:node:{NODE}"), &["system:nodes"])
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -302,9 +303,21 @@ spec:
         .map(str::to_owned)
         .collect();
     assert!(staged.is_empty(), "unstaged: {staged:?}");
+    // Refused nothing it needs. Two refusals are by design: the pod annotation, which
+    // NodeRestriction keeps from a node (the status is written), and the re-read of an object
+    // after the node's last pod using it went (the Node authorizer stops it; the cache drops it).
     let agent_log = std::fs::read_to_string(log("node-agent")).unwrap();
+    let refused: Vec<&str> = agent_log
+        .lines()
+        .filter(|l| l.contains("forbidden"))
+        .filter(|l| {
+            !l.contains("the volume-paths annotation is not ours to write here")
+                && !l.contains("no longer readable (403)")
+        })
+        .collect();
     assert!(
-        !agent_log.contains("forbidden"),
-        "our agent was refused something:\n{agent_log}"
+        refused.is_empty(),
+        "our agent was refused something:\n{}",
+        refused.join("\n")
     );
 }

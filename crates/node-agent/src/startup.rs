@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::Api;
-use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use volume_plugins::ObjectCache;
@@ -48,11 +47,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     let stop = shutdown.child_token();
     let caches = Caches::spawn(&client, &options.node_name, &stop);
     caches.wait_until_ready(options.cache_sync_timeout).await?;
-    let csinodes: ObjectCache<CSINode> = ObjectCache::spawn(
-        Api::all(client.clone()),
-        watcher::Config::default().fields(&format!("metadata.name={}", options.node_name)),
-        stop.clone(),
-    );
+    // Its own CSINode, read with GETs: a node may get its CSINode but not list or watch
+    // CSINodes (the Node authorizer: "can only get, create, update, patch, or delete").
+    let csinodes: ObjectCache<CSINode> = {
+        let c = client.clone();
+        ObjectCache::spawn_scoped(
+            move |_| Api::all(c.clone()),
+            volume_plugins::ScopedPolicy::default(),
+            stop.clone(),
+        )
+    };
     let plugin_manager = PluginManager::new(
         options.plugins_registry_dir(),
         drivers.clone(),

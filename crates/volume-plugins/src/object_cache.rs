@@ -451,6 +451,19 @@ async fn fetch<K, F>(
                 None => ObjectRef::new(&key.1),
             };
             let had = store.get(&r);
+            // Refused: not ours to read any more (the Node authorizer, once the node's last
+            // pod using it is gone). Forget it, as if nobody had asked.
+            if let Err(kube::Error::Api(e)) = &got
+                && e.code == 403
+            {
+                tracing::debug!(kind = %kind, name = %key.1, "no longer readable (403): dropped from the cache");
+                interest.map().remove(&key);
+                if let Some(old) = &had {
+                    writer.apply_watcher_event(&Event::Delete(K::clone(old)));
+                    changed.push(key.1);
+                }
+                continue;
+            }
             let differs = match (&got, &had) {
                 (Ok(Some(new)), Some(old)) => {
                     new.meta().resource_version != old.meta().resource_version
