@@ -105,6 +105,7 @@ impl NodeSvc {
                 )));
             }
         }
+        let mut mounted_now = false;
         let loop_device = match v.kind {
             Kind::Mount => {
                 let dir = d.volume_path(&v);
@@ -120,6 +121,7 @@ impl NodeSvc {
                         )));
                     }
                     mount::bind(&dir, &staging, false).await?;
+                    mounted_now = true;
                 }
                 None
             }
@@ -132,16 +134,25 @@ impl NodeSvc {
             }
         };
         let id = v.id.clone();
-        d.update(|s| {
-            if let Some(v) = s.volumes.get_mut(&id) {
-                v.staged = Some(Staged {
-                    path: staging,
-                    loop_device,
-                });
+        let recorded = d
+            .update(|s| {
+                if let Some(v) = s.volumes.get_mut(&id) {
+                    v.staged = Some(Staged {
+                        path: staging.clone(),
+                        loop_device,
+                    });
+                }
+                Ok(())
+            })
+            .await;
+        if let Err(e) = recorded {
+            // A stage the state does not know about would let DeleteVolume remove the volume
+            // under its mount: undo the mount, so the failure leaves nothing behind.
+            if mounted_now {
+                undo_mount(&staging).await;
             }
-            Ok(())
-        })
-        .await?;
+            return Err(e);
+        }
         tracing::info!("staged");
         Ok(())
     }
@@ -294,6 +305,7 @@ impl NodeSvc {
         }
         let staging =
             (!req.staging_target_path.is_empty()).then(|| PathBuf::from(&req.staging_target_path));
+        let mut mounted_now = false;
         let existing = match v.kind {
             Kind::Mount => {
                 let dir = d.volume_path(v);
@@ -309,6 +321,7 @@ impl NodeSvc {
                     self.refuse_foreign_mount(v, target).await?;
                     let source = staged_at.as_deref().unwrap_or(&dir);
                     mount::bind(source, target, read_only).await?;
+                    mounted_now = true;
                 }
                 existing
             }
@@ -328,6 +341,7 @@ impl NodeSvc {
                         .open(target)
                         .map_err(|e| Error::io("creating the block target file", target, e))?;
                     mount::bind(&dev.path, target, read_only).await?;
+                    mounted_now = true;
                 }
                 existing
             }
@@ -356,13 +370,21 @@ impl NodeSvc {
                 access_mode: mode,
             },
         );
-        d.update(|s| {
-            if let Some(v) = s.volumes.get_mut(&id) {
-                v.published.insert(target, record);
+        let recorded = d
+            .update(|s| {
+                if let Some(v) = s.volumes.get_mut(&id) {
+                    v.published.insert(target.clone(), record);
+                }
+                Ok(())
+            })
+            .await;
+        if let Err(e) = recorded {
+            // As for a stage: an unrecorded publish must not stay mounted.
+            if mounted_now {
+                undo_mount(&target).await;
             }
-            Ok(())
-        })
-        .await?;
+            return Err(e);
+        }
         tracing::info!(read_only, "published");
         Ok(())
     }
@@ -578,5 +600,18 @@ impl Node for NodeSvc {
             max_volumes_per_node: c.max_volumes_per_node,
             accessible_topology: Some(self.driver.topology()),
         }))
+    }
+}
+
+/// Unmounts what this call just mounted at `path` because recording it failed; a failure to
+/// unmount is logged (the caller's error is the one returned).
+async fn undo_mount(path: &Path) {
+    match mount::unmount(path).await {
+        Ok(_) => {
+            tracing::warn!(path = %path.display(), "recording the mount failed: unmounted again")
+        }
+        Err(e) => {
+            tracing::error!(path = %path.display(), error = %e, "recording the mount failed and unmounting it failed too")
+        }
     }
 }

@@ -52,6 +52,8 @@ pub(crate) struct Checker {
     seen_seq: Option<u64>,
     pub(crate) checks: u64,
     pub(crate) violations: Vec<Violation>,
+    /// A probe (a check repeated until it holds): collects without printing.
+    quiet: bool,
 }
 
 impl Checker {
@@ -62,6 +64,15 @@ impl Checker {
             seen_seq: None,
             checks: 0,
             violations: Vec::new(),
+            quiet: false,
+        }
+    }
+
+    /// A checker whose violations are only collected (the caller reports the last ones).
+    pub(crate) fn probe(start: Instant, data_dir: &Path) -> Self {
+        Self {
+            quiet: true,
+            ..Self::new(start, data_dir)
         }
     }
 
@@ -71,8 +82,10 @@ impl Checker {
             invariant,
             detail,
         };
-        tracing::error!(invariant, detail = %v.detail, "chaos: invariant violated");
-        eprintln!("VIOLATION {v}");
+        if !self.quiet {
+            tracing::error!(invariant, detail = %v.detail, "chaos: invariant violated");
+            eprintln!("VIOLATION {v}");
+        }
         self.violations.push(v);
     }
 

@@ -801,7 +801,7 @@ impl World<'_> {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             };
-            let mut probe = Checker::new(Instant::now(), self.cluster.data_dir());
+            let mut probe = Checker::probe(Instant::now(), self.cluster.data_dir());
             probe.no_stray_mounts(self.cluster.data_dir(), &pods, &pvs.items);
             if probe.violations.is_empty() || Instant::now() >= deadline {
                 self.checker.checks += probe.checks;
