@@ -274,6 +274,13 @@ impl Store {
     where
         F: FnOnce(Option<&Arc<Value>>) -> ApiResult<Mutation>,
     {
+        // A write that cannot be made durable is refused, not acknowledged and lost later
+        // (kube-apiserver's answer when etcd is out of space: a 500).
+        if !dry_run && let Some(why) = self.persist.as_ref().and_then(Persister::failing) {
+            return Err(ApiError::internal(format!(
+                "the API server's storage is failing, writes are refused until it recovers: {why}"
+            )));
+        }
         let mut st = self.lock();
         let current = st.objects[res].get(key).cloned();
         let mutation = f(current.as_ref())?;

@@ -2,12 +2,18 @@
 //!
 //! Writes are handed to a background thread so a commit never waits for the disk. On open the
 //! snapshot and the log are replayed, a fresh snapshot is written and the log starts empty.
+//!
+//! A write the disk refuses (a full disk) is kept in memory and tried again every second, and
+//! until it goes through the store refuses new writes ([`Persister::failing`]), as
+//! kube-apiserver does when etcd is out of space. Acknowledging writes that cannot be made
+//! durable would lose them at the next restart (`csi-cluster chaos` lost a PV that way).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -24,6 +30,8 @@ enum Msg {
 
 pub(crate) struct Persister {
     tx: mpsc::Sender<Msg>,
+    /// Why the log cannot be written now; `None` while it can.
+    failing: Arc<Mutex<Option<String>>>,
 }
 
 impl std::fmt::Debug for Persister {
@@ -109,11 +117,13 @@ impl Persister {
             .map_err(|e| io_err(&log_path, e))?;
         let (tx, rx) = mpsc::channel::<Msg>();
         let path: PathBuf = log_path.clone();
+        let failing = Arc::new(Mutex::new(None));
+        let f = failing.clone();
         thread::Builder::new()
             .name("apiserver-persist".into())
-            .spawn(move || writer(rx, BufWriter::new(file), path))
+            .spawn(move || writer(rx, file, path, f))
             .map_err(|e| io_err(&log_path, e))?;
-        Ok((Self { tx }, loaded))
+        Ok((Self { tx, failing }, loaded))
     }
 
     pub fn record(&self, res: ResourceId, rv: u64, obj: &Value, deleted: bool) {
@@ -123,6 +133,14 @@ impl Persister {
             json!({"rv": rv, "res": resource_key(res), "object": obj})
         };
         let _ = self.tx.send(Msg::Line(entry.to_string()));
+    }
+
+    /// Why writes cannot be made durable now (the store refuses them meanwhile).
+    pub fn failing(&self) -> Option<String> {
+        self.failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     pub fn flush(&self) {
@@ -145,27 +163,82 @@ fn apply(state: &mut [std::collections::BTreeMap<(String, String), Value>], entr
     }
 }
 
-fn writer(rx: mpsc::Receiver<Msg>, mut out: BufWriter<File>, path: PathBuf) {
-    while let Ok(msg) = rx.recv() {
-        let mut pending = Some(msg);
-        // Batch whatever is queued, then flush once.
-        while let Some(m) = pending.take() {
+fn writer(
+    rx: mpsc::Receiver<Msg>,
+    mut out: File,
+    path: PathBuf,
+    failing: Arc<Mutex<Option<String>>>,
+) {
+    let set = |why: Option<String>| {
+        *failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = why;
+    };
+    // Lines not yet on disk, oldest first: kept until a write of them went through.
+    let mut pending: Vec<String> = Vec::new();
+    // The last write failed midway: a partial line may end the file.
+    let mut torn = false;
+    loop {
+        let first = if pending.is_empty() {
+            match rx.recv() {
+                Ok(m) => Some(m),
+                Err(_) => return,
+            }
+        } else {
+            // Failing: try again every second even if nothing new comes (the store refuses
+            // new writes until these are on disk).
+            match rx.recv_timeout(Duration::from_secs(1)) {
+                Ok(m) => Some(m),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        };
+        let mut flushes = Vec::new();
+        let mut next = first;
+        // Batch whatever is queued, then write once.
+        while let Some(m) = next.take() {
             match m {
-                Msg::Line(l) => {
-                    if let Err(e) = writeln!(out, "{l}") {
-                        tracing::error!(path = %path.display(), error = %e, "persisting a write failed");
+                Msg::Line(l) => pending.push(l),
+                Msg::Flush(done) => flushes.push(done),
+            }
+            next = rx.try_recv().ok();
+        }
+        if !pending.is_empty() {
+            let mut buf = String::new();
+            if torn {
+                // End a torn line, which the reader skips as unreadable.
+                buf.push('\n');
+            }
+            for l in &pending {
+                buf.push_str(l);
+                buf.push('\n');
+            }
+            match out.write_all(buf.as_bytes()) {
+                Ok(()) => {
+                    if torn {
+                        tracing::info!(path = %path.display(), lines = pending.len(), "the write log is writable again");
                     }
+                    pending.clear();
+                    torn = false;
+                    set(None);
                 }
-                Msg::Flush(done) => {
-                    let _ = out.flush();
-                    let _ = out.get_ref().sync_data();
-                    let _ = done.send(());
+                Err(e) => {
+                    if !torn {
+                        tracing::error!(path = %path.display(), error = %e, lines = pending.len(), "writing the write log failed: refusing writes until it works again");
+                    }
+                    torn = true;
+                    set(Some(format!("writing {}: {e}", path.display())));
                 }
             }
-            pending = rx.try_recv().ok();
         }
-        if let Err(e) = out.flush() {
-            tracing::error!(path = %path.display(), error = %e, "flushing the write log failed");
+        if !flushes.is_empty() {
+            let _ = out.sync_data();
+            if !pending.is_empty() {
+                tracing::error!(path = %path.display(), lines = pending.len(), "flushed with writes the disk refused: they are not durable");
+            }
+            for done in flushes {
+                let _ = done.send(());
+            }
         }
     }
 }
