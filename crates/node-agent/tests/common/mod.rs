@@ -228,49 +228,48 @@ impl Env {
     /// front of the hostpath driver: returns the node's index and its NodePublishVolume
     /// requests as they arrive.
     pub async fn add_recorded_node(&mut self, name: &str) -> (usize, recorder::Publishes) {
-        let root = self.dir.path().join(name).join("kubelet");
-        let state_dir = self.dir.path().join(name).join("hostpath-state");
-        let sock_dir = root.join("plugins").join(DRIVER);
-        std::fs::create_dir_all(&sock_dir).unwrap();
-        std::fs::create_dir_all(root.join("plugins_registry")).unwrap();
-        let mut node = TestNode {
-            name: name.into(),
-            root,
-            driver_socket: sock_dir.join("csi.sock"),
-            state_dir,
-            behind_shim: Some(sock_dir.join("hostpath.sock")),
-            driver: None,
-            shim: None,
-            registrar: None,
-            agent: None,
-        };
-        start_driver(&mut node).await;
         let publishes = recorder::Publishes::default();
-        let channel =
-            csi_spec::connect_unix_lazy(&node.hostpath_socket().display().to_string()).unwrap();
-        let router = recorder::router(channel, publishes.clone());
-        let socket =
-            csi_spec::UnixSocket::bind(&format!("unix://{}", node.driver_socket.display()))
-                .expect("bind the shim's socket");
-        let stop = CancellationToken::new();
-        let s = stop.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = socket.serve(router, s.cancelled_owned()).await {
-                eprintln!("recording shim stopped: {e}");
-            }
-        });
-        node.shim = Some(Task {
-            stop,
-            task: Some(task),
-        });
-        start_registrar(&mut node).await;
-        self.nodes.push(node);
-        (self.nodes.len() - 1, publishes)
+        let p = publishes.clone();
+        let i = self
+            .add_shimmed_node(name, "recording shim", move |socket, target, stop| {
+                Box::pin(async move {
+                    let channel = csi_spec::connect_unix_lazy(&target)?;
+                    socket
+                        .serve(recorder::router(channel, p), stop.cancelled_owned())
+                        .await
+                })
+            })
+            .await;
+        (i, publishes)
     }
 
     /// [`Env::add_node`] with a fault proxy (`csi_spec::faults`) on the registered socket in
     /// front of the hostpath driver: returns the node's index and the plan that fails calls.
     pub async fn add_faulty_node(&mut self, name: &str) -> (usize, csi_spec::faults::FaultPlan) {
+        let plan = csi_spec::faults::FaultPlan::new();
+        let p = plan.clone();
+        let i = self
+            .add_shimmed_node(name, "fault proxy", move |socket, target, stop| {
+                Box::pin(async move {
+                    csi_spec::faults::serve_proxy(socket, &target, p, stop.cancelled_owned()).await
+                })
+            })
+            .await;
+        (i, plan)
+    }
+
+    /// A node whose registered socket is served by `shim` (given its bound socket, the
+    /// hostpath driver's own endpoint behind it and its stop token) in front of the driver.
+    async fn add_shimmed_node<F>(&mut self, name: &str, what: &'static str, shim: F) -> usize
+    where
+        F: FnOnce(
+            csi_spec::UnixSocket,
+            String,
+            CancellationToken,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<(), csi_spec::Error>> + Send>,
+        >,
+    {
         let root = self.dir.path().join(name).join("kubelet");
         let state_dir = self.dir.path().join(name).join("hostpath-state");
         let sock_dir = root.join("plugins").join(DRIVER);
@@ -288,18 +287,15 @@ impl Env {
             agent: None,
         };
         start_driver(&mut node).await;
-        let plan = csi_spec::faults::FaultPlan::new();
         let socket =
             csi_spec::UnixSocket::bind(&format!("unix://{}", node.driver_socket.display()))
-                .expect("bind the fault proxy's socket");
+                .unwrap_or_else(|e| panic!("bind the {what}'s socket: {e}"));
         let target = format!("unix://{}", node.hostpath_socket().display());
-        let (stop, p) = (CancellationToken::new(), plan.clone());
-        let s = stop.clone();
+        let stop = CancellationToken::new();
+        let serving = shim(socket, target, stop.clone());
         let task = tokio::spawn(async move {
-            if let Err(e) =
-                csi_spec::faults::serve_proxy(socket, &target, p, s.cancelled_owned()).await
-            {
-                eprintln!("fault proxy stopped: {e}");
+            if let Err(e) = serving.await {
+                eprintln!("{what} stopped: {e}");
             }
         });
         node.shim = Some(Task {
@@ -308,7 +304,7 @@ impl Env {
         });
         start_registrar(&mut node).await;
         self.nodes.push(node);
-        (self.nodes.len() - 1, plan)
+        self.nodes.len() - 1
     }
 
     /// The agent's options for node `i` (fast backoff and Events).
