@@ -30,6 +30,8 @@ use crate::{Error, HOSTPATH_DRIVER, RunningCluster, UpConfig};
 /// longest socket path a node has (`/nodes/node-NN/kubelet/plugins_registry/
 /// hostpath.csi.k8s.io-reg.sock`, 68) must stay within a unix socket path's 107 bytes.
 const MAX_DATA_DIR: usize = 37;
+/// The most pairs one scenario may create.
+const MAX_PODS: usize = 10_000;
 
 /// What a parent's data dir must leave for its children's (`/N`, `/i1`).
 const CHILD_DIR: usize = 3;
@@ -114,9 +116,10 @@ impl BenchFlags {
                 )));
             }
         };
-        if self.pods == 0 || self.pods > 999 {
+        // Issue 23's 20-node × 5,000-pod run, with room to spare.
+        if self.pods == 0 || self.pods > MAX_PODS {
             return Err(Error::Config(format!(
-                "--pods must be between 1 and 999, got {}",
+                "--pods must be between 1 and {MAX_PODS}, got {}",
                 self.pods
             )));
         }
@@ -521,6 +524,9 @@ mod tests {
         assert!(e.contains("--output"), "{e}");
         let e = flags(&["--pods", "0"]).plan().err().unwrap().to_string();
         assert!(e.contains("--pods"), "{e}");
+        assert_eq!(flags(&["--pods", "5000"]).plan().unwrap().pods, 5000);
+        let e = flags(&["--pods", "10001"]).plan().err().unwrap().to_string();
+        assert!(e.contains("between 1 and 10000"), "{e}");
         assert!(
             !flags(&["--nodes", "1"]).plan().unwrap().per_node,
             "1 node: nothing to compare"
