@@ -525,7 +525,11 @@ mod tests {
         let e = flags(&["--pods", "0"]).plan().err().unwrap().to_string();
         assert!(e.contains("--pods"), "{e}");
         assert_eq!(flags(&["--pods", "5000"]).plan().unwrap().pods, 5000);
-        let e = flags(&["--pods", "10001"]).plan().err().unwrap().to_string();
+        let e = flags(&["--pods", "10001"])
+            .plan()
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("between 1 and 10000"), "{e}");
         assert!(
             !flags(&["--nodes", "1"]).plan().unwrap().per_node,
