@@ -156,6 +156,11 @@ impl CsiPlugin {
         timeout: Duration,
     ) -> Result<Attached> {
         let deadline = Instant::now() + timeout;
+        // A scoped cache may hold a copy seconds old; attached there may mean being deleted
+        // (detached any moment) here. Mount only on what the API server says now.
+        self.attachments
+            .refresh(None, name, timeout.min(Duration::from_secs(10)))
+            .await;
         let va_changed = self.attachments.name_changed(name);
         let mut drivers_changed = self.drivers.changed();
         // False once the CSIDriver cache has stopped (shutdown): its channel then only errs.

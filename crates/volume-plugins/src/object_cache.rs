@@ -196,6 +196,37 @@ where
         }
     }
 
+    /// A scoped cache: fetches the object now and returns once the cache holds what the API
+    /// server has (or after `timeout`), for a decision that must not rest on a copy up to
+    /// `policy.slow` old: mounting on a VolumeAttachment that may be being deleted. A no-op on
+    /// a watch-fed cache.
+    pub async fn refresh(&self, namespace: Option<&str>, name: &str, timeout: Duration) {
+        let Some(i) = &self.interest else {
+            return;
+        };
+        let mut rounds = i.rounds.subscribe();
+        i.want(namespace, name);
+        if let Some(k) = i
+            .map()
+            .get_mut(&(namespace.map(str::to_string), name.to_string()))
+        {
+            k.next = None;
+        }
+        // Marked due: the next round to start takes it. One already running may not have
+        // (it chose what is due when it began), so wait for a round that starts after now.
+        let (started, _) = *rounds.borrow_and_update();
+        let want = started + 1;
+        i.wake.notify_one();
+        let _ = tokio::time::timeout(timeout, async {
+            while rounds.borrow_and_update().1 < want {
+                if rounds.changed().await.is_err() {
+                    return;
+                }
+            }
+        })
+        .await;
+    }
+
     /// How many objects a scoped cache is asked about (0 for a watch-fed one).
     pub fn interest_len(&self) -> usize {
         self.interest.as_ref().map_or(0, |i| i.map().len())
@@ -331,10 +362,22 @@ impl Default for ScopedPolicy {
 type Key = (Option<String>, String);
 
 /// The objects a scoped cache is asked about, and when to fetch each again.
-#[derive(Default)]
 struct Interest {
     keys: Mutex<HashMap<Key, KeyState>>,
     wake: Notify,
+    /// Fetch rounds (started, finished), for [`ObjectCache::refresh`] to wait for one that
+    /// began after its request.
+    rounds: watch::Sender<(u64, u64)>,
+}
+
+impl Default for Interest {
+    fn default() -> Self {
+        Self {
+            keys: Mutex::default(),
+            wake: Notify::new(),
+            rounds: watch::channel((0, 0)).0,
+        }
+    }
 }
 
 struct KeyState {
@@ -422,6 +465,7 @@ async fn fetch<K, F>(
             }
             (due, dropped)
         };
+        interest.rounds.send_modify(|r| r.0 += 1);
         let mut changed = Vec::new();
         for (ns, name) in dropped {
             let r = match &ns {
@@ -506,6 +550,7 @@ async fn fetch<K, F>(
                 by_name.notify(name);
             }
         }
+        interest.rounds.send_modify(|r| r.1 += 1);
         // The earliest next fetch, the ones just made included; a waited-on or hot object
         // is looked at again within `fast`.
         let next = {
