@@ -93,6 +93,9 @@ struct World<'a> {
     ec2_armed: u64,
     /// `--sabotage` not done yet.
     sabotage: Vec<Sabotage>,
+    /// A sabotage was just done: check before the schedule's next operation can remove what
+    /// it broke (a pod deleted right after its volume was unmounted under it).
+    check_now: bool,
 }
 
 pub(super) async fn run(
@@ -188,6 +191,7 @@ async fn drive(
         flips: 0,
         ec2_armed: 0,
         sabotage: flags.sabotage.clone(),
+        check_now: false,
     };
     let end = start + flags.duration;
     let (mut next_check, mut next_history) = (start, start);
@@ -204,6 +208,9 @@ async fn drive(
         w.run_due(false).await;
         if let Some((pods, claims)) = w.list().await {
             w.data(&pods, &claims).await;
+            if std::mem::take(&mut w.check_now) {
+                w.check(&pods, &claims).await;
+            }
             w.operate(&pods, &claims).await;
             if Instant::now() >= next_check {
                 w.check(&pods, &claims).await;
@@ -710,6 +717,7 @@ impl World<'_> {
                 claim_name(slot)
             );
             self.sabotage.remove(0);
+            self.check_now = true;
         }
     }
 
