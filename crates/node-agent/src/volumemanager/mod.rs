@@ -61,31 +61,21 @@ impl Caches {
                 all().fields(&format!("spec.nodeName={node_name}")),
                 stop.clone(),
             ),
-            // The claims, volumes and attachments of this node's pods only, fetched as they
-            // are asked for (the kubelet's GETs, all the Node authorizer lets a node read):
-            // memory follows the node's pods, not the cluster (docs/node-agent.md).
-            pvcs: {
-                let c = client.clone();
-                ObjectCache::spawn_scoped(
-                    move |ns| Api::namespaced(c.clone(), ns.unwrap_or("default")),
-                    ScopedPolicy::default(),
-                    stop.clone(),
-                )
-            },
-            pvs: {
-                let c = client.clone();
-                ObjectCache::spawn_scoped(
-                    move |_| Api::all(c.clone()),
-                    ScopedPolicy::default(),
-                    stop.clone(),
-                )
-            },
+            // Claims and PVs are watched: a new pod must never be resolved against a copy of
+            // its claim that is seconds old (a claim deleted and recreated under the same name
+            // would give the new pod the old claim's volume, which `csi-cluster chaos` caught
+            // with the scoped reads). Reading them scoped, as the kubelet does, needs a fresh
+            // read at pod admission first (issue 23).
+            pvcs: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
+            pvs: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
             node: ObjectCache::spawn(
                 Api::all(client.clone()),
                 all().fields(&format!("metadata.name={node_name}")),
                 stop.clone(),
             ),
             csidrivers: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
+            // This node's VolumeAttachments only, fetched as they are asked for; the wait for
+            // attach reads one fresh before a mount relies on it (`ObjectCache::refresh`).
             vas: {
                 let c = client.clone();
                 ObjectCache::spawn_scoped(
