@@ -820,10 +820,12 @@ impl World<'_> {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        // Every file once more, now that nothing interferes.
+        // Every file once more, now that nothing interferes, and the checks after it (a
+        // sabotage done by this last write must be seen too).
         self.verified.clear();
         if let Some((pods, claims)) = self.list().await {
             self.data(&pods, &claims).await;
+            self.check(&pods, &claims).await;
         }
     }
 
