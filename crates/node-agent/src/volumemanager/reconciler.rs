@@ -238,6 +238,11 @@ impl Reconciler {
                 set.insert(name.clone());
             }
         }
+        // An operation in flight may be staging or publishing right now, before its outcome
+        // is in the actual state: the volume stays listed until it is done (Kubernetes lists
+        // volumes with an operation pending too). Without this, a pod deleted in the middle of
+        // its mount let the volume drop out while NodeStage mounted it (`csi-cluster chaos`).
+        set.extend(self.in_flight.iter().cloned());
         set
     }
 
