@@ -209,7 +209,7 @@ impl Checker {
             let entry = wanted.entry(node_of(p)).or_default();
             entry.0.extend(p.metadata.uid.clone());
             for claim in claim_names(p) {
-                if let Some(h) = claim_volume(&claim, pods, pvs).and_then(|v| handles.get(&v)) {
+                if let Some(h) = claim_volume(&claim, pvs).and_then(|v| handles.get(&v)) {
                     entry.1.insert(h.clone());
                 }
             }
@@ -275,8 +275,8 @@ impl Checker {
     }
 }
 
-/// The PV bound to `claim` (by the claims as listed alongside `pods`).
-fn claim_volume(claim: &str, _pods: &[Pod], pvs: &[PersistentVolume]) -> Option<String> {
+/// The PV whose `claimRef` names `default/<claim>`.
+fn claim_volume(claim: &str, pvs: &[PersistentVolume]) -> Option<String> {
     pvs.iter().find_map(|pv| {
         let r = pv.spec.as_ref()?.claim_ref.as_ref()?;
         (r.name.as_deref() == Some(claim) && r.namespace.as_deref() == Some("default"))
@@ -349,46 +349,21 @@ pub(crate) fn volume_paths(p: &Pod) -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-/// Every mount point on the host, from `/proc/self/mountinfo` (octal escapes undone).
+/// Every mount point on the host, from `/proc/self/mountinfo` (mount-utils' parser, which
+/// undoes the octal escapes); empty if it cannot be read.
 pub(crate) fn mount_points() -> BTreeSet<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|p| PathBuf::from(unescape(p)))
+    let bytes = std::fs::read("/proc/self/mountinfo").unwrap_or_default();
+    mount_utils::findmnt::parse(&bytes)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| e.mount_point)
         .collect()
-}
-
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape(r"/a\040b"), "/a b");
-        assert_eq!(unescape(r"/tab\011x\134"), "/tab\tx\\");
-        assert_eq!(unescape(r"/plain"), "/plain");
-        assert_eq!(unescape(r"/end\04"), r"/end\04");
-    }
 
     #[test]
     fn readiness_and_binding_need_no_deletion() {
