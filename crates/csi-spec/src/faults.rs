@@ -69,6 +69,8 @@ struct PlanState {
     /// Added latency per method (`*`: every method), before the call is forwarded.
     delays: BTreeMap<String, Duration>,
     forwarded: u64,
+    /// Calls seen per method, so a test can tell when one has started.
+    per_method: BTreeMap<String, u64>,
     injected: u64,
 }
 
@@ -122,10 +124,16 @@ impl FaultPlan {
         self.state().forwarded
     }
 
+    /// Calls of `method` seen so far (failed, delayed or not), counted when they arrive.
+    pub fn calls_of(&self, method: &str) -> u64 {
+        self.state().per_method.get(method).copied().unwrap_or(0)
+    }
+
     /// The delay and the fault for one call of `method`, counting the fault down.
     fn take(&self, method: &str) -> (Option<Duration>, Option<(Code, When)>) {
         let mut s = self.state();
         s.forwarded += 1;
+        *s.per_method.entry(method.to_string()).or_default() += 1;
         let delay = s.delays.get(method).or_else(|| s.delays.get("*")).copied();
         let Some(i) = s
             .faults
@@ -293,6 +301,10 @@ mod tests {
         assert!(plan.take("NodeStageVolume").1.is_some());
         assert_eq!(plan.take("NodeStageVolume").1, None);
         assert_eq!((plan.injected(), plan.calls()), (3, 5));
+        assert_eq!(
+            (plan.calls_of("NodeStageVolume"), plan.calls_of("Probe")),
+            (3, 0)
+        );
         assert!(plan.pending().is_empty());
         plan.add(fault("X", 0));
         assert!(plan.pending().is_empty(), "a rule of 0 calls is no rule");

@@ -2,7 +2,7 @@
 //! its volume (issue 22), with the real hostpath driver, our registrar, attach/detach
 //! controller, csi-attacher and node agent over apiserver-lite, real bind mounts:
 //! - what a failed mount leaves behind (a stage before a failed publish, an uncertain stage)
-//!   stays in `node.status.volumesInUse`, is never detached while there, and is torn down
+//!   and a stage still in flight stay in `node.status.volumesInUse`, is never detached while there, and is torn down
 //!   once the pod goes;
 //! - a running pod's volume stays published when the agent restarts and its claim cannot be
 //!   resolved any more, until the pod goes;
@@ -175,6 +175,78 @@ async fn a_final_error_after_the_driver_staged_keeps_the_stage_in_use() {
         }
     })
     .await;
+    assert!(mounts_below(&staging_root).await.is_empty());
+    env.shutdown().await;
+}
+
+/// The pod goes while its NodeStage is still running (a slow driver): the operation in flight
+/// may be mounting right now, so the volume stays in volumesInUse and attached until it is done
+/// and unstaged. Before c888e7f the volume left volumesInUse the moment the pod went (it was
+/// neither wanted nor staged yet) and the attach/detach controller detached it under the stage
+/// the driver was making (found by `csi-cluster chaos`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_whose_stage_is_in_flight_stays_in_use_when_its_pod_goes() {
+    if !common::can_mount() {
+        return;
+    }
+    let mut env = Env::new().await;
+    env.create_csidriver(true).await;
+    let (n, plan) = env.add_faulty_node("node-a").await;
+    env.start_adc(SkipAttachMode::ThroughAdc);
+    env.start_attacher().await;
+    let options = env.agent_options(n, SkipAttachMode::ThroughAdc);
+    env.start_agent(n, options);
+    let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
+    let unique = csi_unique_volume_name(DRIVER, &handle);
+    env.wait_registered("node-a").await;
+    let slow = std::time::Duration::from_secs(4);
+    plan.set_delay("NodeStageVolume", slow);
+    env.create_pod("pod-1", "node-a", "claim-1").await;
+    test_support::eventually("NodeStage in flight", PATIENCE, || async {
+        (plan.calls_of("NodeStageVolume") > 0).then_some(())
+    })
+    .await;
+    let started = std::time::Instant::now();
+    env.pods()
+        .delete("pod-1", &Default::default())
+        .await
+        .unwrap();
+    plan.set_delay("NodeStageVolume", std::time::Duration::ZERO);
+
+    // While the call is held by the proxy and until the stage it makes is undone, the volume
+    // must be in use and attached.
+    let staging_root = env.nodes[n]
+        .root
+        .join("plugins/kubernetes.io/csi")
+        .join(DRIVER);
+    let mut in_flight_samples = 0;
+    let saw_staged = std::cell::Cell::new(false);
+    test_support::eventually("unstaged, out of volumesInUse, detached", PATIENCE, || {
+        let (env, staging_root, unique) = (&env, &staging_root, &unique);
+        let in_flight = started.elapsed() < slow;
+        in_flight_samples += usize::from(in_flight);
+        let saw = &saw_staged;
+        async move {
+            let staged = !mounts_below(staging_root).await.is_empty();
+            saw.set(saw.get() || staged);
+            let (in_use, attached) = env.node_volumes("node-a").await;
+            if in_flight || staged {
+                assert!(
+                    in_use.contains(unique) && attached.contains(unique),
+                    "{unique} left volumesInUse ({in_use:?}) or volumesAttached ({attached:?}) \
+                     while NodeStage was in flight or its stage mounted"
+                );
+                return None;
+            }
+            (!in_use.contains(unique) && !attached.contains(unique)).then_some(())
+        }
+    })
+    .await;
+    println!(
+        "{in_flight_samples} samples while NodeStage was held; stage seen: {}",
+        saw_staged.get()
+    );
+    assert!(in_flight_samples >= 5, "sampled while in flight");
     assert!(mounts_below(&staging_root).await.is_empty());
     env.shutdown().await;
 }
