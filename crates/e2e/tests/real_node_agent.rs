@@ -23,14 +23,14 @@ use real_support::{eventually, is_mount_point, repo_file};
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "agent-node";
 
-/// The agent's credentials: admin for now. As `system:node:agent-node` (group
-/// `system:nodes`) the Node authorizer refuses the agent's cluster-wide list/watch of
-/// PersistentVolumes and PersistentVolumeClaims; VolumeAttachments and its CSINode are read
-/// with GETs already. Claims and PVs go the same way once the agent reads a claim fresh when
-/// it admits a pod (issue 23): the scoped copy, seconds old, gave a new pod the volume of a
-/// claim deleted and recreated under the same name (`csi-cluster chaos`).
+/// The agent's credentials: the node's own identity (user `system:node:agent-node`, group
+/// `system:nodes`), under kube-apiserver's Node authorizer and NodeRestriction, as a kubelet.
+/// It reads only its own pods' claims, PVs and VolumeAttachments (GETs; a new pod's claim
+/// read after the pod was seen), its own CSINode, and writes pod status, not pod metadata.
 fn agent_identity(cluster: &Cluster) -> PathBuf {
-    cluster.admin_kubeconfig().to_path_buf()
+    cluster
+        .user_kubeconfig(&format!("system:node:{NODE}"), &["system:nodes"])
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -62,6 +62,7 @@ fn agent_backend(own: &MigratedPlugins) -> &'static str {
         pvs: &pvs,
         csidrivers: &csidrivers,
         migrated: own,
+        first_seen: None,
     };
     match volume_to_mount(&ctx, &pod, &volume) {
         SpecOutcome::Mount(v) => match v.kind {

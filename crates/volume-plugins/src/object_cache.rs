@@ -227,6 +227,41 @@ where
         .await;
     }
 
+    /// The object as read from the API server at or after `since` (`Some(None)`: known absent
+    /// then), or `None` when the cache has not read it since: it is then fetched at once, and
+    /// [`Self::changed`] fires when it is in, changed or not. The kubelet reads a new pod's
+    /// claim and volume from the API server, not from a cache; this is that read, shared with
+    /// the cache (a claim deleted and recreated under the same name must not hand a new pod
+    /// the old claim's volume from a copy seconds old). A watch-fed cache is always current.
+    pub fn fresh_since(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        since: std::time::Instant,
+    ) -> Option<Option<Arc<K>>> {
+        let r = match namespace {
+            Some(ns) => ObjectRef::new(name).within(ns),
+            None => ObjectRef::new(name),
+        };
+        let Some(i) = &self.interest else {
+            return Some(self.store.get(&r));
+        };
+        i.want(namespace, name);
+        let key = (namespace.map(str::to_string), name.to_string());
+        let mut map = i.map();
+        let k = map.get_mut(&key)?;
+        if k.fetched.is_some_and(|at| at >= since) {
+            drop(map);
+            return Some(self.store.get(&r));
+        }
+        // Due now; the fetcher reports it even if it did not change.
+        k.fresh_wanted = true;
+        k.next = None;
+        drop(map);
+        i.wake.notify_one();
+        None
+    }
+
     /// How many objects a scoped cache is asked about (0 for a watch-fed one).
     pub fn interest_len(&self) -> usize {
         self.interest.as_ref().map_or(0, |i| i.map().len())
@@ -387,6 +422,10 @@ struct KeyState {
     interval: Duration,
     /// Marked [`ObjectCache::hot`] since the last fetch.
     hot: bool,
+    /// When the round of the last successful fetch began (its GET was sent after that).
+    fetched: Option<std::time::Instant>,
+    /// A reader waits for a fetch ([`ObjectCache::fresh_since`]): report it even unchanged.
+    fresh_wanted: bool,
 }
 
 impl Interest {
@@ -412,6 +451,8 @@ impl Interest {
                             next: None,
                             interval: Duration::ZERO,
                             hot: false,
+                            fetched: None,
+                            fresh_wanted: false,
                         },
                     );
                     true
@@ -441,6 +482,7 @@ async fn fetch<K, F>(
     let kind = K::kind(&()).to_string();
     loop {
         let now = std::time::Instant::now();
+        let round_start = now;
         // What is due, what nobody wants any more, and when to look next.
         let (due, dropped) = {
             let mut map = interest.map();
@@ -508,6 +550,7 @@ async fn fetch<K, F>(
                 }
                 continue;
             }
+            let ok = got.is_ok();
             let differs = match (&got, &had) {
                 (Ok(Some(new)), Some(old)) => {
                     new.meta().resource_version != old.meta().resource_version
@@ -529,7 +572,12 @@ async fn fetch<K, F>(
                 _ => {}
             }
             let mut map = interest.map();
+            let mut report = differs;
             if let Some(k) = map.get_mut(&key) {
+                if ok {
+                    k.fetched = Some(round_start);
+                    report |= std::mem::take(&mut k.fresh_wanted);
+                }
                 let first = k.next.is_none();
                 let hot = std::mem::take(&mut k.hot);
                 k.interval = if differs || first || hot {
@@ -540,7 +588,7 @@ async fn fetch<K, F>(
                 k.next = Some(now + k.interval);
             }
             drop(map);
-            if differs {
+            if report {
                 changed.push(key.1);
             }
         }

@@ -212,3 +212,94 @@ async fn the_wait_for_attach_reads_a_volume_attachment_fresh_from_a_scoped_cache
     assert!(e.to_string().contains("being deleted"), "{e}");
     stop.cancel();
 }
+
+/// A claim deleted and recreated under the same name while the cache holds the old copy: a
+/// read that must be fresh (`fresh_since`, a new pod's claim) does not take the copy, fetches
+/// at once and is told when it is in, also for an object that did not change.
+#[tokio::test]
+async fn a_fresh_read_never_answers_with_a_copy_older_than_asked() {
+    let server = apiserver::ApiServer::start(apiserver::Config::default())
+        .await
+        .expect("api server");
+    let client = server.client();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    for name in ["a", "b"] {
+        api.create(&PostParams::default(), &claim(name, "1Gi"))
+            .await
+            .unwrap();
+    }
+    let stop = CancellationToken::new();
+    let c = client.clone();
+    // Refetches far apart: only the fresh read can bring the new claim within the test.
+    let policy = ScopedPolicy {
+        fast: Duration::from_secs(30),
+        slow: Duration::from_secs(60),
+        idle: Duration::from_secs(120),
+        parallel: 4,
+    };
+    let cache: ObjectCache<PersistentVolumeClaim> = ObjectCache::spawn_scoped(
+        move |ns| Api::namespaced(c.clone(), ns.unwrap_or("default")),
+        policy,
+        stop.clone(),
+    );
+    cache.get_namespaced("default", "a");
+    cache.get_namespaced("default", "b");
+    until("a and b cached", || {
+        cache.get_namespaced("default", "a").is_some()
+            && cache.get_namespaced("default", "b").is_some()
+    })
+    .await;
+    let old_uid = cache
+        .get_namespaced("default", "a")
+        .unwrap()
+        .metadata
+        .uid
+        .clone();
+
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    api.create(&PostParams::default(), &claim("a", "2Gi"))
+        .await
+        .unwrap();
+    let since = std::time::Instant::now();
+    assert_eq!(
+        cache.get_namespaced("default", "a").unwrap().metadata.uid,
+        old_uid,
+        "the plain read still answers with the old copy"
+    );
+    let mut changed = cache.changed();
+    changed.borrow_and_update();
+    assert!(
+        cache.fresh_since(Some("default"), "a", since).is_none(),
+        "not read since: no answer"
+    );
+    assert!(cache.fresh_since(Some("default"), "b", since).is_none());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let (a, b) = loop {
+        let a = cache.fresh_since(Some("default"), "a", since);
+        let b = cache.fresh_since(Some("default"), "b", since);
+        if let (Some(a), Some(b)) = (a, b) {
+            break (a, b);
+        }
+        assert!(std::time::Instant::now() < deadline, "no fresh read in 5 s");
+        tokio::time::timeout(Duration::from_secs(5), changed.changed())
+            .await
+            .expect("changed fires for a fresh read")
+            .unwrap();
+    };
+    let a = a.expect("a exists");
+    assert_ne!(a.metadata.uid, old_uid, "the recreated claim, not the copy");
+    assert_eq!(size(&a), "2Gi");
+    assert_eq!(size(&b.expect("b exists")), "1Gi", "b unchanged, but read");
+    assert!(
+        cache
+            .fresh_since(Some("default"), "gone", std::time::Instant::now())
+            .is_none()
+    );
+    until("an absent object is known absent", || {
+        cache
+            .fresh_since(Some("default"), "gone", since)
+            .is_some_and(|o| o.is_none())
+    })
+    .await;
+    stop.cancel();
+}

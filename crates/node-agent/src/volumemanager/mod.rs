@@ -61,13 +61,27 @@ impl Caches {
                 all().fields(&format!("spec.nodeName={node_name}")),
                 stop.clone(),
             ),
-            // Claims and PVs are watched: a new pod must never be resolved against a copy of
-            // its claim that is seconds old (a claim deleted and recreated under the same name
-            // would give the new pod the old claim's volume, which `csi-cluster chaos` caught
-            // with the scoped reads). Reading them scoped, as the kubelet does, needs a fresh
-            // read at pod admission first (issue 23).
-            pvcs: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
-            pvs: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
+            // The claims and volumes of this node's pods only, fetched as they are asked for
+            // (the kubelet's GETs, all the Node authorizer lets a node read): memory follows
+            // the node's pods, not the cluster. A new pod's claim and volume are used only as
+            // read after the pod was first seen (`volume_spec::unread_claim`), never from an
+            // older copy.
+            pvcs: {
+                let c = client.clone();
+                ObjectCache::spawn_scoped(
+                    move |ns| Api::namespaced(c.clone(), ns.unwrap_or("default")),
+                    ScopedPolicy::default(),
+                    stop.clone(),
+                )
+            },
+            pvs: {
+                let c = client.clone();
+                ObjectCache::spawn_scoped(
+                    move |_| Api::all(c.clone()),
+                    ScopedPolicy::default(),
+                    stop.clone(),
+                )
+            },
             node: ObjectCache::spawn(
                 Api::all(client.clone()),
                 all().fields(&format!("metadata.name={node_name}")),
@@ -230,17 +244,27 @@ impl VolumeManager {
         // cleanupOrphanedPodDirs): a pod whose last volume was torn down just before a crash
         // left its empty dirs behind, and nothing else would ever remove them.
         let mut next_orphan_sweep = std::time::Instant::now();
+        // When each pod was first seen: its claims are used only as read since then.
+        let mut first_seen: std::collections::HashMap<String, std::time::Instant> =
+            std::collections::HashMap::new();
 
         loop {
             // One snapshot of the pod cache per pass: the desired state, the deletions to
             // confirm and the orphan sweep all read the same pods.
             let cached = self.caches.pods.list();
+            let now = std::time::Instant::now();
+            for uid in cached.iter().filter_map(|p| p.metadata.uid.as_ref()) {
+                if !first_seen.contains_key(uid) {
+                    first_seen.insert(uid.clone(), now);
+                }
+            }
             let dsw = {
                 let ctx = volume_spec::SpecContext {
                     pvcs: &self.caches.pvcs,
                     pvs: &self.caches.pvs,
                     csidrivers: &self.caches.csidrivers,
                     migrated: &self.options.migrated,
+                    first_seen: Some(&first_seen),
                 };
                 populator::populate(&ctx, cached.iter())
             };
@@ -303,6 +327,7 @@ impl VolumeManager {
                 .filter_map(|p| p.metadata.uid.clone())
                 .collect();
             statuses.retain(&alive);
+            first_seen.retain(|uid, _| alive.contains(uid));
             if std::time::Instant::now() >= next_orphan_sweep {
                 next_orphan_sweep = std::time::Instant::now() + ORPHAN_SWEEP_PERIOD;
                 for uid in orphaned_pod_dirs(&paths, &alive, &reconciler).await {

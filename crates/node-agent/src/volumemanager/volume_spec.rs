@@ -140,6 +140,10 @@ pub struct SpecContext<'a> {
     pub pvs: &'a ObjectCache<PersistentVolume>,
     pub csidrivers: &'a ObjectCache<CSIDriver>,
     pub migrated: &'a MigratedPlugins,
+    /// When each pod (by UID) was first seen: its claims and their volumes are used only as
+    /// read from the API server since then ([`unread_claim`]). `None`: the caches are taken
+    /// as they are (unit tests over fixed caches).
+    pub first_seen: Option<&'a std::collections::HashMap<String, std::time::Instant>>,
 }
 
 impl SpecContext<'_> {
@@ -217,6 +221,9 @@ pub fn volume_to_mount(ctx: &SpecContext<'_>, pod: &Pod, volume: &Volume) -> Spe
         }));
     }
     if let Some(claim) = &volume.persistent_volume_claim {
+        if let Some(wait) = unread_claim(ctx, pod, namespace, &claim.claim_name) {
+            return wait;
+        }
         return from_claim(
             ctx,
             namespace,
@@ -227,6 +234,10 @@ pub fn volume_to_mount(ctx: &SpecContext<'_>, pod: &Pod, volume: &Volume) -> Spe
     }
     if volume.ephemeral.is_some() {
         // A generic ephemeral volume is the claim `<pod>-<volume>` made for this pod.
+        let claim = volume_plugins::claims::ephemeral_claim_name(pod, volume);
+        if let Some(wait) = unread_claim(ctx, pod, namespace, &claim) {
+            return wait;
+        }
         return match volume_plugins::claims::ephemeral_claim(ctx.pvcs, pod, volume) {
             Ok(claim) => from_claim(ctx, namespace, &claim, volume, false),
             Err(ClaimProblem::Pending(why)) => {
@@ -243,6 +254,41 @@ pub fn volume_to_mount(ctx: &SpecContext<'_>, pod: &Pod, volume: &Volume) -> Spe
         return from_inline_ebs(ctx, volume, namespace);
     }
     SpecOutcome::NotOurs
+}
+
+/// Why the pod's claim `claim` cannot be used yet: it, or the volume it is bound to, has not
+/// been read from the API server since the pod was first seen. The kubelet reads a new pod's
+/// claim and volume with GETs; a copy cached from before could be of a claim deleted and
+/// recreated under the same name since (every StatefulSet does that), and would hand the new
+/// pod the old claim's volume (`csi-cluster chaos` caught exactly that). The read takes one
+/// round trip; meanwhile the volume waits, and what the pod already has mounted stays.
+fn unread_claim(
+    ctx: &SpecContext<'_>,
+    pod: &Pod,
+    namespace: &str,
+    claim: &str,
+) -> Option<SpecOutcome> {
+    let first_seen = ctx.first_seen?;
+    // A pod the caller has not stamped yet is read against now: it waits for the next pass.
+    let since = pod
+        .metadata
+        .uid
+        .as_deref()
+        .and_then(|uid| first_seen.get(uid))
+        .copied()
+        .unwrap_or_else(std::time::Instant::now);
+    let reading =
+        |what: String| SpecOutcome::Pending(format!("reading {what} from the API server"));
+    let Some(pvc) = ctx.pvcs.fresh_since(Some(namespace), claim, since) else {
+        return Some(reading(format!("PVC {namespace}/{claim}")));
+    };
+    let pv = pvc
+        .and_then(|c| c.spec.as_ref()?.volume_name.clone())
+        .filter(|name| !name.is_empty())?;
+    ctx.pvs
+        .fresh_since(None, &pv, since)
+        .is_none()
+        .then(|| reading(format!("PV {pv}")))
 }
 
 /// The volume of claim `claim`, kept only where it is mounted when the claim is being deleted

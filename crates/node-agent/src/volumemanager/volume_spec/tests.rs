@@ -117,6 +117,7 @@ fn resolve(
         pvs: &pvs,
         csidrivers: &csidrivers,
         migrated,
+        first_seen: None,
     };
     let p = pod(vec![volume.clone()]);
     volume_to_mount(&ctx, &p, &volume)
