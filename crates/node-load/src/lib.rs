@@ -7,7 +7,9 @@
 //! created all at once, round robin over the nodes, and a pods watch times each pod from just
 //! before its create call until the agent posts it Ready. Then every pod is deleted and timed
 //! until it is gone (unpublished, unstaged and the deletion confirmed by the agent). The
-//! agents' memory (VmRSS, VmHWM) is read once every pod is Ready.
+//! agents' memory (VmRSS, VmHWM) is read once every pod is Ready. `--background N` first
+//! fills the cluster with N PVs, bound PVCs and pods of other nodes, to show what the agents'
+//! memory owes to cluster-wide objects.
 //!
 //! [`run_scenario`] runs one scenario and returns a [`ScenarioReport`]; the `node-load` binary
 //! prints a table or JSON. `docs/node-load.md` has usage and what each number means.
@@ -209,6 +211,11 @@ pub struct LoadConfig {
     /// Create the next pod only once the previous one is Ready: the latency of one pod on
     /// idle nodes, without queueing behind the others.
     pub sequential: bool,
+    /// Background objects created before the measured ones: this many PVs (the scenario's
+    /// driver, a made-up volume handle), PVCs bound to them and pods using them, on nodes
+    /// `elsewhere-0` .. `elsewhere-9` where no agent runs: the rest of a big cluster, which a
+    /// node agent must not pay for. Deleted after the measured pods.
+    pub background: usize,
     /// Keep the processes' logs here (default: in the temp dir, removed with it).
     pub log_dir: Option<PathBuf>,
     /// Where the temp dir goes (default: the system's).
@@ -226,6 +233,7 @@ impl Default for LoadConfig {
             agent_args: Vec::new(),
             attacher_workers: 10,
             sequential: false,
+            background: 0,
             log_dir: None,
             temp_parent: None,
         }

@@ -21,6 +21,7 @@ use node_load::{Binaries, LoadConfig, Scenario, ScenarioReport};
 ///
 ///   node-load --scenario all --nodes 5 --pods 200
 ///   node-load --scenario hostpath-bypass --nodes 1 --pods 200 --json
+///   node-load --scenario hostpath-bypass --nodes 1 --pods 100 --background 10000
 #[derive(Debug, Parser)]
 #[command(name = "node-load", version, verbatim_doc_comment)]
 struct Flags {
@@ -79,6 +80,11 @@ struct Flags {
     #[arg(long)]
     sequential: bool,
 
+    /// Before the measured pods, create N background PVs, PVCs bound to them and pods using
+    /// them on other nodes (elsewhere-0..9, where no agent runs); deleted at the end.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    background: usize,
+
     /// Keep every process's log in DIR/SCENARIO/ (default: in the temp dir, removed).
     #[arg(long, value_name = "DIR")]
     log_dir: Option<PathBuf>,
@@ -130,10 +136,11 @@ async fn run_all(config: LoadConfig, list: Vec<Scenario>) -> anyhow::Result<Vec<
     let mut reports = Vec::new();
     for sc in list {
         eprintln!(
-            "node-load: {} with {} pods on {} nodes...",
+            "node-load: {} with {} pods on {} nodes ({} background pods elsewhere)...",
             sc.name(),
             config.pods,
-            config.nodes
+            config.nodes,
+            config.background
         );
         let r = node_load::run_scenario(&config, sc)
             .await
@@ -178,6 +185,7 @@ async fn main() -> anyhow::Result<()> {
         agent_args: f.agent_args,
         attacher_workers: f.attacher_workers,
         sequential: f.sequential,
+        background: f.background,
         log_dir: f.log_dir,
         temp_parent: None,
     };

@@ -141,6 +141,15 @@ pub(crate) async fn measure(
 ) -> Result<ScenarioReport, Error> {
     let n = config.pods;
     let setup_start = Instant::now();
+    // The rest of the cluster first: other nodes' pods, claims and PVs.
+    objects::create_background(
+        &env.kube,
+        env.driver_name,
+        config.background,
+        config.parallelism,
+    )
+    .await?;
+    let background_created = setup_start.elapsed();
     let endpoints: Vec<String> = match &env.ebs {
         Some(e) => vec![e.controller_endpoint()],
         None => env
@@ -169,9 +178,9 @@ pub(crate) async fn measure(
     )
     .await?;
     let setup = setup_start.elapsed();
-    let mut idle_rss = 0;
+    let mut idle_rss = Vec::with_capacity(env.nodes.len());
     for node in &env.nodes {
-        idle_rss = idle_rss.max(node.agent_memory()?.rss);
+        idle_rss.push(node.agent_memory()?.rss);
     }
     let audit_start = env.audit().len();
     let cpu_start = env.cpu_split();
@@ -233,10 +242,11 @@ pub(crate) async fn measure(
 
     // Memory once every volume is mounted.
     let mut agents = Vec::new();
-    for node in &env.nodes {
+    for (node, &idle) in env.nodes.iter().zip(&idle_rss) {
         let m = node.agent_memory()?;
         agents.push(AgentStats {
             node: node.name.clone(),
+            rss_idle_bytes: idle,
             rss_bytes: m.rss,
             hwm_bytes: m.hwm,
             rss_anon_bytes: m.anon,
@@ -300,6 +310,12 @@ pub(crate) async fn measure(
     let audit = env.audit();
     let writes_ready = agent_writes(audit.get(audit_start..audit_ready).unwrap_or_default());
     let writes_delete = agent_writes(audit.get(audit_ready..).unwrap_or_default());
+    // The background goes too (the run leaves nothing), after the agents' numbers.
+    let t2 = Instant::now();
+    if config.background > 0 {
+        objects::delete_background(&env.kube).await?;
+    }
+    let background_deleted = t2.elapsed();
     for (a, node) in agents.iter_mut().zip(env.nodes.iter()) {
         a.cpu_s_at_end = node.agent_cpu().map(|d| d.as_secs_f64());
     }
@@ -342,7 +358,13 @@ pub(crate) async fn measure(
         driver_rss_max,
         mounts_when_ready,
     )
-    .with_extras(idle_rss, writes_ready, writes_delete, cpu_ready))
+    .with_extras(
+        idle_rss.iter().copied().max().unwrap_or(0),
+        writes_ready,
+        writes_delete,
+        cpu_ready,
+    )
+    .with_background(background_created, background_deleted))
 }
 
 /// The agents' writes (User-Agent `csi-node-agent/...`) in a slice of the audit trail.

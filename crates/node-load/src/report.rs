@@ -14,6 +14,8 @@ use crate::{LoadConfig, Scenario};
 #[derive(Debug, Clone, Serialize)]
 pub struct AgentStats {
     pub node: String,
+    /// VmRSS before the first pod (driver registered, PVs and PVCs bound, nothing mounted).
+    pub rss_idle_bytes: u64,
     /// VmRSS once every pod was Ready.
     pub rss_bytes: u64,
     /// VmHWM (peak RSS) at the same moment.
@@ -35,7 +37,13 @@ pub struct ScenarioReport {
     pub nodes: usize,
     pub pods: usize,
     pub agent_args: Vec<String>,
-    /// Volumes created, PVs and PVCs bound, pods watch synced (not timed below).
+    /// Background PVs, bound PVCs and pods on other nodes (`--background`).
+    pub background: usize,
+    /// Background objects created (part of `setup_s`), and deleted after the delete phase.
+    pub background_created_s: f64,
+    pub background_deleted_s: f64,
+    /// Background objects created, volumes created, PVs and PVCs bound, pods watch synced
+    /// (not timed below).
     pub setup_s: f64,
     /// From the first pod create until the last create was answered.
     pub pods_created_s: f64,
@@ -104,6 +112,9 @@ impl ScenarioReport {
             nodes: config.nodes,
             pods: config.pods,
             agent_args: config.agent_args.clone(),
+            background: config.background,
+            background_created_s: 0.0,
+            background_deleted_s: 0.0,
             setup_s: setup.as_secs_f64(),
             pods_created_s: created.as_secs_f64(),
             ready: summarize(latencies),
@@ -148,6 +159,12 @@ impl ScenarioReport {
         self.agent_writes_delete = delete;
         self
     }
+
+    pub(crate) fn with_background(mut self, created: Duration, deleted: Duration) -> Self {
+        self.background_created_s = created.as_secs_f64();
+        self.background_deleted_s = deleted.as_secs_f64();
+        self
+    }
 }
 
 fn mib(b: u64) -> String {
@@ -181,7 +198,15 @@ pub fn table(reports: &[ScenarioReport]) -> String {
             "nodes / pods",
             Box::new(|r| format!("{} / {}", r.nodes, r.pods)),
         ),
+        (
+            "background (other nodes)",
+            Box::new(|r| format!("{} pods+PVCs+PVs", r.background)),
+        ),
         ("setup (not timed)", Box::new(|r| s(r.setup_s))),
+        (
+            "  of which background",
+            Box::new(|r| s(r.background_created_s)),
+        ),
         ("pods created", Box::new(|r| s(r.pods_created_s))),
         ("ready p50", Box::new(|r| s(r.ready.p50_s))),
         ("ready p90", Box::new(|r| s(r.ready.p90_s))),
@@ -281,6 +306,23 @@ pub fn table(reports: &[ScenarioReport]) -> String {
             let _ = write!(out, "{:>col$}", f(r));
         }
         out.push('\n');
+    }
+    for r in reports {
+        for a in &r.agents {
+            let _ = writeln!(
+                out,
+                "{}: {} agent: VmRSS idle {}, VmRSS at all Ready {}, VmHWM {} \
+                 (RssAnon {}, RssFile {}); {} background pods elsewhere",
+                r.scenario.name(),
+                a.node,
+                mib(a.rss_idle_bytes),
+                mib(a.rss_bytes),
+                mib(a.hwm_bytes),
+                mib(a.rss_anon_bytes),
+                mib(a.rss_file_bytes),
+                r.background
+            );
+        }
     }
     for r in reports {
         let list = |w: &Writes| {

@@ -1,7 +1,8 @@
-//! node-load end to end at tiny scale: 2 nodes, 6 pods, hostpath-bypass and
-//! hostpath-attach-required, with the real csi-node-agent, csi-node-driver-registrar and
-//! hostpath-csi-driver debug binaries from the target dir (`scripts/test` builds every binary
-//! before the tests; `cargo build -p node-agent -p registrar -p hostpath-driver` by hand).
+//! node-load end to end at tiny scale: 2 nodes, 6 pods (and 20 background pods on other
+//! nodes), hostpath-bypass and hostpath-attach-required, with the real csi-node-agent,
+//! csi-node-driver-registrar and hostpath-csi-driver debug binaries from the target dir
+//! (`scripts/test` builds every binary before the tests; `cargo build -p node-agent -p
+//! registrar -p hostpath-driver` by hand).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -54,6 +55,8 @@ async fn tiny_run_of_two_hostpath_scenarios() {
         nodes: 2,
         pods: 6,
         parallelism: 4,
+        // Other nodes' pods, claims and PVs: created, left alone, deleted.
+        background: 20,
         timeout: Duration::from_secs(120),
         temp_parent: Some(parent.path().to_path_buf()),
         ..LoadConfig::default()
@@ -64,6 +67,8 @@ async fn tiny_run_of_two_hostpath_scenarios() {
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", scenario.name()));
         assert_eq!(r.scenario, scenario);
+        assert_eq!(r.background, 20);
+        assert!(r.background_created_s > 0.0 && r.background_deleted_s > 0.0);
         assert_eq!(r.ready.count, 6, "{}: every pod Ready", scenario.name());
         assert_eq!(r.latencies_s.len(), 6);
         assert!(
@@ -77,6 +82,7 @@ async fn tiny_run_of_two_hostpath_scenarios() {
         assert!(r.all_unmounted_s.is_some(), "everything unmounted");
         assert_eq!(r.agents.len(), 2);
         assert!(r.agent_rss_max_bytes > 0 && r.agent_hwm_max_bytes >= r.agent_rss_max_bytes);
+        assert!(r.agents.iter().all(|a| a.rss_idle_bytes > 0));
         assert!(
             r.mounts_when_ready >= 6,
             "a publish mount per pod: {}",
