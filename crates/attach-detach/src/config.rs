@@ -180,6 +180,9 @@ pub struct Config {
     /// EC2 for the in-tree `kubernetes.io/aws-ebs` plugin (`--cloud-provider=aws`); `None`: no
     /// cloud, in-tree volumes that are not migrated fail with an Event.
     pub cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
+    /// Watch caches shared with the other controllers of the process (`csi-cluster`, as
+    /// kube-controller-manager's informer factory); `None`: caches of its own.
+    pub shared_caches: Option<volume_plugins::SharedCaches>,
 }
 
 impl std::fmt::Debug for Config {
@@ -209,6 +212,7 @@ impl Config {
             metrics_path: "/metrics".into(),
             options,
             cloud: None,
+            shared_caches: None,
         }
     }
 }
@@ -270,6 +274,7 @@ impl Flags {
                 ..Options::default()
             },
             cloud,
+            shared_caches: None,
         })
     }
 }

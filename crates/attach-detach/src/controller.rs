@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, VolumeAttachment};
-use kube::runtime::watcher;
-use kube::{Api, Client};
+use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use volume_plugins::{CsiPlugin, ObjectCache};
+use volume_plugins::{CsiPlugin, ObjectCache, SharedCaches};
 
 use crate::cache::ActualStateOfWorld;
 use crate::config::Options;
@@ -38,16 +37,15 @@ pub(crate) struct Caches {
 }
 
 impl Caches {
-    fn spawn(client: &Client, stop: &CancellationToken) -> Self {
-        let cfg = watcher::Config::default;
+    fn spawn(source: &SharedCaches) -> Self {
         Self {
-            pods: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            nodes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            pvs: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            pvcs: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            csidrivers: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            csinodes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            vas: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            pods: source.all(),
+            nodes: source.all(),
+            pvs: source.all(),
+            pvcs: source.all(),
+            csidrivers: source.all(),
+            csinodes: source.all(),
+            vas: source.all(),
         }
     }
 
@@ -117,6 +115,8 @@ pub struct Controller {
     options: Options,
     cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
     metrics: Arc<Metrics>,
+    /// `None`: watch caches of its own, stopped with the controller.
+    shared_caches: Option<SharedCaches>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -141,7 +141,15 @@ impl Controller {
             options,
             cloud,
             metrics: Arc::new(Metrics::register(registry)),
+            shared_caches: None,
         }
+    }
+
+    /// Reads the cluster from `caches`, shared with other controllers of the process,
+    /// instead of watching it itself.
+    pub fn with_shared_caches(mut self, caches: Option<SharedCaches>) -> Self {
+        self.shared_caches = caches;
+        self
     }
 
     /// Runs until `shutdown`: operations in flight are abandoned (each is one idempotent step,
@@ -149,7 +157,11 @@ impl Controller {
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         let stop = shutdown.child_token();
         let _stop_caches = stop.clone().drop_guard();
-        let caches = Caches::spawn(&self.client, &stop);
+        let source = self
+            .shared_caches
+            .clone()
+            .unwrap_or_else(|| SharedCaches::private(self.client.clone(), stop.clone()));
+        let caches = Caches::spawn(&source);
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             r = caches.wait_until_ready(self.options.cache_sync_timeout) => r?,

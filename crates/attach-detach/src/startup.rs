@@ -34,7 +34,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         config.options.clone(),
         config.cloud.clone(),
         &mut registry,
-    );
+    )
+    .with_shared_caches(config.shared_caches.clone());
     let health = sidecar::Health::default();
     if let Some(lease) = &config.leader_election {
         health.register_leader_metric(&mut registry, &lease.lease_name);

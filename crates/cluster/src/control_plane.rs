@@ -297,6 +297,7 @@ pub(crate) async fn start_controllers(
     migration: &SharedMigration,
     skip_attach: volume_plugins::SkipAttachMode,
     ebs_endpoint: &str,
+    shared: &volume_plugins::SharedCaches,
 ) -> Result<(), Error> {
     let in_tree: Arc<dyn ebs_cloud::Cloud> = cloud.in_tree.clone();
 
@@ -306,7 +307,7 @@ pub(crate) async fn start_controllers(
             &pv_controller::user_agent(),
         )
         .await?;
-    let (cloud_for_pv, gates) = (in_tree.clone(), migration.clone());
+    let (cloud_for_pv, gates, caches) = (in_tree.clone(), migration.clone(), shared.clone());
     sup.spawn(
         PV_CONTROLLER,
         Stage::Controllers,
@@ -320,6 +321,7 @@ pub(crate) async fn start_controllers(
                 ..pv_controller::Options::default()
             });
             config.cloud = Some(cloud_for_pv.clone());
+            config.shared_caches = Some(caches.clone());
             supervisor::run(pv_controller::run(pv_client.clone(), config, stop))
         }),
     );
@@ -332,14 +334,16 @@ pub(crate) async fn start_controllers(
             &ephemeral_volume::user_agent(),
         )
         .await?;
+    let caches = shared.clone();
     sup.spawn(
         EPHEMERAL_VOLUME,
         Stage::Controllers,
         Arc::new(move |stop| {
-            let config = ephemeral_volume::Config::new(ephemeral_volume::Options {
+            let mut config = ephemeral_volume::Config::new(ephemeral_volume::Options {
                 delete_orphaned_claims: true,
                 ..ephemeral_volume::Options::default()
             });
+            config.shared_caches = Some(caches.clone());
             supervisor::run(ephemeral_volume::run(
                 ephemeral_client.clone(),
                 config,
@@ -349,7 +353,7 @@ pub(crate) async fn start_controllers(
     );
 
     let kubeconfig_for_adc = kubeconfigs.path(&Identity::service_account(identity::ADC_SA))?;
-    let gates = migration.clone();
+    let (gates, caches) = (migration.clone(), shared.clone());
     sup.spawn(
         ADC,
         Stage::Controllers,
@@ -367,6 +371,7 @@ pub(crate) async fn start_controllers(
                 },
             );
             config.cloud = Some(in_tree.clone());
+            config.shared_caches = Some(caches.clone());
             supervisor::run(attach_detach::run(config, stop))
         }),
     );

@@ -31,6 +31,9 @@ pub const EXTERNAL_ATTACHER_SA: &str = "csi-attacher";
 pub const EXTERNAL_PROVISIONER_SA: &str = "csi-provisioner";
 /// kube-scheduler's user (kubeadm's scheduler.conf).
 pub const SCHEDULER_USER: &str = "system:kube-scheduler";
+/// kube-controller-manager's own user (kubeadm's controller-manager.conf): its shared
+/// informers list and watch with it, its controllers write with their service accounts.
+pub const CONTROLLER_MANAGER_USER: &str = "system:kube-controller-manager";
 
 /// Who a component is to the API server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +66,15 @@ impl Identity {
             file: format!("kubelet-{node}"),
             user: format!("system:node:{node}"),
             groups: vec!["system:nodes".into()],
+        }
+    }
+
+    /// kube-controller-manager itself: the control plane's shared watch caches.
+    pub fn controller_manager() -> Self {
+        Self {
+            file: "kube-controller-manager".into(),
+            user: CONTROLLER_MANAGER_USER.into(),
+            groups: Vec::new(),
         }
     }
 

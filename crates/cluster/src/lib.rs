@@ -28,6 +28,7 @@ pub mod demo;
 mod external;
 mod external_process;
 pub mod identity;
+mod informers;
 mod logs;
 mod nodes;
 mod objects;

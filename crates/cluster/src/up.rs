@@ -13,11 +13,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{MigrationState, SharedMigration, UpConfig};
 use crate::control_plane::{self, kubeconfig_path};
-use crate::identity::{self, Kubeconfigs};
+use crate::identity::{self, Identity, Kubeconfigs};
 use crate::nodes::{self, NodeSpec};
 use crate::supervisor::Supervisor;
 use crate::teardown::{self, Leftovers};
-use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER, external, logs, objects, pidfile, workloads};
+use crate::{
+    EBS_DRIVER, Error, HOSTPATH_DRIVER, external, informers, logs, objects, pidfile, workloads,
+};
 
 /// How long the nodes may take to register their drivers and become Ready.
 const READY_PATIENCE: Duration = Duration::from_secs(180);
@@ -50,6 +52,9 @@ pub struct RunningCluster {
     server: Option<apiserver::RunningApiServer>,
     cloud: control_plane::Cloud,
     sup: Supervisor,
+    /// The control plane's shared watch caches; after `sup` in drop order, so they outlive
+    /// the components reading them.
+    informers: informers::Informers,
     specs: Vec<NodeSpec>,
     /// The `--driver` drivers' names (registered on every node before the cluster is ready).
     external: Vec<String>,
@@ -104,6 +109,12 @@ impl RunningCluster {
             config.nodes,
         )));
 
+        let informers = informers::Informers::start(
+            kubeconfigs
+                .client(&Identity::controller_manager(), "csi-cluster/informers")
+                .await?,
+        )?;
+        let shared = informers.caches();
         let sup = Supervisor::new();
         let components = async {
             let ebs_endpoint = control_plane::start_ebs_controller(&sup, &cloud, &data_dir)?;
@@ -120,6 +131,7 @@ impl RunningCluster {
                 &migration,
                 config.skip_attach,
                 &ebs_endpoint,
+                &shared,
             )
             .await?;
             if config.hostpath_attach_required {
@@ -144,7 +156,7 @@ impl RunningCluster {
                 specs.push(spec);
             }
             external::start(&sup, &drivers, &config, &data_dir, &kubeconfigs, &specs).await?;
-            let workload_controllers = workloads::start(&sup, &kubeconfigs).await?;
+            let workload_controllers = workloads::start(&sup, &kubeconfigs, &shared).await?;
             Ok::<_, Error>((specs, workload_controllers))
         }
         .await;
@@ -163,6 +175,7 @@ impl RunningCluster {
             server: Some(server),
             cloud,
             sup,
+            informers,
             specs,
             external: drivers.into_iter().map(|d| d.name).collect(),
             migration,
@@ -384,12 +397,15 @@ impl RunningCluster {
             server,
             cloud,
             sup,
+            informers,
             mut pid_file,
             mut guard,
             ..
         } = self;
         let stopping = Instant::now();
         sup.stop().await;
+        // Nobody reads the shared caches any more.
+        drop(informers);
         let unmounted = teardown::unmount_below(&data_dir);
         if let Err(e) = cloud.sim.shutdown().await {
             tracing::warn!(error = %e, "stopping ec2-sim");

@@ -16,17 +16,22 @@ pub const STATEFULSET: &str = "StatefulSet controller";
 pub(crate) async fn start(
     sup: &Supervisor,
     kubeconfigs: &Kubeconfigs<'_>,
+    shared: &volume_plugins::SharedCaches,
 ) -> Result<Vec<String>, Error> {
     let scheduler_client = kubeconfigs
         .client(&Identity::scheduler(), &scheduler::user_agent())
         .await?;
+    let caches = shared.clone();
     sup.spawn(
         SCHEDULER,
         Stage::Workloads,
         Arc::new(move |stop| {
             supervisor::run(scheduler::run(
                 scheduler_client.clone(),
-                scheduler::Config::default(),
+                scheduler::Config {
+                    shared_caches: Some(caches.clone()),
+                    ..scheduler::Config::default()
+                },
                 stop,
             ))
         }),
@@ -37,13 +42,17 @@ pub(crate) async fn start(
             &statefulset::user_agent(),
         )
         .await?;
+    let caches = shared.clone();
     sup.spawn(
         STATEFULSET,
         Stage::Workloads,
         Arc::new(move |stop| {
             supervisor::run(statefulset::run(
                 statefulset_client.clone(),
-                statefulset::Config::default(),
+                statefulset::Config {
+                    shared_caches: Some(caches.clone()),
+                    ..statefulset::Config::default()
+                },
                 stop,
             ))
         }),

@@ -92,6 +92,11 @@ async fn the_checks_see_a_volume_unmounted_under_its_pod_corrupted_data_and_a_de
     for v in &report.violations {
         println!("{v}");
     }
+    assert!(
+        report.sabotage_left.is_empty(),
+        "seed {seed}: sabotage {:?} never done (no pod gave it a chance)",
+        report.sabotage_left
+    );
     for want in [
         "no pod Ready without its volume mounted",
         "every file written is read back",

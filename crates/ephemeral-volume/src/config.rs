@@ -142,6 +142,9 @@ pub struct Config {
     pub http_endpoint: Option<String>,
     pub metrics_path: String,
     pub options: Options,
+    /// Watch caches shared with the other controllers of the process (`csi-cluster`, as
+    /// kube-controller-manager's informer factory); `None`: caches of its own.
+    pub shared_caches: Option<volume_plugins::SharedCaches>,
 }
 
 impl Config {
@@ -152,6 +155,7 @@ impl Config {
             http_endpoint: None,
             metrics_path: "/metrics".into(),
             options,
+            shared_caches: None,
         }
     }
 }
@@ -183,6 +187,7 @@ impl Flags {
                 delete_orphaned_claims: self.delete_orphaned_claims,
                 ..Options::default()
             },
+            shared_caches: None,
         }
     }
 }

@@ -14,11 +14,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::PostParams;
-use kube::runtime::watcher;
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use volume_plugins::ObjectCache;
+use volume_plugins::{ObjectCache, SharedCaches};
 
 use crate::config::Options;
 use crate::metrics::Metrics;
@@ -158,14 +157,22 @@ pub(crate) struct Controller {
     client: Client,
     options: Options,
     metrics: Metrics,
+    /// `None`: watch caches of its own, stopped with the controller.
+    shared_caches: Option<SharedCaches>,
 }
 
 impl Controller {
-    pub(crate) fn new(client: Client, options: Options, metrics: Metrics) -> Self {
+    pub(crate) fn new(
+        client: Client,
+        options: Options,
+        metrics: Metrics,
+        shared_caches: Option<SharedCaches>,
+    ) -> Self {
         Self {
             client,
             options,
             metrics,
+            shared_caches,
         }
     }
 
@@ -174,17 +181,13 @@ impl Controller {
     pub(crate) async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         let stop = shutdown.child_token();
         let _stop_caches = stop.clone().drop_guard();
+        let source = self
+            .shared_caches
+            .clone()
+            .unwrap_or_else(|| SharedCaches::private(self.client.clone(), stop.clone()));
         let caches = Caches {
-            pods: ObjectCache::spawn(
-                Api::all(self.client.clone()),
-                watcher::Config::default(),
-                stop.clone(),
-            ),
-            claims: ObjectCache::spawn(
-                Api::all(self.client.clone()),
-                watcher::Config::default(),
-                stop.clone(),
-            ),
+            pods: source.all(),
+            claims: source.all(),
         };
         let timeout = self.options.cache_sync_timeout;
         let ready = async {

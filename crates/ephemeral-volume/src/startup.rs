@@ -27,7 +27,12 @@ pub fn user_agent() -> String {
 pub async fn run(client: Client, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
-    let controller = Controller::new(client.clone(), config.options.clone(), metrics);
+    let controller = Controller::new(
+        client.clone(),
+        config.options.clone(),
+        metrics,
+        config.shared_caches.clone(),
+    );
     let health = sidecar::Health::default();
     if let Some(lease) = &config.leader_election {
         health.register_leader_metric(&mut registry, &lease.lease_name);

@@ -190,6 +190,9 @@ pub struct Config {
     /// Event saying so. Callers may pass any [`ebs_cloud::Cloud`] (ec2-sim through
     /// `ebs-cloud-aws`, a fake).
     pub cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
+    /// Watch caches shared with the other controllers of the process (`csi-cluster`, as
+    /// kube-controller-manager's informer factory); `None`: caches of its own.
+    pub shared_caches: Option<volume_plugins::SharedCaches>,
 }
 
 impl std::fmt::Debug for Config {
@@ -212,6 +215,7 @@ impl Config {
             metrics_path: "/metrics".into(),
             options,
             cloud: None,
+            shared_caches: None,
         }
     }
 }
@@ -280,6 +284,7 @@ impl Flags {
                 ..Options::default()
             },
             cloud,
+            shared_caches: None,
         })
     }
 }

@@ -32,6 +32,7 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         config.options.clone(),
         config.cloud.clone(),
         metrics,
+        config.shared_caches.clone(),
     );
     let health = sidecar::Health::default();
     if let Some(lease) = &config.leader_election {

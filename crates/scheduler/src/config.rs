@@ -120,6 +120,9 @@ pub struct Config {
     pub resync_period: Duration,
     /// How long the start waits for the watch caches' first lists.
     pub cache_sync_timeout: Duration,
+    /// Watch caches shared with the other components of the process (`csi-cluster`);
+    /// `None`: caches of its own.
+    pub shared_caches: Option<volume_plugins::SharedCaches>,
 }
 
 impl Default for Config {
@@ -136,6 +139,7 @@ impl Default for Config {
             bind_timeout: Duration::from_secs(600),
             resync_period: Duration::from_secs(5),
             cache_sync_timeout: Duration::from_secs(120),
+            shared_caches: None,
         }
     }
 }

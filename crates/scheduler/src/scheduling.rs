@@ -19,13 +19,12 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::json;
 use sidecar::{EventRecorder, EventType};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use volume_plugins::ObjectCache;
+use volume_plugins::{ObjectCache, SharedCaches};
 
 use crate::config::Config;
 use crate::filters::{self, Snapshot, claim_names, limits, node, pod_key, volumes};
@@ -43,15 +42,14 @@ struct Caches {
 }
 
 impl Caches {
-    fn spawn(client: &Client, stop: &CancellationToken) -> Self {
-        let cfg = watcher::Config::default;
+    fn spawn(source: &SharedCaches) -> Self {
         Self {
-            pods: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            nodes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            claims: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            volumes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            classes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            csinodes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            pods: source.all(),
+            nodes: source.all(),
+            claims: source.all(),
+            volumes: source.all(),
+            classes: source.all(),
+            csinodes: source.all(),
         }
     }
 
@@ -137,7 +135,11 @@ impl Scheduler {
         metrics: Arc<Metrics>,
         shutdown: &CancellationToken,
     ) -> Result<Option<Self>, Error> {
-        let caches = Caches::spawn(&client, shutdown);
+        let source = config
+            .shared_caches
+            .clone()
+            .unwrap_or_else(|| SharedCaches::private(client.clone(), shutdown.clone()));
+        let caches = Caches::spawn(&source);
         tokio::select! {
             () = shutdown.cancelled() => return Ok(None),
             r = caches.wait_until_ready(config.cache_sync_timeout) => r?,

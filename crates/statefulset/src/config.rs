@@ -76,6 +76,9 @@ pub struct Config {
     pub resync_period: Duration,
     /// How long the start waits for the watch caches' first lists.
     pub cache_sync_timeout: Duration,
+    /// Watch caches shared with the other controllers of the process (`csi-cluster`, as
+    /// kube-controller-manager's informer factory); `None`: caches of its own.
+    pub shared_caches: Option<volume_plugins::SharedCaches>,
 }
 
 impl Default for Config {
@@ -86,6 +89,7 @@ impl Default for Config {
             http_endpoint: None,
             resync_period: Duration::from_secs(10),
             cache_sync_timeout: Duration::from_secs(120),
+            shared_caches: None,
         }
     }
 }

@@ -14,12 +14,11 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
-use kube::runtime::watcher;
 use kube::{Api, Client};
 use serde_json::json;
 use sidecar::{EventRecorder, EventType};
 use tokio_util::sync::CancellationToken;
-use volume_plugins::ObjectCache;
+use volume_plugins::{ObjectCache, SharedCaches};
 
 use crate::config::Config;
 use crate::objects::{self, controller_set_uid, ordinal_of, set_name};
@@ -55,11 +54,14 @@ impl Controller {
         config: Config,
         shutdown: &CancellationToken,
     ) -> Result<Option<Self>, Error> {
-        let cfg = watcher::Config::default;
+        let source = config
+            .shared_caches
+            .clone()
+            .unwrap_or_else(|| SharedCaches::private(client.clone(), shutdown.clone()));
         let caches = Caches {
-            sets: ObjectCache::spawn(Api::all(client.clone()), cfg(), shutdown.clone()),
-            pods: ObjectCache::spawn(Api::all(client.clone()), cfg(), shutdown.clone()),
-            claims: ObjectCache::spawn(Api::all(client.clone()), cfg(), shutdown.clone()),
+            sets: source.all(),
+            pods: source.all(),
+            claims: source.all(),
         };
         let timeout = config.cache_sync_timeout;
         let ready = async {

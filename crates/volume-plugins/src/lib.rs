@@ -19,6 +19,7 @@ pub mod feature_gates;
 pub mod migration;
 pub mod names;
 pub mod object_cache;
+pub mod shared_caches;
 pub mod skip_attach;
 
 pub use aws_ebs::AwsEbsPlugin;
@@ -26,6 +27,7 @@ pub use csi_plugin::{AttachSource, Attached, CsiPlugin, CsiVolume};
 pub use feature_gates::{MigratedPlugins, feature_gate_warnings};
 pub use migration::{Backend, NodeMigrationInfo, decide};
 pub use object_cache::{ObjectCache, ScopedPolicy};
+pub use shared_caches::SharedCaches;
 pub use skip_attach::{AttachPath, DriverAttach, SkipAttachMode, attach_path};
 
 /// Errors of this crate. Messages name the object and say what was expected: they end up in

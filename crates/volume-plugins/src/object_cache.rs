@@ -96,10 +96,21 @@ where
     /// Starts watching `api` (list + watch, re-listing with backoff after an error) until
     /// `stop`. The cache is empty until the first list arrives: see [`Self::wait_until_ready`].
     pub fn spawn(api: Api<K>, config: watcher::Config, stop: CancellationToken) -> Self {
+        Self::spawn_on(&tokio::runtime::Handle::current(), api, config, stop)
+    }
+
+    /// [`Self::spawn`], with the watch running on `runtime` (a cache shared by components
+    /// on other runtimes, [`crate::SharedCaches`]).
+    pub fn spawn_on(
+        runtime: &tokio::runtime::Handle,
+        api: Api<K>,
+        config: watcher::Config,
+        stop: CancellationToken,
+    ) -> Self {
         let (store, writer) = reflector::store();
         let (tx, generation) = watch::channel(0u64);
         let by_name = Arc::new(NameNotifiers::default());
-        tokio::spawn(feed(api, config, writer, tx, by_name.clone(), stop));
+        runtime.spawn(feed(api, config, writer, tx, by_name.clone(), stop));
         Self {
             store,
             generation,

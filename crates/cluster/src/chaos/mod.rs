@@ -145,6 +145,8 @@ pub struct Report {
     pub interrupted: bool,
     /// The temp data dir kept because of a violation (its logs explain it).
     pub kept: Option<PathBuf>,
+    /// `--sabotage` kinds never done: no pod gave them a chance before settling ended.
+    pub sabotage_left: Vec<Sabotage>,
 }
 
 impl Report {

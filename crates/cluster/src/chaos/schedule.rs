@@ -269,6 +269,7 @@ impl World<'_> {
         self.report.checks = self.checker.checks;
         self.report.violations = std::mem::take(&mut self.checker.violations);
         self.report.elapsed = start.elapsed();
+        self.report.sabotage_left = self.sabotage.clone();
     }
 
     fn op(&mut self) {
@@ -782,11 +783,19 @@ impl World<'_> {
             if let Some((pods, claims)) = self.list().await {
                 self.data(&pods, &claims).await;
                 let stuck = stuck(&pods, &claims);
-                if stuck.is_empty() {
+                if stuck.is_empty() && self.sabotage.is_empty() {
                     self.check(&pods, &claims).await;
                     break;
                 }
-                last = stuck.join("; ");
+                if stuck.is_empty() {
+                    // `--sabotage` left to do (a loaded machine gave it no chance in the
+                    // schedule): every file is written again, each write a chance.
+                    self.check(&pods, &claims).await;
+                    self.verified.clear();
+                    last = format!("sabotage {:?} not done yet", self.sabotage);
+                } else {
+                    last = stuck.join("; ");
+                }
             }
             if Instant::now() >= deadline {
                 self.checker.violate(

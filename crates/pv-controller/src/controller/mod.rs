@@ -22,12 +22,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::runtime::watcher;
 use kube::{Api, Client, Resource};
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use volume_plugins::ObjectCache;
+use volume_plugins::{ObjectCache, SharedCaches};
 
 use crate::config::Options;
 use crate::events::Recorder;
@@ -45,13 +44,12 @@ pub(crate) struct Caches {
 }
 
 impl Caches {
-    fn spawn(client: &Client, stop: &CancellationToken) -> Self {
-        let cfg = watcher::Config::default;
+    fn spawn(source: &SharedCaches) -> Self {
         Self {
-            claims: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            volumes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            classes: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
-            pods: ObjectCache::spawn(Api::all(client.clone()), cfg(), stop.clone()),
+            claims: source.all(),
+            volumes: source.all(),
+            classes: source.all(),
+            pods: source.all(),
         }
     }
 
@@ -308,6 +306,8 @@ pub(crate) struct Controller {
     options: Options,
     cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
     metrics: Arc<Metrics>,
+    /// `None`: watch caches of its own, stopped with the controller.
+    shared_caches: Option<SharedCaches>,
 }
 
 impl Controller {
@@ -316,12 +316,14 @@ impl Controller {
         options: Options,
         cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
         metrics: Arc<Metrics>,
+        shared_caches: Option<SharedCaches>,
     ) -> Self {
         Self {
             client,
             options,
             cloud,
             metrics,
+            shared_caches,
         }
     }
 
@@ -330,7 +332,11 @@ impl Controller {
     pub(crate) async fn run(self, shutdown: CancellationToken) -> Result<(), Error> {
         let stop = shutdown.child_token();
         let _stop_caches = stop.clone().drop_guard();
-        let caches = Caches::spawn(&self.client, &stop);
+        let source = self
+            .shared_caches
+            .clone()
+            .unwrap_or_else(|| SharedCaches::private(self.client.clone(), stop.clone()));
+        let caches = Caches::spawn(&source);
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             r = caches.wait_until_ready(self.options.cache_sync_timeout) => r?,

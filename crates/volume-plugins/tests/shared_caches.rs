@@ -1,0 +1,90 @@
+//! `SharedCaches` over apiserver-lite: components asking for the same kind get one cache,
+//! which runs on the runtime it was given and so outlives a component's runtime (a component
+//! killed and started again inside `csi-cluster`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::Api;
+use kube::api::PostParams;
+use tokio_util::sync::CancellationToken;
+use volume_plugins::{ObjectCache, SharedCaches};
+
+fn claim(name: &str) -> PersistentVolumeClaim {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))
+    .unwrap()
+}
+
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_cache_per_kind_that_outlives_the_runtime_of_who_asked() {
+    let server = apiserver::ApiServer::start(apiserver::Config::default())
+        .await
+        .expect("api server");
+    let client = server.client();
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    api.create(&PostParams::default(), &claim("a"))
+        .await
+        .unwrap();
+
+    // The caches' own runtime, on a thread of its own (as csi-cluster's informers).
+    let stop = CancellationToken::new();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let until_stopped = stop.clone();
+    let informers = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tx.send(rt.handle().clone()).unwrap();
+        rt.block_on(until_stopped.cancelled());
+    });
+    let shared = SharedCaches::new(client.clone(), rx.recv().unwrap(), stop.clone());
+
+    // A component on a runtime of its own asks first, then its runtime goes (a kill).
+    let s = shared.clone();
+    let first: ObjectCache<PersistentVolumeClaim> = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let cache: ObjectCache<PersistentVolumeClaim> = s.all();
+            assert!(cache.wait_until_ready(Duration::from_secs(10)).await);
+            cache
+        })
+    })
+    .join()
+    .unwrap();
+    assert_eq!(first.len(), 1);
+
+    // Another component asking for the same kind gets the same cache; another kind adds one.
+    let second: ObjectCache<PersistentVolumeClaim> = shared.all();
+    let _pods: ObjectCache<Pod> = shared.all();
+    assert_eq!(shared.kinds(), 2, "one cache per kind");
+    assert!(second.is_ready(), "already listed: the same cache");
+
+    // Still fed after the first component's runtime is gone.
+    api.create(&PostParams::default(), &claim("b"))
+        .await
+        .unwrap();
+    until("b seen by both readers", || {
+        first.get_namespaced("default", "b").is_some()
+            && second.get_namespaced("default", "b").is_some()
+    })
+    .await;
+
+    stop.cancel();
+    informers.join().unwrap();
+}
