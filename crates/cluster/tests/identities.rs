@@ -104,14 +104,12 @@ async fn each_component_writes_as_its_own_user_and_none_as_the_admin() {
             true,
         ),
         ("csi-scheduler/", "system:kube-scheduler".into(), true),
+        // The control plane's shared watch caches list and watch as kcm itself; the
+        // ephemeral-volume and StatefulSet controllers only read here (no generic ephemeral
+        // volume, no StatefulSet), so they make no request of their own.
         (
-            "csi-ephemeral-volume-controller/",
-            sa("ephemeral-volume-controller"),
-            false,
-        ),
-        (
-            "statefulset-controller/",
-            sa("statefulset-controller"),
+            "csi-cluster/informers",
+            "system:kube-controller-manager".into(),
             false,
         ),
     ];
@@ -221,6 +219,10 @@ async fn each_component_writes_as_its_own_user_and_none_as_the_admin() {
         ),
         ("statefulset-controller", sa("statefulset-controller")),
         ("kube-scheduler", "system:kube-scheduler".into()),
+        (
+            "kube-controller-manager",
+            "system:kube-controller-manager".into(),
+        ),
         ("ebs-csi-controller-sa", sa("ebs-csi-controller-sa")),
         ("csi-hostpathplugin-sa", sa("csi-hostpathplugin-sa")),
     ]

@@ -159,7 +159,10 @@ where
 
     /// Waits until the first full list is in (or `timeout` passes: returns false then).
     pub async fn wait_until_ready(&self, timeout: Duration) -> bool {
-        tokio::time::timeout(timeout, self.store.wait_until_ready())
+        // Not the store's own wait: it wakes only the last of several concurrent waiters (one
+        // oneshot receiver underneath), and a shared cache has one per component.
+        let mut generation = self.generation.clone();
+        tokio::time::timeout(timeout, generation.wait_for(|g| *g > 0))
             .await
             .is_ok_and(|r| r.is_ok())
     }

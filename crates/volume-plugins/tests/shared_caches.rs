@@ -88,3 +88,35 @@ async fn one_cache_per_kind_that_outlives_the_runtime_of_who_asked() {
     stop.cancel();
     informers.join().unwrap();
 }
+
+/// Every component waits for the first list of the same cache at once (csi-cluster starts
+/// them together): each must be woken. kube's own `Store::wait_until_ready` wakes only the
+/// last of concurrent waiters, which left the attach/detach and ephemeral-volume controllers
+/// waiting forever on shared caches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_concurrent_waiter_for_the_first_list_is_woken() {
+    let server = apiserver::ApiServer::start(apiserver::Config::default())
+        .await
+        .expect("api server");
+    let stop = CancellationToken::new();
+    let shared = SharedCaches::private(server.client(), stop.clone());
+    let waiters: Vec<_> = (0..6)
+        .map(|_| {
+            let s = shared.clone();
+            tokio::spawn(async move {
+                let cache: ObjectCache<Pod> = s.all();
+                // A stuck waiter would only return at this timeout.
+                cache.wait_until_ready(Duration::from_secs(60)).await
+            })
+        })
+        .collect();
+    let all = async {
+        for w in waiters {
+            assert!(w.await.unwrap());
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), all)
+        .await
+        .expect("every waiter woken by the first list, not by its timeout");
+    stop.cancel();
+}
