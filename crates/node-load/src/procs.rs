@@ -214,15 +214,21 @@ mod tests {
             &dir.path().join("log"),
         )
         .unwrap();
-        // Sample `sleep` itself, not the forked child before its exec.
+        // Sample `sleep` itself, not the forked child before its exec, nor the exec half
+        // done: the kernel names the process before it maps the binary (a CI run sampled
+        // 8 KiB of RSS and no file pages there).
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::fs::read_to_string(format!("/proc/{}/comm", p.pid())).unwrap_or_default()
-            != "sleep\n"
-        {
+        let m = loop {
+            let comm = std::fs::read_to_string(format!("/proc/{}/comm", p.pid()));
+            if comm.is_ok_and(|c| c == "sleep\n")
+                && let Ok(m) = p.memory()
+                && m.file > 0
+            {
+                break m;
+            }
             assert!(Instant::now() < deadline, "sleep never ran");
             tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let m = p.memory().unwrap();
+        };
         assert!(m.rss > 0 && m.hwm >= m.rss, "{m:?}");
         assert!(
             m.anon + m.file <= m.rss && m.file > 0 && m.threads >= 1,
