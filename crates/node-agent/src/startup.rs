@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::storage::v1::CSINode;
-use kube::Api;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 use volume_plugins::ObjectCache;
@@ -15,7 +14,7 @@ use crate::drivers::DriverRegistry;
 use crate::metrics::Metrics;
 use crate::nodeinfomanager::NodeInfoManager;
 use crate::pluginmanager::PluginManager;
-use crate::volumemanager::{Caches, VolumeManager};
+use crate::volumemanager::{Caches, VolumeManager, scoped_cluster_cache};
 use crate::{COMPONENT, Error, nodestatus};
 
 /// The User-Agent of every API request.
@@ -49,14 +48,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     caches.wait_until_ready(options.cache_sync_timeout).await?;
     // Its own CSINode, read with GETs: a node may get its CSINode but not list or watch
     // CSINodes (the Node authorizer: "can only get, create, update, patch, or delete").
-    let csinodes: ObjectCache<CSINode> = {
-        let c = client.clone();
-        ObjectCache::spawn_scoped(
-            move |_| Api::all(c.clone()),
-            volume_plugins::ScopedPolicy::default(),
-            stop.clone(),
-        )
-    };
+    let csinodes: ObjectCache<CSINode> = scoped_cluster_cache(&client, &stop);
     let plugin_manager = PluginManager::new(
         options.plugins_registry_dir(),
         drivers.clone(),

@@ -31,6 +31,32 @@ async fn mounts_below(dir: &Path) -> Vec<String> {
         .collect()
 }
 
+/// The hostpath driver's staging dirs on node `n`.
+fn staging_root(env: &Env, n: usize) -> std::path::PathBuf {
+    env.nodes[n]
+        .root
+        .join("plugins/kubernetes.io/csi")
+        .join(DRIVER)
+}
+
+/// Node `node-a` with a fault proxy in front of its hostpath driver (the plan), the
+/// attach/detach controller (through the ADC), csi-attacher and the agent running, `claim-1`
+/// bound to `pv-1`, and the driver registered: the node index, the plan and the volume's
+/// unique name.
+async fn faulty_node_with_claim() -> (Env, usize, csi_spec::faults::FaultPlan, String) {
+    let mut env = Env::new().await;
+    env.create_csidriver(true).await;
+    let (n, plan) = env.add_faulty_node("node-a").await;
+    env.start_adc(SkipAttachMode::ThroughAdc);
+    env.start_attacher().await;
+    let options = env.agent_options(n, SkipAttachMode::ThroughAdc);
+    env.start_agent(n, options);
+    let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
+    let unique = csi_unique_volume_name(DRIVER, &handle);
+    env.wait_registered("node-a").await;
+    (env, n, plan, unique)
+}
+
 /// The publish secret does not exist: NodeStage succeeds, NodePublish cannot start. Deleting
 /// the pod must unstage the volume, and the attach/detach controller must not detach it before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,10 +87,7 @@ async fn a_failed_publish_keeps_the_stage_in_use_and_unstages_it_when_the_pod_go
         .event_message(Some("FailedMount"), "MountVolume.SetUp failed")
         .await;
     assert!(message.contains("absent-secret"), "{message}");
-    let staging_root = env.nodes[n]
-        .root
-        .join("plugins/kubernetes.io/csi")
-        .join(DRIVER);
+    let staging_root = staging_root(&env, n);
     let staged = mounts_below(&staging_root).await;
     assert_eq!(staged.len(), 1, "NodeStage went through: {staged:?}");
     let (in_use, attached) = env.node_volumes("node-a").await;
@@ -119,16 +142,7 @@ async fn a_final_error_after_the_driver_staged_keeps_the_stage_in_use() {
     if !common::can_mount() {
         return;
     }
-    let mut env = Env::new().await;
-    env.create_csidriver(true).await;
-    let (n, plan) = env.add_faulty_node("node-a").await;
-    env.start_adc(SkipAttachMode::ThroughAdc);
-    env.start_attacher().await;
-    let options = env.agent_options(n, SkipAttachMode::ThroughAdc);
-    env.start_agent(n, options);
-    let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
-    let unique = csi_unique_volume_name(DRIVER, &handle);
-    env.wait_registered("node-a").await;
+    let (env, n, plan, unique) = faulty_node_with_claim().await;
     // Every NodeStage fails after the driver staged, until the rule is cleared.
     plan.add(csi_spec::faults::Fault {
         method: "NodeStageVolume".into(),
@@ -144,10 +158,7 @@ async fn a_final_error_after_the_driver_staged_keeps_the_stage_in_use() {
         message.contains("fault injected after NodeStageVolume"),
         "{message}"
     );
-    let staging_root = env.nodes[n]
-        .root
-        .join("plugins/kubernetes.io/csi")
-        .join(DRIVER);
+    let staging_root = staging_root(&env, n);
     let staged = mounts_below(&staging_root).await;
     assert_eq!(staged.len(), 1, "the driver staged: {staged:?}");
 
@@ -189,16 +200,7 @@ async fn a_volume_whose_stage_is_in_flight_stays_in_use_when_its_pod_goes() {
     if !common::can_mount() {
         return;
     }
-    let mut env = Env::new().await;
-    env.create_csidriver(true).await;
-    let (n, plan) = env.add_faulty_node("node-a").await;
-    env.start_adc(SkipAttachMode::ThroughAdc);
-    env.start_attacher().await;
-    let options = env.agent_options(n, SkipAttachMode::ThroughAdc);
-    env.start_agent(n, options);
-    let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
-    let unique = csi_unique_volume_name(DRIVER, &handle);
-    env.wait_registered("node-a").await;
+    let (env, n, plan, unique) = faulty_node_with_claim().await;
     let slow = std::time::Duration::from_secs(4);
     plan.set_delay("NodeStageVolume", slow);
     env.create_pod("pod-1", "node-a", "claim-1").await;
@@ -215,10 +217,7 @@ async fn a_volume_whose_stage_is_in_flight_stays_in_use_when_its_pod_goes() {
 
     // While the call is held by the proxy and until the stage it makes is undone, the volume
     // must be in use and attached.
-    let staging_root = env.nodes[n]
-        .root
-        .join("plugins/kubernetes.io/csi")
-        .join(DRIVER);
+    let staging_root = staging_root(&env, n);
     let mut in_flight_samples = 0;
     let saw_staged = std::cell::Cell::new(false);
     test_support::eventually("unstaged, out of volumesInUse, detached", PATIENCE, || {

@@ -253,10 +253,7 @@ where
         name: &str,
         since: std::time::Instant,
     ) -> Option<Option<Arc<K>>> {
-        let r = match namespace {
-            Some(ns) => ObjectRef::new(name).within(ns),
-            None => ObjectRef::new(name),
-        };
+        let r = object_ref(namespace, name);
         let Some(i) = &self.interest else {
             return Some(self.store.get(&r));
         };
@@ -410,6 +407,17 @@ impl Default for ScopedPolicy {
 
 type Key = (Option<String>, String);
 
+/// The store's reference of `name` in `namespace` (`None`: cluster-scoped).
+fn object_ref<K>(namespace: Option<&str>, name: &str) -> ObjectRef<K>
+where
+    K: Resource<DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => ObjectRef::new(name).within(ns),
+        None => ObjectRef::new(name),
+    }
+}
+
 /// The objects a scoped cache is asked about, and when to fetch each again.
 struct Interest {
     keys: Mutex<HashMap<Key, KeyState>>,
@@ -524,10 +532,7 @@ async fn fetch<K, F>(
         interest.rounds.send_modify(|r| r.0 += 1);
         let mut changed = Vec::new();
         for (ns, name) in dropped {
-            let r = match &ns {
-                Some(ns) => ObjectRef::new(&name).within(ns),
-                None => ObjectRef::new(&name),
-            };
+            let r = object_ref(ns.as_deref(), &name);
             if let Some(obj) = store.get(&r) {
                 writer.apply_watcher_event(&Event::Delete((*obj).clone()));
                 changed.push(name);
@@ -546,10 +551,7 @@ async fn fetch<K, F>(
             .await;
         let now = std::time::Instant::now();
         for (key, got) in fetched {
-            let r = match &key.0 {
-                Some(ns) => ObjectRef::new(&key.1).within(ns),
-                None => ObjectRef::new(&key.1),
-            };
+            let r = object_ref(key.0.as_deref(), &key.1);
             let had = store.get(&r);
             // Refused: not ours to read any more (the Node authorizer, once the node's last
             // pod using it is gone). Forget it, as if nobody had asked.

@@ -5,68 +5,26 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use tokio_util::sync::CancellationToken;
 use volume_plugins::{ObjectCache, ScopedPolicy};
 
-fn claim(name: &str, size: &str) -> PersistentVolumeClaim {
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
-    }))
-    .unwrap()
-}
+mod common;
 
-fn size(c: &PersistentVolumeClaim) -> String {
-    c.spec
-        .as_ref()
-        .unwrap()
-        .resources
-        .as_ref()
-        .unwrap()
-        .requests
-        .as_ref()
-        .unwrap()["storage"]
-        .0
-        .clone()
-}
-
-/// Polls `check` on the cache until it holds (10 s at most).
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use common::{claim, scoped_claims, server_with_claims, size, until};
 
 #[tokio::test]
 async fn holds_only_what_is_asked_for_follows_it_and_forgets_it() {
-    let server = apiserver::ApiServer::start(apiserver::Config::default())
-        .await
-        .expect("api server");
-    let client = server.client();
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-    for name in ["a", "b", "c"] {
-        api.create(&PostParams::default(), &claim(name, "1Gi"))
-            .await
-            .unwrap();
-    }
+    let (server, api) = server_with_claims(&["a", "b", "c"]).await;
     let stop = CancellationToken::new();
-    let c = client.clone();
     let policy = ScopedPolicy {
         fast: Duration::from_millis(50),
         slow: Duration::from_millis(200),
         idle: Duration::from_millis(700),
         parallel: 4,
     };
-    let cache: ObjectCache<PersistentVolumeClaim> = ObjectCache::spawn_scoped(
-        move |ns| Api::namespaced(c.clone(), ns.unwrap_or("default")),
-        policy,
-        stop.clone(),
-    );
+    let cache = scoped_claims(&server, policy, &stop);
     assert!(cache.is_ready(), "a scoped cache has nothing to list first");
 
     // A miss registers the object; it comes in, and only it.
@@ -218,18 +176,8 @@ async fn the_wait_for_attach_reads_a_volume_attachment_fresh_from_a_scoped_cache
 /// at once and is told when it is in, also for an object that did not change.
 #[tokio::test]
 async fn a_fresh_read_never_answers_with_a_copy_older_than_asked() {
-    let server = apiserver::ApiServer::start(apiserver::Config::default())
-        .await
-        .expect("api server");
-    let client = server.client();
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-    for name in ["a", "b"] {
-        api.create(&PostParams::default(), &claim(name, "1Gi"))
-            .await
-            .unwrap();
-    }
+    let (server, api) = server_with_claims(&["a", "b"]).await;
     let stop = CancellationToken::new();
-    let c = client.clone();
     // Refetches far apart: only the fresh read can bring the new claim within the test.
     let policy = ScopedPolicy {
         fast: Duration::from_secs(30),
@@ -237,11 +185,7 @@ async fn a_fresh_read_never_answers_with_a_copy_older_than_asked() {
         idle: Duration::from_secs(120),
         parallel: 4,
     };
-    let cache: ObjectCache<PersistentVolumeClaim> = ObjectCache::spawn_scoped(
-        move |ns| Api::namespaced(c.clone(), ns.unwrap_or("default")),
-        policy,
-        stop.clone(),
-    );
+    let cache = scoped_claims(&server, policy, &stop);
     cache.get_namespaced("default", "a");
     cache.get_namespaced("default", "b");
     until("a and b cached", || {

@@ -6,37 +6,18 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::Api;
 use kube::api::PostParams;
 use tokio_util::sync::CancellationToken;
 use volume_plugins::{ObjectCache, SharedCaches};
 
-fn claim(name: &str) -> PersistentVolumeClaim {
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
-    }))
-    .unwrap()
-}
+mod common;
 
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(std::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use common::{claim, server_with_claims, until};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_cache_per_kind_that_outlives_the_runtime_of_who_asked() {
-    let server = apiserver::ApiServer::start(apiserver::Config::default())
-        .await
-        .expect("api server");
+    let (server, api) = server_with_claims(&["a"]).await;
     let client = server.client();
-    let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
-    api.create(&PostParams::default(), &claim("a"))
-        .await
-        .unwrap();
 
     // The caches' own runtime, on a thread of its own (as csi-cluster's informers).
     let stop = CancellationToken::new();
@@ -76,7 +57,7 @@ async fn one_cache_per_kind_that_outlives_the_runtime_of_who_asked() {
     assert!(second.is_ready(), "already listed: the same cache");
 
     // Still fed after the first component's runtime is gone.
-    api.create(&PostParams::default(), &claim("b"))
+    api.create(&PostParams::default(), &claim("b", "1Gi"))
         .await
         .unwrap();
     until("b seen by both readers", || {

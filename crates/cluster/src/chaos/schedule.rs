@@ -783,14 +783,13 @@ impl World<'_> {
             if let Some((pods, claims)) = self.list().await {
                 self.data(&pods, &claims).await;
                 let stuck = stuck(&pods, &claims);
-                if stuck.is_empty() && self.sabotage.is_empty() {
-                    self.check(&pods, &claims).await;
-                    break;
-                }
                 if stuck.is_empty() {
+                    self.check(&pods, &claims).await;
+                    if self.sabotage.is_empty() {
+                        break;
+                    }
                     // `--sabotage` left to do (a loaded machine gave it no chance in the
                     // schedule): every file is written again, each write a chance.
-                    self.check(&pods, &claims).await;
                     self.verified.clear();
                     last = format!("sabotage {:?} not done yet", self.sabotage);
                 } else {

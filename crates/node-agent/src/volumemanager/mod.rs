@@ -49,6 +49,26 @@ pub struct Caches {
     pub vas: ObjectCache<VolumeAttachment>,
 }
 
+/// A scoped cache of a cluster-scoped kind: only the objects asked for, read with GETs (what
+/// the Node authorizer lets a node read).
+pub(crate) fn scoped_cluster_cache<K>(client: &Client, stop: &CancellationToken) -> ObjectCache<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let c = client.clone();
+    ObjectCache::spawn_scoped(
+        move |_| kube::Api::all(c.clone()),
+        ScopedPolicy::default(),
+        stop.clone(),
+    )
+}
+
 impl Caches {
     /// Starts the watches for node `node_name`.
     pub fn spawn(client: &Client, node_name: &str, stop: &CancellationToken) -> Self {
@@ -74,14 +94,7 @@ impl Caches {
                     stop.clone(),
                 )
             },
-            pvs: {
-                let c = client.clone();
-                ObjectCache::spawn_scoped(
-                    move |_| Api::all(c.clone()),
-                    ScopedPolicy::default(),
-                    stop.clone(),
-                )
-            },
+            pvs: scoped_cluster_cache(client, stop),
             node: ObjectCache::spawn(
                 Api::all(client.clone()),
                 all().fields(&format!("metadata.name={node_name}")),
@@ -90,14 +103,7 @@ impl Caches {
             csidrivers: ObjectCache::spawn(Api::all(client.clone()), all(), stop.clone()),
             // This node's VolumeAttachments only, fetched as they are asked for; the wait for
             // attach reads one fresh before a mount relies on it (`ObjectCache::refresh`).
-            vas: {
-                let c = client.clone();
-                ObjectCache::spawn_scoped(
-                    move |_| Api::all(c.clone()),
-                    ScopedPolicy::default(),
-                    stop.clone(),
-                )
-            },
+            vas: scoped_cluster_cache(client, stop),
         }
     }
 
