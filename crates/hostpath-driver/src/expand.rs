@@ -92,10 +92,7 @@ pub(crate) async fn node(d: &Driver, req: &NodeExpandVolumeRequest) -> Result<u6
     };
     match v.kind {
         Kind::Mount => {
-            if mounts::dir_mount(&path, &d.volume_path(&v))
-                .await?
-                .is_none()
-            {
+            if !mounts::is_dir_mount(&path, &d.volume_path(&v)).await? {
                 return Err(not_here());
             }
             Ok(v.capacity_bytes)

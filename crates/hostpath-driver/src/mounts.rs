@@ -12,8 +12,7 @@ use crate::loopdev::{self, LoopDev};
 
 /// What is mounted at `path` (the topmost mount), if anything.
 pub(crate) async fn mount_at(path: &Path) -> Result<Option<MountEntry>> {
-    let table = findmnt::read().await?;
-    Ok(findmnt::mount_at(&table, path).cloned())
+    Ok(findmnt::mounted_at(path).await?)
 }
 
 /// Same filesystem object: a bind mount of `dir` shows `dir`'s inode at the mount point.
@@ -38,7 +37,22 @@ pub(crate) fn device_number(path: &Path) -> Option<(u32, u32)> {
 
 /// The mount at `path` if it is a bind of directory `dir`.
 pub(crate) async fn dir_mount(path: &Path, dir: &Path) -> Result<Option<MountEntry>> {
-    Ok(mount_at(path).await?.filter(|_| same_inode(path, dir)))
+    if !same_inode(path, dir) {
+        return Ok(None);
+    }
+    mount_at(path).await
+}
+
+/// Whether `path` is a bind of directory `dir`, without the mount table when the kernel can
+/// say (a statx): every node of a `csi-cluster` shares one table of thousands of mounts.
+pub(crate) async fn is_dir_mount(path: &Path, dir: &Path) -> Result<bool> {
+    if !same_inode(path, dir) {
+        return Ok(false);
+    }
+    match findmnt::is_mount_point(path) {
+        Some(known) => Ok(known),
+        None => Ok(mount_at(path).await?.is_some()),
+    }
 }
 
 /// The mount at `path` if it is a bind of the block device `dev`.

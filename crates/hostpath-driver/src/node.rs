@@ -111,7 +111,7 @@ impl NodeSvc {
                 let dir = d.volume_path(&v);
                 std::fs::create_dir_all(&staging)
                     .map_err(|e| Error::io("creating", &staging, e))?;
-                if mounts::dir_mount(&staging, &dir).await?.is_none() {
+                if !mounts::is_dir_mount(&staging, &dir).await? {
                     if let Some(other) = mounts::mount_at(&staging).await? {
                         return Err(Error::AlreadyExists(format!(
                             "staging_target_path {} already has {} mounted, not volume {}",
@@ -171,9 +171,7 @@ impl NodeSvc {
         let v = d.existing_volume(&req.volume_id).await?;
         let recorded = v.staged.as_ref().is_some_and(|s| s.path == staging);
         if v.kind == Kind::Mount {
-            let ours = mounts::dir_mount(&staging, &d.volume_path(&v))
-                .await?
-                .is_some();
+            let ours = mounts::is_dir_mount(&staging, &d.volume_path(&v)).await?;
             if ours || recorded {
                 mount::unmount(&staging).await?;
             }
@@ -311,7 +309,7 @@ impl NodeSvc {
                 let dir = d.volume_path(v);
                 let staged_at = match (&staging, &v.staged) {
                     (Some(s), Some(st)) if st.path == *s => {
-                        mounts::dir_mount(s, &dir).await?.map(|_| s.clone())
+                        mounts::is_dir_mount(s, &dir).await?.then(|| s.clone())
                     }
                     _ => None,
                 };
@@ -411,9 +409,7 @@ impl NodeSvc {
         let v = d.existing_volume(&req.volume_id).await?;
         let recorded = v.published.contains_key(&target);
         let ours = match v.kind {
-            Kind::Mount => mounts::dir_mount(&target, &d.volume_path(&v))
-                .await?
-                .is_some(),
+            Kind::Mount => mounts::is_dir_mount(&target, &d.volume_path(&v)).await?,
             Kind::Block => mounts::loop_mount(self.sys(), &d.volume_path(&v), &target)
                 .await?
                 .is_some(),
@@ -468,7 +464,7 @@ impl NodeSvc {
         let backing = d.volume_path(&v);
         let stats = match v.kind {
             Kind::Mount => {
-                if mounts::dir_mount(&path, &backing).await?.is_none() {
+                if !mounts::is_dir_mount(&path, &backing).await? {
                     return Err(not_here());
                 }
                 mount_utils::stats::filesystem(&path)?

@@ -47,6 +47,35 @@ pub async fn read() -> Result<Vec<MountEntry>> {
     parse(&bytes)
 }
 
+/// Whether `path` is a mount point, asked of the kernel about this one path (statx's
+/// `STATX_ATTR_MOUNT_ROOT`, Linux 5.8+). `None` when it cannot tell: a kernel without the
+/// attribute, or an error other than "no such path" (a stale mount, EACCES); then the mount
+/// table decides.
+pub fn is_mount_point(path: &Path) -> Option<bool> {
+    use rustix::fs::{AtFlags, CWD, StatxAttributes, StatxFlags, statx};
+    match statx(CWD, path, AtFlags::empty(), StatxFlags::TYPE) {
+        Ok(st) => st
+            .stx_attributes_mask
+            .contains(StatxAttributes::MOUNT_ROOT)
+            .then(|| st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT)),
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// The topmost mount at `path`, reading the mount table only when `path` is a mount point (or
+/// the kernel cannot say). Reading mountinfo costs the kernel a formatted line per mount in the
+/// namespace: thousands where every node of a `csi-cluster` shares the host's table, which made
+/// these reads 40% of a 1,000-pod burst's CPU. "Not mounted", the answer before every stage and
+/// publish, needs one statx.
+pub async fn mounted_at(path: &Path) -> Result<Option<MountEntry>> {
+    if is_mount_point(path) == Some(false) {
+        return Ok(None);
+    }
+    let table = read().await?;
+    Ok(mount_at(&table, path).cloned())
+}
+
 /// The topmost mount at `path` (mountinfo lists mounts in the order they were made, so a later
 /// entry at the same point covers an earlier one).
 pub fn mount_at<'a>(entries: &'a [MountEntry], path: &Path) -> Option<&'a MountEntry> {

@@ -253,3 +253,61 @@ async fn an_unsupported_filesystem_is_refused_and_left_alone() {
     assert_eq!(fx.probe("UUID").await, uuid);
     assert!(mount_at(fx.target(0)).await.is_none());
 }
+
+/// `mounted_at` skips the mount table for a path that is no mount point, and agrees with it
+/// for one that is: directories and single files, bound and unbound, and a directory inside a
+/// mount.
+#[tokio::test]
+async fn mounted_at_asks_the_kernel_about_one_path_and_agrees_with_the_table() {
+    let Some(fx) = Fixture::new(&["source", "target", "file-target"]) else {
+        return;
+    };
+    let (source, target) = (fx.target(0), fx.target(1));
+    std::fs::create_dir(source.join("inner")).unwrap();
+    let file = source.join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let file_target = fx.target(2).join("bound-file");
+    std::fs::write(&file_target, b"").unwrap();
+    // The fixture unmounts its directories; this one is a file inside one of them.
+    struct Unbind(PathBuf);
+    impl Drop for Unbind {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unbind = Unbind(file_target.clone());
+
+    assert_eq!(findmnt::is_mount_point(target), Some(false));
+    assert_eq!(
+        findmnt::is_mount_point(&target.join("missing")),
+        Some(false)
+    );
+    assert_eq!(findmnt::mounted_at(target).await.unwrap(), None);
+
+    mount_utils::mount::bind(source, target, true)
+        .await
+        .unwrap();
+    mount_utils::mount::bind(&file, &file_target, false)
+        .await
+        .unwrap();
+    assert_eq!(findmnt::is_mount_point(target), Some(true));
+    assert_eq!(findmnt::is_mount_point(&file_target), Some(true));
+    assert_eq!(findmnt::is_mount_point(&target.join("inner")), Some(false));
+    let entry = findmnt::mounted_at(target).await.unwrap().unwrap();
+    assert_eq!(Some(&entry), mount_at(target).await.as_ref());
+    assert!(entry.read_only(), "the read-only bind: {entry:?}");
+    assert_eq!(
+        findmnt::mounted_at(&file_target).await.unwrap(),
+        mount_at(&file_target).await
+    );
+
+    unmount(&file_target).await;
+    // Two binds stacked at one target: unmount takes both down and says so.
+    mount_utils::mount::bind(source, target, false)
+        .await
+        .unwrap();
+    assert_eq!(mount_utils::mount::unmount(target).await.unwrap(), 2);
+    assert_eq!(findmnt::is_mount_point(target), Some(false));
+    assert_eq!(findmnt::mounted_at(target).await.unwrap(), None);
+    assert_eq!(mount_utils::mount::unmount(target).await.unwrap(), 0);
+}

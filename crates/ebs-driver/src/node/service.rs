@@ -136,8 +136,8 @@ impl NodeService {
             }
             Err(e) => return Err(Error::io("stat", volume_path, e)),
         };
-        let table = findmnt::read().await?;
-        let m = findmnt::mount_at(&table, volume_path)
+        let m = findmnt::mounted_at(volume_path)
+            .await?
             .ok_or_else(|| Error::NotMounted(volume_path.to_path_buf()))?;
         let block = meta.file_type().is_block_device();
         let dev = if block {
@@ -264,8 +264,7 @@ impl Inner {
             .find(&req.volume_id, req.device_path.as_deref())
             .await?;
         let target = &req.target_path;
-        let table = findmnt::read().await?;
-        if let Some(m) = findmnt::mount_at(&table, target) {
+        if let Some(m) = findmnt::mounted_at(target).await? {
             let rdev = tokio::fs::metadata(target)
                 .await
                 .map_err(|e| Error::io("stat", target, e))?
@@ -322,8 +321,9 @@ impl Inner {
             }
             Err(e) => return Err(Error::io("stat", path, e)),
         };
-        let table = findmnt::read().await?;
-        let m = findmnt::mount_at(&table, path).ok_or_else(|| Error::NotMounted(path.clone()))?;
+        let m = findmnt::mounted_at(path)
+            .await?
+            .ok_or_else(|| Error::NotMounted(path.clone()))?;
         if meta.file_type().is_block_device() {
             let dev = split_dev(meta.rdev());
             check_owner(&self.sys_root, dev, &req.volume_id, path)?;

@@ -75,10 +75,10 @@ async fn mount_steps(
     progress.staged = Some(staged.clone());
     let target = ctx.paths.aws_ebs_pod_path(&req.pod.uid, &v.spec_name);
     make_dir(&target, Step::SetUp).await?;
-    let table = mount_utils::findmnt::read()
+    let mounted = mount_utils::findmnt::mounted_at(&target)
         .await
         .map_err(|e| OpError::new(Step::SetUp, e.to_string()))?;
-    if mount_utils::findmnt::mount_at(&table, &target).is_none() {
+    if mounted.is_none() {
         mount_utils::mount::bind(&staging, &target, v.read_only)
             .await
             .map_err(|e| OpError::new(Step::SetUp, e.to_string()))?;

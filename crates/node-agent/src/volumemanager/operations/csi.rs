@@ -440,11 +440,11 @@ pub(super) async fn unpublish(ctx: &OpContext, v: &MountedVolume) -> Result<(), 
 /// recorded as uncertain, kept in use, and torn down when no pod wants it. `csi-cluster chaos`
 /// found this with a fault after a NodeStage that had succeeded.
 async fn left_mounted(path: &Path, call: &str, status: &tonic::Status) -> bool {
-    let Ok(table) = mount_utils::findmnt::read().await else {
+    let Ok(entry) = mount_utils::findmnt::mounted_at(path).await else {
         // Unknown: assume the worst, as for a non-final code.
         return true;
     };
-    let mounted = mount_utils::findmnt::mount_at(&table, path).is_some();
+    let mounted = entry.is_some();
     if mounted {
         tracing::warn!(path = %path.display(), code = ?status.code(), "{call} failed with a final code but left its target mounted: recorded as uncertain");
     }
@@ -457,10 +457,10 @@ async fn remove_unmounted_dir(dir: &Path) -> Result<(), OpError> {
     if tokio::fs::symlink_metadata(dir).await.is_err() {
         return Ok(());
     }
-    let table = mount_utils::findmnt::read()
+    let mounted = mount_utils::findmnt::mounted_at(dir)
         .await
         .map_err(|e| OpError::new(Step::TearDown, e.to_string()))?;
-    if mount_utils::findmnt::mount_at(&table, dir).is_some() {
+    if mounted.is_some() {
         return Err(OpError::new(
             Step::TearDown,
             format!(
@@ -502,10 +502,10 @@ pub(super) async fn unstage(ctx: &OpContext, v: &StagedVolume) -> Result<(), OpE
     } else {
         ctx.paths.csi_staging_vol_data(driver_name, handle)
     };
-    let table = mount_utils::findmnt::read()
+    let mounted = mount_utils::findmnt::mounted_at(staging)
         .await
         .map_err(|e| OpError::new(Step::UnmountDevice, e.to_string()))?;
-    if mount_utils::findmnt::mount_at(&table, staging).is_some() {
+    if mounted.is_some() {
         return Err(OpError::new(
             Step::UnmountDevice,
             format!(
