@@ -124,6 +124,8 @@ mod tests {
             namespace: None,
             name: Some("x".into()),
             code,
+            received: std::time::Instant::now(),
+            took: std::time::Duration::ZERO,
         }
     }
 

@@ -2,11 +2,12 @@
 //! answer's code, so tests and benchmarks can count a component's API calls and check its RBAC
 //! needs. The request is described as kube-apiserver's RequestInfo describes it for its audit
 //! log: verbs `get list watch create update patch delete deletecollection`, the namespace and
-//! name from the path (a list or watch pinned with `fieldSelector=metadata.name=X` names X), and
-//! the subresource. Discovery and other non-resource paths are not recorded.
+//! name from the path (a list or watch pinned with `fieldSelector=metadata.name=X` names X; a
+//! create, the name in its body, as the real log's objectRef), and the subresource. Discovery and other non-resource paths are not recorded.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use http::Method;
 
@@ -30,6 +31,12 @@ pub struct AuditRecord {
     pub name: Option<String>,
     /// HTTP status code of the answer (200 for a watch that started).
     pub code: u16,
+    /// When the request's body had been read, as kube-apiserver's audit
+    /// `requestReceivedTimestamp`: lets a benchmark put a pod's writes on a time line.
+    pub received: Instant,
+    /// From `received` until the answer was ready (for a watch: until it started), as the
+    /// real server's `stageTimestamp` minus `requestReceivedTimestamp`.
+    pub took: Duration,
 }
 
 /// Records kept; older ones are dropped first.
@@ -144,7 +151,27 @@ pub(crate) fn describe(
         namespace,
         name,
         code: 0,
+        received: Instant::now(),
+        took: Duration::ZERO,
     })
+}
+
+/// `metadata.name` of a create's body (JSON), without decoding the rest; `None` for a
+/// `generateName` create or a body that is not JSON.
+pub(crate) fn created_name(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        name: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Named {
+        metadata: Option<Meta>,
+    }
+    serde_json::from_slice::<Named>(body)
+        .ok()?
+        .metadata?
+        .name
+        .filter(|n| !n.is_empty())
 }
 
 fn is_true(v: Option<&String>) -> bool {
@@ -175,6 +202,14 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         describe(&method, path, &q)
+    }
+
+    #[test]
+    fn a_create_is_named_from_its_body() {
+        let body = br#"{"apiVersion":"v1","kind":"PersistentVolume","metadata":{"name":"pvc-1","labels":{"a":"b"}},"spec":{}}"#;
+        assert_eq!(created_name(body).as_deref(), Some("pvc-1"));
+        assert_eq!(created_name(br#"{"metadata":{"generateName":"x-"}}"#), None);
+        assert_eq!(created_name(b"\x6b\x38\x73\x00 protobuf"), None);
     }
 
     fn summary(r: &AuditRecord) -> String {

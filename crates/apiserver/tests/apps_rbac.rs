@@ -525,7 +525,7 @@ async fn audit_records_who_called_what() {
     assert_eq!(
         got,
         vec![
-            "create 201 configmaps ns=default",
+            "create 201 configmaps ns=default name=c",
             "get 200 configmaps ns=default name=c",
             "list 200 configmaps ns=default",
             "watch 200 configmaps ns=default name=c",
@@ -533,9 +533,9 @@ async fn audit_records_who_called_what() {
             "get 200 configmaps ns=default name=c",
             "update 200 configmaps ns=default name=c",
             "get 404 configmaps ns=default name=missing",
-            "create 201 apps/deployments ns=default",
+            "create 201 apps/deployments ns=default name=d",
             "patch 200 apps/deployments/status ns=default name=d",
-            "create 422 apps/deployments ns=default",
+            "create 422 apps/deployments ns=default name=e",
             "delete 200 configmaps ns=default name=c",
             "deletecollection 200 configmaps ns=default",
         ]

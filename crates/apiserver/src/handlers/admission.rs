@@ -3,7 +3,8 @@
 //! StorageClass (a claim that says `""` asked for no class and keeps it); for a new pod,
 //! ServiceAccount (the `default` account), Priority (0 without a class) and
 //! DefaultTolerationSeconds (5 minutes on not-ready and unreachable nodes), and the QoS class
-//! the real server computes on create; a new namespace's `spec.finalizers: [kubernetes]`.
+//! the real server computes on create; a new namespace's `spec.finalizers: [kubernetes]`;
+//! StorageObjectInUseProtection's finalizers on a new claim or volume.
 
 use serde_json::{Value, json};
 
@@ -20,6 +21,10 @@ const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
 pub(super) fn on_create(app: &App, def: &ResourceDef, obj: &mut Value) {
     if def.group.is_empty() && def.plural == "persistentvolumeclaims" {
         default_storage_class(app, obj);
+        add_finalizer(obj, "kubernetes.io/pvc-protection");
+    }
+    if def.group.is_empty() && def.plural == "persistentvolumes" {
+        add_finalizer(obj, "kubernetes.io/pv-protection");
     }
     if def.group.is_empty() && def.plural == "pods" {
         pod(obj);
@@ -36,6 +41,21 @@ pub(super) fn on_create(app: &App, def: &ResourceDef, obj: &mut Value) {
             if !a.iter().any(|f| f == "kubernetes") {
                 a.push(json!("kubernetes"));
             }
+        }
+    }
+}
+
+/// StorageObjectInUseProtection (on by default in kube-apiserver): every new claim and volume
+/// gets its protection finalizer at create, so it exists before any pod can use it; the
+/// pvc-protection and pv-protection controllers only add it where it is missing and remove it.
+fn add_finalizer(obj: &mut Value, finalizer: &str) {
+    let list = &mut obj["metadata"]["finalizers"];
+    if !list.is_array() {
+        *list = json!([]);
+    }
+    if let Some(a) = list.as_array_mut() {
+        if !a.iter().any(|f| f == finalizer) {
+            a.push(json!(finalizer));
         }
     }
 }
@@ -230,6 +250,23 @@ mod tests {
         ];
         assert_eq!(pick_default(tie.iter()).as_deref(), Some("a"));
         assert_eq!(pick_default(classes[2..].iter()), None);
+    }
+
+    #[test]
+    fn new_claims_and_volumes_get_their_protection_finalizer_once() {
+        let mut claim = json!({"metadata": {"name": "c"}});
+        add_finalizer(&mut claim, "kubernetes.io/pvc-protection");
+        assert_eq!(
+            claim["metadata"]["finalizers"],
+            json!(["kubernetes.io/pvc-protection"])
+        );
+        let mut volume = json!({"metadata": {"finalizers": ["example.com/mine"]}});
+        add_finalizer(&mut volume, "kubernetes.io/pv-protection");
+        add_finalizer(&mut volume, "kubernetes.io/pv-protection");
+        assert_eq!(
+            volume["metadata"]["finalizers"],
+            json!(["example.com/mine", "kubernetes.io/pv-protection"])
+        );
     }
 
     #[test]

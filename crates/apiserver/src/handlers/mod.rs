@@ -138,7 +138,14 @@ pub(crate) async fn dispatch(State(app): State<Arc<App>>, request: Request) -> R
         .config
         .audit
         .then(|| crate::audit::describe(&parts.method, &path, &query))
-        .flatten();
+        .flatten()
+        .map(|mut record| {
+            if record.verb == "create" && record.name.is_none() {
+                // A create names its object in the body, as the real audit log's objectRef does.
+                record.name = crate::audit::created_name(&body);
+            }
+            record
+        });
     let req = Req {
         method: parts.method.clone(),
         query,
@@ -171,6 +178,7 @@ pub(crate) async fn dispatch(State(app): State<Arc<App>>, request: Request) -> R
         record.user_agent = user_agent;
         record.user = user.name;
         record.code = code;
+        record.took = record.received.elapsed();
         app.audit.push(record);
     }
     resp
