@@ -4,7 +4,7 @@
 //! a match the smallest volume at least as big as the request wins. A volume pre-bound to the
 //! claim (`spec.claimRef` naming it) wins over a smaller one, but only when it is big enough.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
@@ -207,6 +207,12 @@ pub(crate) struct VolumeIndex {
     entries: Vec<Entry>,
     /// The distinct access-mode sets, fewest modes first.
     groups: Vec<BTreeSet<String>>,
+    /// Entries whose claimRef names a claim, by that claim's namespace and name: a claim looks
+    /// only at its own, not at every volume (every claim at every pass was 1,000 × 1,000 checks
+    /// in a burst of 1,000 claims, most of them of volumes bound long ago).
+    by_claim: HashMap<(String, String), Vec<usize>>,
+    /// Entries free when the index was built, in order.
+    free: Vec<usize>,
 }
 
 impl VolumeIndex {
@@ -234,7 +240,42 @@ impl VolumeIndex {
             .into_iter()
             .collect();
         groups.sort_by_key(BTreeSet::len);
-        Self { entries, groups }
+        let mut by_claim: HashMap<(String, String), Vec<usize>> = HashMap::new();
+        let mut free = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            if e.free {
+                free.push(i);
+            }
+            if let Some(r) = e.volume.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+                let key = (
+                    r.namespace.clone().unwrap_or_default(),
+                    r.name.clone().unwrap_or_default(),
+                );
+                by_claim.entry(key).or_default().push(i);
+            }
+        }
+        Self {
+            entries,
+            groups,
+            by_claim,
+            free,
+        }
+    }
+
+    /// [`Self::find_best_match`], and the volume found is marked taken in the same step:
+    /// claims synced side by side never get the same volume from the index (a resourceVersion
+    /// precondition on the volume's write stays the backstop).
+    pub(crate) fn take_best_match(
+        &mut self,
+        claim: &PersistentVolumeClaim,
+        node: Option<&NodeInfo>,
+        delay_binding: bool,
+    ) -> Result<Option<Arc<PersistentVolume>>, String> {
+        let found = self.find_best_match(claim, node, delay_binding)?;
+        if let Some(v) = &found {
+            self.mark_taken(v.metadata.name.as_deref().unwrap_or_default());
+        }
+        Ok(found)
     }
 
     /// The volume was just bound: no other claim of this pass may have it.
@@ -260,42 +301,50 @@ impl VolumeIndex {
         let wanted = claim_modes(claim);
         let class = claim_class(claim);
         let selector = claim.spec.as_ref().and_then(|s| s.selector.as_ref());
+        let key = (
+            claim.metadata.namespace.clone().unwrap_or_default(),
+            claim.metadata.name.clone().unwrap_or_default(),
+        );
+        let prebound = self.by_claim.get(&key).map_or(&[][..], Vec::as_slice);
+        // Size, volume mode and deletion are checked before the pre-binding (kcm's
+        // findMatchingVolume): a volume pre-bound to the claim but too small for it, of the
+        // other volume mode, or being deleted does not win (nor, through the access-mode
+        // groups, one without the claim's access modes).
+        let fits = |e: &Entry| {
+            e.bytes >= requested
+                && !volume_mode_mismatch(claim, &e.volume)
+                && e.volume.metadata.deletion_timestamp.is_none()
+        };
         for group in self.groups.iter().filter(|g| wanted.is_subset(g)) {
+            // Pre-bound (a provisioner made it for this claim, the scheduler chose it, or a
+            // user reserved it): bound whatever its class and whatever the selected node's
+            // labels say, as kcm's PV controller does (it never passes a node here; placement
+            // is the scheduler's). Waiting for the node to match held a just-provisioned
+            // volume until the next resync after the node's labels caught up.
+            let mine = prebound.iter().map(|&i| &self.entries[i]).find(|e| {
+                &e.modes == group && fits(e) && is_volume_bound_to_claim(&e.volume, claim)
+            });
+            if let Some(e) = mine {
+                return Ok(Some(e.volume.clone()));
+            }
+            if node.is_none() && delay_binding {
+                continue;
+            }
             let mut smallest: Option<&Entry> = None;
-            for e in self.entries.iter().filter(|e| &e.modes == group) {
-                let volume = &e.volume;
-                // Size, volume mode and deletion are checked before the pre-binding (kcm's
-                // findMatchingVolume): a volume pre-bound to the claim but too small for it,
-                // of the other volume mode, or being deleted does not win (nor, through the
-                // access-mode groups, one without the claim's access modes).
-                if e.bytes < requested
-                    || volume_mode_mismatch(claim, volume)
-                    || volume.metadata.deletion_timestamp.is_some()
-                {
-                    continue;
-                }
-                if is_volume_bound_to_claim(volume, claim) {
-                    // Pre-bound (a provisioner made it for this claim, the scheduler chose it,
-                    // or a user reserved it): bound whatever its class and whatever the
-                    // selected node's labels say, as kcm's PV controller does (it never passes
-                    // a node here; placement is the scheduler's). Waiting for the node to
-                    // match held a just-provisioned volume until the next resync after the
-                    // node's labels caught up.
-                    return Ok(Some(volume.clone()));
-                }
-                if !e.free || (node.is_none() && delay_binding) || e.class != class {
+            for e in self.free.iter().map(|&i| &self.entries[i]) {
+                if &e.modes != group || !e.free || e.class != class || !fits(e) {
                     continue;
                 }
                 if smallest.is_some_and(|s| s.bytes <= e.bytes) {
                     continue;
                 }
                 if let Some(sel) = selector {
-                    let labels = volume.metadata.labels.clone().unwrap_or_default();
+                    let labels = e.volume.metadata.labels.clone().unwrap_or_default();
                     if !selector_matches(sel, &labels)? {
                         continue;
                     }
                 }
-                if node.is_some_and(|n| !node_affinity_matches(volume, n)) {
+                if node.is_some_and(|n| !node_affinity_matches(&e.volume, n)) {
                     continue;
                 }
                 smallest = Some(e);

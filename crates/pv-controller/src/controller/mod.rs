@@ -20,6 +20,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
 use kube::{Api, Client, Resource};
@@ -394,50 +395,62 @@ impl Controller {
     }
 }
 
+/// Objects synced side by side within a pass. kcm runs one volume and one claim worker, but
+/// its workers see only objects that changed; a pass here visits every object, and one at a
+/// time a burst of claims waited for each other's API round trips (a 1,000-claim burst spent
+/// ~10 s between "PV created" and "claim Bound", docs/benchmarks.md). Two syncs never share
+/// an object: each visits a different one, and the volume index hands a volume to one claim.
+const SYNCS_IN_FLIGHT: usize = 16;
+
 /// One pass: protection and sync of every volume, then of every claim; then the gauges.
 async fn pass(ctx: &Arc<Ctx>) {
     let in_use = protection::pvc::claims_in_use(&ctx.caches.pods.list());
     let mut counts = Counts::default();
-    for volume in ctx.volumes() {
-        let name = volume.metadata.name.clone().unwrap_or_default();
-        let key = format!("pv/{name}");
-        if ctx.backing_off(&key) {
-            continue;
-        }
-        let result = async {
-            protection::pv::sync(ctx, &volume).await?;
-            match ctx.volume(&name) {
-                Some(v) => sync_volume::sync_volume(ctx, v).await,
-                None => Ok(()),
+    stream::iter(ctx.volumes())
+        .for_each_concurrent(SYNCS_IN_FLIGHT, |volume| async move {
+            let name = volume.metadata.name.clone().unwrap_or_default();
+            let key = format!("pv/{name}");
+            if ctx.backing_off(&key) {
+                return;
             }
-        }
-        .instrument(tracing::debug_span!("sync_volume", volume = %name))
+            let result = async {
+                protection::pv::sync(ctx, &volume).await?;
+                match ctx.volume(&name) {
+                    Some(v) => sync_volume::sync_volume(ctx, v).await,
+                    None => Ok(()),
+                }
+            }
+            .instrument(tracing::debug_span!("sync_volume", volume = %name))
+            .await;
+            report(ctx, &key, result);
+        })
         .await;
-        report(ctx, &key, result);
-    }
     // Built once, after the volumes' sync set their phases; binds of this pass mark theirs.
-    let mut index = index::VolumeIndex::new(&ctx.volumes());
-    for claim in ctx.caches.claims.list() {
-        let namespace = claim.metadata.namespace.clone().unwrap_or_default();
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let key = format!("pvc/{namespace}/{name}");
-        if ctx.backing_off(&key) {
-            continue;
-        }
-        let Some(claim) = ctx.claim(&namespace, &name) else {
-            continue;
-        };
-        let result = async {
-            protection::pvc::sync(ctx, &claim, &in_use).await?;
-            match ctx.claim(&namespace, &name) {
-                Some(c) => sync_claim::sync_claim(ctx, c, &mut index).await,
-                None => Ok(()),
+    let index = Mutex::new(index::VolumeIndex::new(&ctx.volumes()));
+    let (index, in_use) = (&index, &in_use);
+    stream::iter(ctx.caches.claims.list())
+        .for_each_concurrent(SYNCS_IN_FLIGHT, |claim| async move {
+            let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            let key = format!("pvc/{namespace}/{name}");
+            if ctx.backing_off(&key) {
+                return;
             }
-        }
-        .instrument(tracing::debug_span!("sync_claim", claim = %format!("{namespace}/{name}")))
+            let Some(claim) = ctx.claim(&namespace, &name) else {
+                return;
+            };
+            let result = async {
+                protection::pvc::sync(ctx, &claim, in_use).await?;
+                match ctx.claim(&namespace, &name) {
+                    Some(c) => sync_claim::sync_claim(ctx, c, index).await,
+                    None => Ok(()),
+                }
+            }
+            .instrument(tracing::debug_span!("sync_claim", claim = %format!("{namespace}/{name}")))
+            .await;
+            report(ctx, &key, result);
+        })
         .await;
-        report(ctx, &key, result);
-    }
     for volume in ctx.volumes() {
         let class = index::volume_class(&volume);
         let bound = volume.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");

@@ -2,7 +2,7 @@
 //! provisioner (`syncUnboundClaim`); a claim with it is kept bound, or marked Lost when its
 //! volume is gone or belongs to another claim (`syncBoundClaim`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -43,7 +43,7 @@ fn phase(claim: &PersistentVolumeClaim) -> Option<&str> {
 pub(crate) async fn sync_claim(
     ctx: &Arc<Ctx>,
     claim: Arc<PersistentVolumeClaim>,
-    volumes: &mut VolumeIndex,
+    volumes: &Mutex<VolumeIndex>,
 ) -> Result<(), Error> {
     let claim = update_migration_annotation(ctx, claim).await?;
     if annotation(&claim, ANN_BIND_COMPLETED).is_some() {
@@ -100,7 +100,7 @@ pub(crate) async fn selected_node(ctx: &Ctx, name: &str) -> Result<NodeInfo, Err
 async fn sync_unbound_claim(
     ctx: &Arc<Ctx>,
     claim: &PersistentVolumeClaim,
-    volumes: &mut VolumeIndex,
+    volumes: &Mutex<VolumeIndex>,
 ) -> Result<(), Error> {
     // A claim being deleted is not bound any more (kcm's binder ignores it as well: its
     // protection finalizer keeps it only until its pods are gone).
@@ -121,7 +121,7 @@ async fn sync_unbound_claim(
 async fn sync_unbound_claim_without_volume(
     ctx: &Arc<Ctx>,
     claim: &PersistentVolumeClaim,
-    volumes: &mut VolumeIndex,
+    volumes: &Mutex<VolumeIndex>,
 ) -> Result<(), Error> {
     let class_name = index::claim_class(claim);
     let class = (!class_name.is_empty())
@@ -132,11 +132,18 @@ async fn sync_unbound_claim_without_volume(
     // A volume pre-bound to the claim (the one a provisioner just made for it) first, without
     // the node: kcm binds it whatever the node, and a node read that fails or lags must not
     // hold it. Only then, for a delayed claim, the unbound volumes its selected node reaches.
-    let matched = match volumes.find_best_match(claim, None, delay) {
+    let take = |node: Option<&NodeInfo>| {
+        volumes
+            .lock()
+            // The index is rebuilt every pass; a panicked sync cannot leave it inconsistent.
+            .unwrap_or_else(|e| e.into_inner())
+            .take_best_match(claim, node, delay)
+    };
+    let matched = match take(None) {
         Ok(None) if delay && selected.is_some() => {
             let name = selected.as_deref().unwrap_or_default();
             let node = selected_node(ctx, name).await?;
-            volumes.find_best_match(claim, Some(&node), delay)
+            take(Some(&node))
         }
         other => other,
     };
@@ -151,10 +158,7 @@ async fn sync_unbound_claim_without_volume(
         }
     };
     match best {
-        Some(volume) => {
-            volumes.mark_taken(volume.metadata.name.as_deref().unwrap_or_default());
-            bind(ctx, &volume, claim).await
-        }
+        Some(volume) => bind(ctx, &volume, claim).await,
         None => {
             if assign_default_class(ctx, claim).await? {
                 // The update brings the claim back with its class.
