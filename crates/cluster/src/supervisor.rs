@@ -265,9 +265,12 @@ async fn run_isolated(name: &str, factory: &Factory, stop: CancellationToken) ->
     let factory = factory.clone();
     let thread_name: String = name.chars().take(15).collect();
     let spawned = std::thread::Builder::new()
-        .name(thread_name)
+        .name(thread_name.clone())
         .spawn(move || {
+            // Its blocking pool (file reads, mounts) under its name too: `perf` and `top -H`
+            // then say which component the time is spent for.
             let runtime = match tokio::runtime::Builder::new_current_thread()
+                .thread_name(thread_name)
                 .enable_all()
                 .build()
             {

@@ -174,6 +174,8 @@ mod tests {
             namespace: None,
             name: None,
             code,
+            received: std::time::Instant::now(),
+            took: std::time::Duration::ZERO,
         }
     }
 

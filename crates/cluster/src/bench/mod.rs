@@ -11,6 +11,7 @@ mod isolate;
 mod measure;
 mod report;
 mod scenarios;
+mod timeline;
 mod watch;
 mod workload;
 
@@ -447,7 +448,10 @@ async fn measure_on(
             .await?,
         );
     }
-    report.writes = measure::writes(&cluster.audit(), plan.pods);
+    let audit = cluster.audit();
+    report.writes = measure::writes(&audit, plan.pods);
+    report.server = timeline::server_time(&audit);
+    drop(audit);
     report.memory.loaded_rss_mib = measure::memory().0;
     eprintln!("bench: {}: all there; deleting everything", s.name());
     report.cleanup_s = workload::clean_up(&client, plan.patience)

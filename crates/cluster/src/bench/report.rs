@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 
 use super::measure::{Latency, Writes};
+use super::timeline::{ServerTime, Stage};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Report {
@@ -40,6 +41,8 @@ pub(crate) struct ScenarioReport {
     pub provisioning: Option<ProvisionNumbers>,
     /// From the first create until all Ready (all Bound for provisioning), / N.
     pub writes: Writes,
+    /// apiserver-lite's time on those writes.
+    pub server: ServerTime,
     pub memory: Memory,
     /// From the first delete until every pod, claim, PV and VolumeAttachment was gone.
     pub cleanup_s: f64,
@@ -53,6 +56,8 @@ pub(crate) struct PodNumbers {
     pub all_ready_s: f64,
     /// How many pods each node got from the scheduler.
     pub pods_per_node: std::collections::BTreeMap<String, usize>,
+    /// Where the time went: each step's write, timed from the pod's create.
+    pub stages: Vec<Stage>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -96,7 +101,9 @@ const COMPONENT_ORDER: [&str; 7] = [
 ];
 
 fn secs(s: f64) -> String {
-    if s < 1.0 {
+    if s < 0.01 {
+        format!("{:.1} ms", s * 1000.0)
+    } else if s < 1.0 {
         format!("{:.0} ms", s * 1000.0)
     } else if s < 10.0 {
         format!("{s:.2} s")
@@ -191,6 +198,7 @@ impl Report {
             "all created at once"
         };
         latency_table(&mut out, &groups, created);
+        stages_table(&mut out, &groups);
         writes_table(&mut out, &groups);
         provisioning_table(&mut out, &groups);
         self.memory_table(&mut out, &groups);
@@ -277,6 +285,68 @@ fn latency_table(out: &mut String, groups: &[Group<'_>], created: &str) {
             g.cell(pods(|p| p.all_ready_s), secs),
             spread.join("/"),
             g.cell(|s| Some(s.cleanup_s), secs),
+        );
+    }
+    out.push('\n');
+}
+
+/// Each step's time since pod create, p50 and p99, and apiserver-lite's time on the writes.
+fn stages_table(out: &mut String, groups: &[Group<'_>]) {
+    let rows: Vec<&Group<'_>> = groups
+        .iter()
+        .filter(|g| {
+            g.runs[0]
+                .pods
+                .as_ref()
+                .is_some_and(|p| !p.stages.is_empty())
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "Where a pod's time goes: pod create → the write that did each step (audit record)"
+    );
+    let _ = writeln!(out, "| scenario | step | by | p50 | p99 |");
+    let _ = writeln!(out, "|---|---|---|---|---|");
+    for g in &rows {
+        for (i, stage) in g.runs[0].pods.iter().flat_map(|p| &p.stages).enumerate() {
+            let of = |f: fn(&Stage) -> f64| {
+                move |s: &ScenarioReport| {
+                    s.pods
+                        .as_ref()
+                        .and_then(|p| p.stages.iter().find(|x| x.step == stage.step))
+                        .map(f)
+                }
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                if i == 0 { g.name } else { "" },
+                stage.step,
+                stage.by,
+                g.cell(of(|x| x.since_create.p50_s), secs),
+                g.cell(of(|x| x.since_create.p99_s), secs),
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\napiserver-lite's time on the stack's writes (received → answered)"
+    );
+    let _ = writeln!(out, "| scenario | writes | sum | p50 | p99 | max |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    for g in &rows {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} |",
+            g.name,
+            g.cell(|s| Some(s.server.writes as f64), whole),
+            g.cell(|s| Some(s.server.total_s), secs),
+            g.cell(|s| Some(s.server.per_write.p50_s), secs),
+            g.cell(|s| Some(s.server.per_write.p99_s), secs),
+            g.cell(|s| Some(s.server.per_write.max_s), secs),
         );
     }
     out.push('\n');

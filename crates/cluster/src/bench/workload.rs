@@ -1,7 +1,7 @@
 //! The bench's objects on a ready cluster: N claim + pod pairs (or N claims alone) created at
 //! once and timed to Ready (Bound), then everything deleted and waited for until gone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use futures::future::try_join_all;
@@ -14,6 +14,7 @@ use serde_json::json;
 use super::measure::{self, Latency};
 use super::report::{PodNumbers, ProvisionNumbers};
 use super::scenarios::IMMEDIATE_CLASS;
+use super::timeline::{self, PodTrail};
 use super::watch::{GoalWatch, LABEL, until_gone};
 use crate::demo::kube_ops::delete_if_present;
 use crate::{EBS_DRIVER, Error, RunningCluster};
@@ -128,16 +129,56 @@ pub(crate) async fn pods_to_ready(
         .list(&ListParams::default().labels(super::watch::LABEL_SELECTOR))
         .await
         .map_err(|e| Error::kube("listing the bench's pods", e))?;
+    let mut node_of = HashMap::new();
     for p in listed.items {
         if let Some(node) = p.spec.and_then(|s| s.node_name) {
-            *pods_per_node.entry(node).or_default() += 1;
+            *pods_per_node.entry(node.clone()).or_default() += 1;
+            node_of.insert(p.metadata.name.unwrap_or_default(), node);
         }
     }
+    let trails = trails(client, &started, &node_of).await?;
     Ok(PodNumbers {
         ready,
         all_ready_s: last.map_or(0.0, |l| l.saturating_duration_since(t0).as_secs_f64()),
         pods_per_node,
+        stages: timeline::stages(&cluster.audit(), &trails),
     })
+}
+
+/// Each pod's PV (from the PVs' claimRefs) and the VolumeAttachment name its volume gets on
+/// its node, for the time line.
+async fn trails(
+    client: &Client,
+    started: &[(String, Instant)],
+    node_of: &HashMap<String, String>,
+) -> Result<Vec<PodTrail>, Error> {
+    let volumes = Api::<PersistentVolume>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| Error::kube("listing PersistentVolumes", e))?;
+    let mut volume_of = HashMap::new();
+    for pv in volumes.items {
+        let spec = pv.spec.unwrap_or_default();
+        let (Some(claim), Some(csi)) = (spec.claim_ref.and_then(|c| c.name), spec.csi) else {
+            continue;
+        };
+        volume_of.insert(claim, (pv.metadata.name.unwrap_or_default(), csi));
+    }
+    Ok(started
+        .iter()
+        .map(|(name, created)| {
+            let volume = volume_of.get(name);
+            let attachment = volume.zip(node_of.get(name)).map(|((_, csi), node)| {
+                volume_plugins::names::volume_attachment_name(&csi.volume_handle, &csi.driver, node)
+            });
+            PodTrail {
+                name: name.clone(),
+                created: *created,
+                volume: volume.map(|(pv, _)| pv.clone()),
+                attachment,
+            }
+        })
+        .collect())
 }
 
 /// The Immediate class for `ebs.csi.aws.com` the provisioning scenario uses.
