@@ -1,13 +1,14 @@
-//! Load for the attach/detach controller (issue 11's benchmark): N pods with one CSI volume
-//! each on M nodes, on the embedded API server, with the `attach-detach-controller` binary (and,
-//! when VolumeAttachments must be fulfilled, an attacher binary against a built-in csi-mock),
+//! Load for the attach/detach controller (its benchmark, docs/adc-load.md): N pods with one CSI
+//! volume each on M nodes, on the embedded API server, with the `attach-detach-controller` binary
+//! (and, when VolumeAttachments must be fulfilled, an attacher binary against a built-in csi-mock),
 //! in three scenarios:
 //!
 //! - [`Scenario::AttachRequired`]: the CSIDriver says `attachRequired: true`; the ADC creates
 //!   VolumeAttachments, the attacher fulfils them, the ADC lists them in
 //!   `node.status.volumesAttached`.
 //! - [`Scenario::ThroughAdc`]: `attachRequired: false`, ADC with `--skip-attach=through-adc`
-//!   (seed 000: a no-op attach, no VolumeAttachment, still listed in `volumesAttached`).
+//!   (the skip-attach design as written in 2018, docs/design/skip-attach.md: a no-op attach, no
+//!   VolumeAttachment, still listed in `volumesAttached`).
 //! - [`Scenario::BypassAdc`]: `attachRequired: false`, ADC with `--skip-attach=bypass-adc`
 //!   (today's Kubernetes: the ADC leaves the volume alone). Nothing to wait for: the run gives
 //!   the ADC `settle` time and counts what it wrote (should be nothing).
@@ -105,7 +106,8 @@ pub enum Error {
 pub enum Scenario {
     /// CSIDriver attachRequired true: VolumeAttachments, fulfilled by the attacher.
     AttachRequired,
-    /// attachRequired false, `--skip-attach=through-adc` (seed 000).
+    /// attachRequired false, `--skip-attach=through-adc` (the skip-attach design as
+    /// written in 2018).
     ThroughAdc,
     /// attachRequired false, `--skip-attach=bypass-adc` (today's Kubernetes, the ADC's default).
     BypassAdc,

@@ -39,7 +39,8 @@ impl ScenarioFlag {
 /// per volume of the ADC and of the attacher, and their peak RSS and CPU time.
 ///
 /// Scenarios: attach-required (CSIDriver attachRequired true: VolumeAttachments), through-adc
-/// (attachRequired false, --skip-attach=through-adc: seed 000's no-op attach), bypass-adc
+/// (attachRequired false, --skip-attach=through-adc: the no-op attach of the
+/// skip-attach design as written in 2018, docs/design/skip-attach.md), bypass-adc
 /// (attachRequired false, --skip-attach=bypass-adc: the ADC should do nothing; it runs for
 /// --settle after the last pod and its writes are counted).
 ///

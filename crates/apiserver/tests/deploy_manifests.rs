@@ -648,7 +648,7 @@ fn node_plugins_register_their_socket_and_share_the_kubelet_mounts() {
     );
 }
 
-/// The flags of the Go external-provisioner that issue 13 lists for our `csi-provisioner`.
+/// The flags of the Go external-provisioner that our `csi-provisioner` was specified to take.
 /// The binary is being written beside these manifests: when it is built, its `--help` is
 /// asked as well; until then the manifests may use only these.
 const PROVISIONER_FLAGS: &[&str] = &[
@@ -712,7 +712,7 @@ fn every_argument_is_a_flag_its_binary_accepts() {
             for a in argv {
                 assert!(
                     PROVISIONER_FLAGS.contains(&flag_name(a)),
-                    "{at}: {a} is not a flag issue 13 gives csi-provisioner"
+                    "{at}: {a} is not a Go external-provisioner flag csi-provisioner takes"
                 );
             }
             // The Go sidecar's feature gate syntax, Topology on.

@@ -1,6 +1,7 @@
 //! The in-tree `kubernetes.io/aws-ebs` plugin as the controller uses it: the node's EC2
-//! instance from `spec.providerID`, the volume ID from the spec, and seed 003's caveat (every
-//! in-tree detach also deletes the VolumeAttachment the CSI path would have made).
+//! instance from `spec.providerID`, the volume ID from the spec, and the caveat of the migration
+//! design (docs/design/migration.md): every in-tree detach also deletes the VolumeAttachment the
+//! CSI path would have made.
 
 use std::sync::Arc;
 use std::time::Duration;

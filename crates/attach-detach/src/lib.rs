@@ -1,6 +1,7 @@
-//! attach-detach-controller: Kubernetes' attach/detach controller (ADC), with seed 000's skip
-//! attach (both modes, [`volume_plugins::SkipAttachMode`]) and seed 003's in-tree/CSI migration
-//! decision ([`volume_plugins::decide`]).
+//! attach-detach-controller: Kubernetes' attach/detach controller (ADC), with skip attach
+//! (the skip-attach design, docs/design/skip-attach.md; both modes,
+//! [`volume_plugins::SkipAttachMode`]) and the in-tree/CSI migration decision (the migration
+//! design, docs/design/migration.md; [`volume_plugins::decide`]).
 //!
 //! The layout follows kube-controller-manager's `pkg/controller/volume/attachdetach`, so a
 //! Kubernetes engineer finds the same pieces:

@@ -20,7 +20,8 @@ use crate::controller::{Ctx, State};
 use crate::events::{FAILED_ATTACH, SUCCESSFUL_ATTACH, attach_failed, attach_succeeded};
 use crate::in_tree::{InTree, instance_of};
 
-/// The driver whose VolumeAttachment an in-tree EBS detach also deletes (seed 003's caveat).
+/// The driver whose VolumeAttachment an in-tree EBS detach also deletes (the caveat of
+/// the migration design, docs/design/migration.md).
 const EBS_CSI_DRIVER: &str = "ebs.csi.aws.com";
 
 /// Running operations and backoffs.
@@ -215,15 +216,16 @@ fn may_be_attached(e: &volume_plugins::Error) -> bool {
     }
 }
 
-/// Whether attaching `volume` is seed 000's no-op (a CSI driver with `attachRequired: false`,
+/// Whether attaching `volume` is the no-op attach of the skip-attach design as written in
+/// 2018, docs/design/skip-attach.md (a CSI driver with `attachRequired: false`,
 /// `--skip-attach=through-adc`): nothing to call and nothing to wait for.
 pub(crate) fn is_no_op(ctx: &Ctx, volume: &VolumeToAttach) -> bool {
     matches!(&volume.backend, Backend::Csi { volume: v, .. }
         if ctx.csi.attach_path(&v.driver) == AttachPath::NoOpThroughAdc)
 }
 
-/// Seed 000's no-op attach, done in the reconciler pass itself (the caller registered the
-/// operation): the volume is attached at once, so the same pass lists it in the node's
+/// The skip-attach design's no-op attach, done in the reconciler pass itself (the caller registered
+/// the operation): the volume is attached at once, so the same pass lists it in the node's
 /// `volumesAttached`, instead of a task that the next pass (a period later) would report.
 /// Returns the `SuccessfulAttachVolume` Events to write, which the caller sends after the node
 /// status (they are not on the path to attached).
@@ -461,9 +463,9 @@ async fn detach_checked(
 }
 
 /// The in-tree detach through EC2, then the VolumeAttachment the CSI path would have created
-/// (seed 003: a plugin that may have been migrated leaves no orphan). Only one that existed
-/// before the EC2 detach is an orphan: the CSI attach of the same volume to the same node goes
-/// by another unique volume name, so it may start (and create its VolumeAttachment) while the
+/// (the migration design: a plugin that may have been migrated leaves no orphan). Only one that
+/// existed before the EC2 detach is an orphan: the CSI attach of the same volume to the same node
+/// goes by another unique volume name, so it may start (and create its VolumeAttachment) while the
 /// in-tree detach still waits for EC2, and deleting that one detached the new pod's volume.
 async fn detach_in_tree(
     ctx: &Ctx,

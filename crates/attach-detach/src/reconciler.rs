@@ -6,7 +6,8 @@
 //! attached (refusing a second node for a volume that is not multi-attachable), then write the
 //! node status that changed. Every few passes' worth of cache changes, attachments are checked
 //! against the plugins (`VolumesAreAttached`): a CSI volume whose VolumeAttachment went away
-//! (or whose driver became attachable, seed 000's downgrade) is attached again.
+//! (or whose driver became attachable, the downgrade in the skip-attach design,
+//! docs/design/skip-attach.md) is attached again.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! One pod volume → what to attach, and by which plugin: Kubernetes' `util.CreateVolumeSpec`
-//! plus the plugin lookup and seed 003's migration decision.
+//! plus the plugin lookup and the decision of the migration design (docs/design/migration.md).
 //!
 //! - `persistentVolumeClaim` → the bound PV (a PVC that is not bound yet is pending: retried
 //!   when it binds, no Event);

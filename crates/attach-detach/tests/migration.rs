@@ -1,8 +1,9 @@
-//! Seed 003's decision wired into the controller, for an in-tree `awsElasticBlockStore` PV and
-//! an inline one, by the node's CSINode and the controller's `--feature-gates`. The migrated
-//! path's VolumeAttachments are fulfilled by the real csi-attacher (which translates the in-tree
-//! PV itself) against csi-mock named `ebs.csi.aws.com`. The in-tree path with a real EC2
-//! (ec2-sim) is `crates/e2e/tests/adc_migration.rs`; here the controller has no cloud.
+//! The decision of the migration design (docs/design/migration.md) wired into the controller, for
+//! an in-tree `awsElasticBlockStore` PV and an inline one, by the node's CSINode and the
+//! controller's `--feature-gates`. The migrated path's VolumeAttachments are fulfilled by the real
+//! csi-attacher (which translates the in-tree PV itself) against csi-mock named `ebs.csi.aws.com`.
+//! The in-tree path with a real EC2 (ec2-sim) is `crates/e2e/tests/adc_migration.rs`; here the
+//! controller has no cloud.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

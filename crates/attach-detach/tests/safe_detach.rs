@@ -1,8 +1,8 @@
-//! The checks before a detach (issue 22): a volume the node reports in `status.volumesInUse`
-//! is not detached, whatever the controller's watch cache says. Right before the detach the
-//! node is read from the API server (Kubernetes' `verifyVolumeIsSafeToDetach`); an uncertain
-//! attachment (an attach that failed and may have left the volume attached) waits for the node
-//! like a confirmed one.
+//! The checks before a detach (storage safety: never detach a volume in use): a volume the node
+//! reports in `status.volumesInUse` is not detached, whatever the controller's watch cache says.
+//! Right before the detach the node is read from the API server (Kubernetes'
+//! `verifyVolumeIsSafeToDetach`); an uncertain attachment (an attach that failed and may have left
+//! the volume attached) waits for the node like a confirmed one.
 //!
 //! The cache lag is made honestly: a layer on the controller's own client holds back the body
 //! of its Node watch while the test says so, as a slow watch connection would; everything else

@@ -1,7 +1,8 @@
-//! Seed 000's skip attach through the controller, in both modes (bypass-adc: today's
-//! Kubernetes; through-adc: the seed's), with the real csi-attacher and csi-mock fulfilling
-//! VolumeAttachments. Each case asserts the VolumeAttachments the controller created (audit
-//! trail), `node.status.volumesAttached` and the pod's Events.
+//! Skip attach (the skip-attach design, docs/design/skip-attach.md) through the controller, in
+//! both modes (bypass-adc: today's Kubernetes; through-adc: the design as written in 2018), with
+//! the real csi-attacher and csi-mock fulfilling VolumeAttachments. Each case asserts the
+//! VolumeAttachments the controller created (audit trail), `node.status.volumesAttached` and the
+//! pod's Events.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -94,7 +95,7 @@ async fn attach_required_false(mode: SkipAttachMode) {
     wait_barrier(&env, "pod-f").await;
     match mode {
         ThroughAdc => {
-            // The seed's no-op attach: listed, no VolumeAttachment.
+            // The 2018 design's no-op attach: listed, no VolumeAttachment.
             env.wait_volumes_attached(NODE, &[&csi_name(DRIVER, "h-f")])
                 .await;
             env.wait_pod_event("pod-f", "SuccessfulAttachVolume", "\"pv-f\"")
@@ -205,8 +206,8 @@ async fn csidriver_deleted_while_attached(mode: SkipAttachMode) {
             .await;
     }
     assert_eq!(env.va_creates(), 0, "{mode}: no VolumeAttachment yet");
-    // Seed 000's downgrade: the driver becomes attachable, a VolumeAttachment is created and
-    // the attacher fulfils it.
+    // The skip-attach design's downgrade: the driver becomes attachable, a VolumeAttachment is
+    // created and the attacher fulfils it.
     env.delete_csidriver(DRIVER).await;
     let va = env.wait_va_attached("h-d", DRIVER, NODE).await;
     assert_eq!(
@@ -236,8 +237,8 @@ async fn stale_va_deleted_on_detach(mode: SkipAttachMode) {
     env.wait_va_attached("h-s", DRIVER, NODE).await;
     env.wait_volumes_attached(NODE, &[&csi_name(DRIVER, "h-s")])
         .await;
-    // Seed 000's upgrade: the CSIDriver appears saying no attach is needed. The pod keeps its
-    // VolumeAttachment while it runs.
+    // The skip-attach design's upgrade: the CSIDriver appears saying no attach is needed. The pod
+    // keeps its VolumeAttachment while it runs.
     env.create_csidriver(DRIVER, false).await;
     stays(
         "the VolumeAttachment stays while the pod runs",

@@ -1,4 +1,5 @@
-//! csi-attacher: the external attacher of seed 002.
+//! csi-attacher: the external attacher of the external-attacher design
+//! (docs/design/external-attacher.md).
 //!
 //! Watches VolumeAttachments for one CSI driver and attaches/detaches their volumes with
 //! `ControllerPublishVolume` / `ControllerUnpublishVolume`, guarding both the VolumeAttachment and
@@ -38,7 +39,8 @@ pub enum Error {
     /// `spec.source.persistentVolumeName` names a PV that does not exist.
     #[error("PersistentVolume {name} not found")]
     PersistentVolumeNotFound { name: String },
-    /// The PV is being deleted: it is never attached again (seed 002, "Concurrency").
+    /// The PV is being deleted: it is never attached again (the external-attacher design,
+    /// "Concurrency").
     #[error("PersistentVolume {name} is marked for deletion; refusing to attach it")]
     PersistentVolumeDeleting { name: String },
     /// The PV (or inline spec) cannot be attached by this driver.

@@ -1,9 +1,9 @@
-//! In-tree → CSI migration (seed 003): a VolumeAttachment for our driver may point at an in-tree
-//! PV (e.g. `spec.awsElasticBlockStore`) whose plugin migrated to us, or carry an in-tree inline
-//! spec. Both are translated with `csi-translation` before publishing, so the driver only ever
-//! sees CSI volumes. Also decides the rollback case: an in-tree PV that lost (or never had) the
-//! `pv.kubernetes.io/migrated-to: <us>` annotation belongs to the in-tree plugin again, and our
-//! finalizer must not hold it.
+//! In-tree → CSI migration (the migration design, docs/design/migration.md): a VolumeAttachment for
+//! our driver may point at an in-tree PV (e.g. `spec.awsElasticBlockStore`) whose plugin migrated
+//! to us, or carry an in-tree inline spec. Both are translated with `csi-translation` before
+//! publishing, so the driver only ever sees CSI volumes. Also decides the rollback case: an in-tree
+//! PV that lost (or never had) the `pv.kubernetes.io/migrated-to: <us>` annotation belongs to the
+//! in-tree plugin again, and our finalizer must not hold it.
 
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,

@@ -6,10 +6,11 @@
 pub const NODE_ID_ANNOTATION: &str = "csi.alpha.kubernetes.io/node-id";
 
 /// PV annotation set by the in-tree controllers when a PV of a migrated plugin is handled by a
-/// CSI driver (seed 003).
+/// CSI driver (the migration design, docs/design/migration.md).
 pub const MIGRATED_TO_ANNOTATION: &str = "pv.kubernetes.io/migrated-to";
 
-/// The attacher name `--dummy` mode handles (seed 002).
+/// The attacher name `--dummy` mode handles (the external-attacher design,
+/// docs/design/external-attacher.md).
 pub const DUMMY_DRIVER: &str = "csi/dummy";
 
 /// The same in a spelling today's API servers accept: they validate `spec.attacher` as a CSI

@@ -6,7 +6,8 @@
 //! add `metadata.managedFields` to every object. [`Va`] and [`Pv`] are decoded from the same
 //! JSON (a whole object is built once per event and projected at once) and keep only what the
 //! controller reads; both implement `kube::Resource`, so the reflectors, the watches and the
-//! PATCH answers use them directly (issue 10, item 14: peak RSS at 1,000 VolumeAttachments).
+//! PATCH answers use them directly (the attacher's memory target, docs/benchmarks.md: peak RSS at
+//! 1,000 VolumeAttachments).
 //!
 //! What is kept:
 //! - metadata without `managedFields`, labels, owner references and annotations (a

@@ -1,4 +1,5 @@
-//! Detach and the PV finalizer rules (seed 002, "Concurrency").
+//! Detach and the PV finalizer rules (the external-attacher design,
+//! docs/design/external-attacher.md, "Concurrency").
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -148,7 +149,8 @@ async fn an_unused_pv_being_deleted_loses_only_our_finalizer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_pv_keeps_our_finalizer_after_the_detach() {
-    // Seed 002: even fully detached PVs keep the finalizer until they are being deleted.
+    // The external-attacher design: even fully detached PVs keep the finalizer until they are being
+    // deleted.
     let mut env = Env::new(MockConfig::default()).await;
     env.create_pair("kept").await;
     env.start(fast_options()).await;

@@ -1,5 +1,6 @@
-//! Migration (seed 003): in-tree PVs and inline specs translated before publishing, and the
-//! rollback case (an in-tree PV no longer annotated `migrated-to` us loses our finalizer).
+//! Migration (the migration design, docs/design/migration.md): in-tree PVs and inline specs
+//! translated before publishing, and the rollback case (an in-tree PV no longer annotated
+//! `migrated-to` us loses our finalizer).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

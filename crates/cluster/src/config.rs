@@ -31,7 +31,8 @@ pub enum Command {
     /// Print nodes, drivers, attached and mounted volumes, claims and stuck operations.
     Status(StatusFlags),
     /// Walk volumes through the whole lifecycle on a throw-away cluster, printing each step
-    /// with its time and what it proves (`demo migration`: seed 003's upgrade and downgrade).
+    /// with its time and what it proves (`demo migration`: the upgrade and downgrade of the
+    /// migration design, docs/design/migration.md).
     Demo(crate::demo::DemoFlags),
     /// Measure pod-volume-ready latency, API writes per pod, provisioning throughput and each
     /// component's memory, per scenario, on throw-away clusters.
@@ -77,9 +78,10 @@ pub struct UpFlags {
     pub zones: usize,
 
     /// How volumes of drivers with `attachRequired: false` are handled: bypass-adc (today's
-    /// Kubernetes: no attach/detach controller involvement) or through-adc (seed 000: a no-op
-    /// attach in the attach/detach controller, no VolumeAttachment). Both the attach/detach
-    /// controller and the node agents get it.
+    /// Kubernetes: no attach/detach controller involvement) or through-adc (the skip-attach design
+    /// as written in 2018, docs/design/skip-attach.md: a no-op attach in the attach/detach
+    /// controller, no VolumeAttachment). Both the attach/detach controller and the node agents get
+    /// it.
     #[arg(
         long,
         default_value = "bypass-adc",
@@ -150,7 +152,7 @@ pub struct StatusFlags {
     pub output: String,
 }
 
-/// Which side of the cluster migrated in-tree aws-ebs to `ebs.csi.aws.com` (seed 003).
+/// Which side of the cluster migrated in-tree aws-ebs to `ebs.csi.aws.com` (the migration design).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Migration {
     /// PV controller and attach/detach controller (kube-controller-manager's gate).
@@ -173,7 +175,7 @@ impl Migration {
     /// `--feature-gates` for one side: kube-controller-manager's and the kubelet's v1.26
     /// migration gates (every GA one on; cinder, whose gate v1.26 removed, migrated too;
     /// Portworx off), with `CSIMigrationAWS` as `on` says. `CSIMigrationAWS=false` is what
-    /// seed 003's walkthroughs start from; v1.26 itself refuses it (locked to true).
+    /// the migration design's walkthroughs start from; v1.26 itself refuses it (locked to true).
     pub fn gates(on: bool) -> &'static str {
         if on {
             "CSIMigrationAWS=true,CSIMigrationGCE=true,CSIMigrationAzureDisk=true,\
@@ -230,8 +232,8 @@ impl std::fmt::Display for Migration {
 }
 
 /// The migration gates as they are now: the controller side's and each node's. Components
-/// read it when they start, so a change takes effect with their restart (seed 003's upgrade:
-/// controller first, then node by node, each drained before).
+/// read it when they start, so a change takes effect with their restart (the migration design's
+/// upgrade: controller first, then node by node, each drained before).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MigrationState {
     pub controller: bool,

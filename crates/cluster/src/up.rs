@@ -332,7 +332,8 @@ impl RunningCluster {
     }
 
     /// Turns node `node`'s migration gate on or off and restarts its node agent (the
-    /// kubelet's restart with new `--feature-gates`; drain the node first, as seed 003 says).
+    /// kubelet's restart with new `--feature-gates`; drain the node first, as the migration design,
+    /// docs/design/migration.md, says).
     pub async fn set_node_migration(&self, node: &str, on: bool) -> Result<(), Error> {
         let i = self
             .specs

@@ -1,9 +1,9 @@
-//! Generic ephemeral volumes on `csi-cluster` (issue 22, reproduction 2): a pod whose volume is
-//! `ephemeral.volumeClaimTemplate` gets the claim `<pod>-<volume>`, owned by the pod, from the
-//! ephemeral volume controller; the scheduler treats it as the pod's claim (WaitForFirstConsumer:
-//! it writes the selected node) and the EBS provisioner makes its volume. Deleting the pod
-//! deletes the claim (apiserver-lite has no garbage collector; the controller runs with
-//! `delete_orphaned_claims`), and the claim's volume goes with it (reclaim policy Delete).
+//! Generic ephemeral volumes on `csi-cluster` (a pod with one used to wait forever for its claim):
+//! a pod whose volume is `ephemeral.volumeClaimTemplate` gets the claim `<pod>-<volume>`, owned by
+//! the pod, from the ephemeral volume controller; the scheduler treats it as the pod's claim
+//! (WaitForFirstConsumer: it writes the selected node) and the EBS provisioner makes its volume.
+//! Deleting the pod deletes the claim (apiserver-lite has no garbage collector; the controller runs
+//! with `delete_orphaned_claims`), and the claim's volume goes with it (reclaim policy Delete).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

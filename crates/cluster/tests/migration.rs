@@ -1,5 +1,6 @@
-//! Seed 003 end to end on one in-process cluster (3 nodes in one zone, everything real: ec2-sim
-//! on loop devices, the controllers, per node an agent and the EBS driver):
+//! The migration design (docs/design/migration.md) end to end on one in-process cluster (3 nodes in
+//! one zone, everything real: ec2-sim on loop devices, the controllers, per node an agent and the
+//! EBS driver):
 //!
 //! - the configuration table, controller × node migration on/off, plus a node without a
 //!   CSINode: per configuration a gp2 (in-tree `kubernetes.io/aws-ebs`) claim used by a pod,
@@ -10,8 +11,8 @@
 //!   downgrade (node drained and un-migrated, pod back, controller un-migrated) with the file
 //!   written at the start read back whenever a pod has it mounted.
 //!
-//! One cluster serves every step: seed 003 changes gates by restarting components, which
-//! `RunningCluster` does in place.
+//! One cluster serves every step: the migration design changes gates by restarting components,
+//! which `RunningCluster` does in place.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -185,8 +186,8 @@ async fn gp2_row(
     row
 }
 
-/// Controller not migrated, node migrated: seed 003 calls it unsupported; the attach/detach
-/// controller refuses (an Event), so nothing is attached or mounted by either path.
+/// Controller not migrated, node migrated: the migration design calls it unsupported; the
+/// attach/detach controller refuses (an Event), so nothing is attached or mounted by either path.
 async fn refused_row(cluster: &RunningCluster, node: &'static str) -> Row {
     let client = cluster.client().unwrap();
     let ec2 = cluster.ec2_client().await.unwrap();
@@ -271,10 +272,10 @@ async fn refused_row(cluster: &RunningCluster, node: &'static str) -> Row {
     row
 }
 
-/// Controller migrated, a node without a CSINode (a kubelet too old to write one): seed 003
-/// says the attach/detach controller falls back to in-tree. The node's agent is stopped and
-/// its CSINode deleted while the pod is placed and attached; the agent (not migrated, as such
-/// a kubelet) then mounts it.
+/// Controller migrated, a node without a CSINode (a kubelet too old to write one): the
+/// migration design says the attach/detach controller falls back to in-tree. The node's agent is
+/// stopped and its CSINode deleted while the pod is placed and attached; the agent (not migrated,
+/// as such a kubelet) then mounts it.
 async fn no_csinode_row(cluster: &RunningCluster, node: &'static str) -> Row {
     let client = cluster.client().unwrap();
     let ec2 = cluster.ec2_client().await.unwrap();
@@ -399,10 +400,10 @@ async fn no_csinode_row(cluster: &RunningCluster, node: &'static str) -> Row {
     row
 }
 
-/// Seed 003's upgrade without waiting for the detach: the node is drained (its pod deleted)
-/// and migrated while the in-tree detach of its volume still waits for EC2 (ec2-sim holds it
-/// `detaching`), and a pod with the same volume comes back through CSI. When the in-tree
-/// detach ends it must leave the new VolumeAttachment alone: seed 003's cleanup of the
+/// The migration design's upgrade without waiting for the detach: the node is drained (its pod
+/// deleted) and migrated while the in-tree detach of its volume still waits for EC2 (ec2-sim holds
+/// it `detaching`), and a pod with the same volume comes back through CSI. When the in-tree
+/// detach ends it must leave the new VolumeAttachment alone: the migration design's cleanup of the
 /// VolumeAttachment the CSI path would have made is for one left from before, and deleting
 /// this one detached the new pod's volume (found with realistic EC2 timing).
 async fn detach_in_flight_while_the_node_migrates(cluster: &RunningCluster, node: &'static str) {

@@ -1,6 +1,6 @@
-//! `csi-cluster demo migration`, the real binary, to its end: seed 003's upgrade and downgrade
-//! with every step's path in its output, nothing left below its data dir; and its refusal to
-//! run without root.
+//! `csi-cluster demo migration`, the real binary, to its end: the upgrade and downgrade of
+//! the migration design (docs/design/migration.md) with every step's path in its output, nothing
+//! left below its data dir; and its refusal to run without root.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -78,7 +78,8 @@ fn demo_migration_walks_seed_003_and_leaves_nothing() {
         !out.contains("BOTH"),
         "an operation done by both paths:\n{out}"
     );
-    // Seed 003's sequence, each step's paths: provision attach mount unmount detach delete data.
+    // The migration design's sequence, each step's paths: provision attach mount unmount detach
+    // delete data.
     let row = |t| table_line(&out, t);
     assert_eq!(
         row("in-tree everywhere"),

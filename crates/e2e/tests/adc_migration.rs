@@ -1,6 +1,7 @@
-//! Seed 003's "ADC and Kubelet CSI/In-tree Sync" end to end: the attach/detach controller with
-//! the in-tree `kubernetes.io/aws-ebs` plugin on a real aws-sdk-ec2 client, the external attacher
-//! and the EBS CSI driver in controller mode, all against ec2-sim and the embedded API server.
+//! The "ADC and Kubelet CSI/In-tree Sync" of the migration design (docs/design/migration.md) end to
+//! end: the attach/detach controller with the in-tree `kubernetes.io/aws-ebs` plugin on a real
+//! aws-sdk-ec2 client, the external attacher and the EBS CSI driver in controller mode, all against
+//! ec2-sim and the embedded API server.
 //!
 //! One node per row of the decision table, each with a pod that uses an in-tree
 //! `awsElasticBlockStore` PV and a pod with the same kind of volume inline. Which path served
@@ -528,8 +529,8 @@ impl World {
     }
 }
 
-/// Seed 003's table with the controller migrated (`CSIMigrationAWS=true`): the node decides.
-/// Then the same volumes are detached, each by the path that attached it.
+/// The migration design's table with the controller migrated (`CSIMigrationAWS=true`): the node
+/// decides. Then the same volumes are detached, each by the path that attached it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_node_decides_when_the_controller_is_migrated() {
     let w = world().await;
@@ -582,9 +583,9 @@ async fn a_migrated_node_is_refused_by_a_controller_that_is_not() {
     ];
     let _adc = w.start_adc("CSIMigrationAWS=false");
     let placed = w.place_and_check(&rows).await;
-    // Seed 003's caveat: a VolumeAttachment the CSI path made for an in-tree volume (a migrated
-    // controller before a downgrade without a drain) goes with the in-tree detach. The attacher
-    // fulfils it (EC2 answers with the attachment that is already there).
+    // The migration design's caveat: a VolumeAttachment the CSI path made for an in-tree volume (a
+    // migrated controller before a downgrade without a drain) goes with the in-tree detach. The
+    // attacher fulfils it (EC2 answers with the attachment that is already there).
     let in_tree_pv = placed
         .iter()
         .find(|p| p.want == Want::InTree && p.pv.is_some())

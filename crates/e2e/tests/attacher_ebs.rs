@@ -4,8 +4,9 @@
 //! because VolumeAttachments appear, and EC2 itself is asked where they ended up.
 //!
 //! Covers: two CSI PVs on two nodes, one in-tree `awsElasticBlockStore` PV translated by the
-//! attacher (seed 003), detach on VolumeAttachment deletion, PV finalizers released on PV
-//! deletion, and an attach that EC2 refuses (a volume in another zone) recorded on the object.
+//! attacher (the migration design, docs/design/migration.md), detach on VolumeAttachment deletion,
+//! PV finalizers released on PV deletion, and an attach that EC2 refuses (a volume in another zone)
+//! recorded on the object.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

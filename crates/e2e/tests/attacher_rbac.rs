@@ -234,7 +234,8 @@ async fn deploy_rbac_grants_exactly_what_the_attacher_calls() {
     .await;
     // The standby's Lease watch must be in the audit trail before the hand-over: if the first
     // replica let go before the second one got that far, the second would take the Lease on its
-    // first try and never watch it, and the rule would look unused (issue 10, item 0).
+    // first try and never watch it, and the rule would look unused (the test fails on a rule no
+    // call used).
     let lease_watches = |server: &apiserver::RunningApiServer| {
         server
             .audit()

@@ -453,12 +453,12 @@ async fn ebs_volume_moves_from_node_a_to_node_b_with_its_data() {
     w.shutdown().await;
 }
 
-/// Seed 003 on real nodes: the attach/detach controller migrated aws-ebs and has EC2 for its
-/// in-tree plugin; node A's agent did not migrate it, node B's did. An in-tree EBS PV on node A
-/// is attached by the controller itself (no VolumeAttachment) and mounted by the agent's in-tree
-/// path (device under the instance's device dir, ext4, the plugin's staging path); one on
-/// node B is translated, attached through a VolumeAttachment by the EBS driver and staged and
-/// published through CSI. Both are written, torn down and detached.
+/// The migration design (docs/design/migration.md) on real nodes: the attach/detach controller
+/// migrated aws-ebs and has EC2 for its in-tree plugin; node A's agent did not migrate it, node B's
+/// did. An in-tree EBS PV on node A is attached by the controller itself (no VolumeAttachment) and
+/// mounted by the agent's in-tree path (device under the instance's device dir, ext4, the plugin's
+/// staging path); one on node B is translated, attached through a VolumeAttachment by the EBS
+/// driver and staged and published through CSI. Both are written, torn down and detached.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_tree_ebs_volumes_follow_each_nodes_migration_gate() {
     let Some(w) = World::start("CSIMigrationAWS=true", ["", "CSIMigrationAWS=true"]).await else {

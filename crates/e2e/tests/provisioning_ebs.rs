@@ -1,6 +1,6 @@
-//! Dynamic provisioning with the real EBS driver on ec2-sim (issue 13, "Tests"): the PV
-//! controller and the external provisioner from their libraries (the provisioner as its binary
-//! where a SIGKILL is needed), the EBS driver's controller service on a unix socket with its
+//! Dynamic provisioning with the real EBS driver on ec2-sim (the provisioner's end-to-end test):
+//! the PV controller and the external provisioner from their libraries (the provisioner as its
+//! binary where a SIGKILL is needed), the EBS driver's controller service on a unix socket with its
 //! own aws-sdk-ec2 client, and apiserver-lite.
 //!
 //! What EC2 holds is read from ec2-sim's state; which path made or deleted a volume from who

@@ -180,8 +180,9 @@ async fn ebs_claim_provisioned_attached_and_mounted_under_real_kcm_and_kubelet()
         ])
         .unwrap();
 
-    // One claim of deploy/'s CSI class and one of an in-tree aws-ebs class (seed 003: kcm
-    // v1.26 hands it to ebs.csi.aws.com without pv.kubernetes.io/migrated-to on the claim).
+    // One claim of deploy/'s CSI class and one of an in-tree aws-ebs class (the migration design,
+    // docs/design/migration.md: kcm v1.26 hands it to ebs.csi.aws.com without
+    // pv.kubernetes.io/migrated-to on the claim).
     let mut manifest = String::from(
         "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: gp2}\n\
          provisioner: kubernetes.io/aws-ebs\nvolumeBindingMode: WaitForFirstConsumer\n\

@@ -1,4 +1,5 @@
-//! Merges concurrent describe-by-ID calls into one request (seed 004, "DescribeVolumes quota").
+//! Merges concurrent describe-by-ID calls into one request (the EBS driver design,
+//! docs/design/ebs-driver.md, "DescribeVolumes quota").
 //!
 //! Callers ask for one ID each. The first caller of a batch starts a timer of `window`; every
 //! caller that arrives before it fires (or until `max_size` IDs are waiting) joins the batch,

@@ -1,8 +1,8 @@
-//! Device names for AttachVolume. On AWS the caller picks the name, and seed 004 ("Cache of
-//! used / free device names") describes how a cache of them goes wrong across restarts. So the
-//! allocator keeps no cache of what is taken: every allocation starts from the instance's block
-//! device mapping as DescribeInstances returns it *now*. The only memory is about this process's
-//! own work, which DescribeInstances may not show yet:
+//! Device names for AttachVolume. On AWS the caller picks the name, and the EBS driver design
+//! (docs/design/ebs-driver.md, "Cache of used / free device names") describes how a cache of them
+//! goes wrong across restarts. So the allocator keeps no cache of what is taken: every allocation
+//! starts from the instance's block device mapping as DescribeInstances returns it *now*. The only
+//! memory is about this process's own work, which DescribeInstances may not show yet:
 //!
 //! - names with an AttachVolume in flight (chosen, call not yet visible in the mapping), so two
 //!   concurrent publishes to one node never pick the same name; an entry ends when the mapping

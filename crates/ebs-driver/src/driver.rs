@@ -26,7 +26,8 @@ use crate::node::service::NodeService;
 use crate::node::{CsiNodeSvc, NodeInfo};
 use crate::{Error, Result};
 
-/// Which services this process runs (seed 004, "No credentials on nodes").
+/// Which services this process runs (the EBS driver design, docs/design/ebs-driver.md,
+/// "No credentials on nodes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Mode {
     /// Identity + Controller: talks to EC2, needs credentials.

@@ -1,4 +1,4 @@
-//! ebs-csi-driver: the AWS EBS CSI driver (seed 004).
+//! ebs-csi-driver: the AWS EBS CSI driver (the EBS driver design, docs/design/ebs-driver.md).
 //!
 //! - [`ControllerService`] (`controller/`): volumes, attachments and snapshots through the
 //!   `ebs_cloud::Cloud` trait (implemented over aws-sdk-ec2 by `ebs-cloud-aws`); idempotent,

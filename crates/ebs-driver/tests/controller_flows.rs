@@ -1,6 +1,7 @@
 //! Whole flows over the real socket: the volume lifecycle with real mounts (data survives
 //! unstage/stage and detach/attach), 100 concurrent publishes, the attach limit,
-//! "Kubernetes changes its mind" (seed 004), and faults from ec2-sim.
+//! "Kubernetes changes its mind" (the EBS driver design, docs/design/ebs-driver.md), and faults
+//! from ec2-sim.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod ctl;

@@ -48,13 +48,15 @@ pub struct Flags {
     /// kube-controller-manager and the kubelet v1.26: CSIMigrationAWS, CSIMigrationGCE,
     /// CSIMigrationAzureDisk, CSIMigrationAzureFile and CSIMigrationvSphere on (cinder, whose
     /// gate v1.26 removed, migrated too), CSIMigrationPortworx off. CSIMigrationAWS=false is
-    /// accepted (v1.26 refuses it: locked to true) to un-migrate aws-ebs as seed 003's
-    /// walkthroughs do; =false for the other locked gates is refused as v1.26 refuses it.
+    /// accepted (v1.26 refuses it: locked to true) to un-migrate aws-ebs as the migration
+    /// design's walkthroughs do (docs/design/migration.md); =false for the other locked gates is
+    /// refused as v1.26 refuses it.
     #[arg(long, default_value = "", value_name = "GATE=BOOL,...", value_parser = any_string)]
     pub feature_gates: String,
 
     /// What happens to CSI volumes whose CSIDriver says attachRequired: false. bypass-adc
-    /// (today's Kubernetes): mounted at once. through-adc (seed 000): mounted once the
+    /// (today's Kubernetes): mounted at once. through-adc (the skip-attach design as written in
+    /// 2018, docs/design/skip-attach.md): mounted once the
     /// attach/detach controller lists them in node.status.volumesAttached (it must run with
     /// the same mode).
     #[arg(long, default_value = "bypass-adc", value_name = "MODE")]
@@ -369,7 +371,8 @@ mod tests {
             ),
             "{e}"
         );
-        // seed 003's downgrade: aws-ebs alone un-migrated (v1.26 refuses this one; we warn).
+        // The migration design's downgrade: aws-ebs alone un-migrated (v1.26 refuses this one; we
+        // warn).
         let c = parse(&["--node-name=n", "--feature-gates=CSIMigrationAWS=false"])
             .unwrap()
             .config()

@@ -1,6 +1,6 @@
 //! csi-node-agent: the kubelet's volume part for one node, as Kubernetes' kubelet does it, with
-//! seed 000's skip attach and seed 003's migration decision shared with the attach/detach
-//! controller through `volume-plugins`.
+//! the skip-attach decision (docs/design/skip-attach.md) and the migration decision
+//! (docs/design/migration.md) shared with the attach/detach controller through `volume-plugins`.
 //!
 //! The layout follows the kubelet's, so a Kubernetes engineer finds the same pieces:
 //!

@@ -3,7 +3,8 @@
 //! - At start ([`NodeInfoManager::init_csinode`]): the CSINode named after the node exists,
 //!   is owned by the Node (so it goes when the Node goes) and carries the
 //!   `storage.alpha.kubernetes.io/migrated-plugins` annotation that tells the attach/detach
-//!   controller which in-tree plugins this node serves through CSI (seed 003).
+//!   controller which in-tree plugins this node serves through CSI (the migration design,
+//!   docs/design/migration.md).
 //! - A driver registers ([`NodeInfoManager::install_driver`]): its topology segments become
 //!   Node labels (a label already there with another value is refused, as the kubelet refuses
 //!   it), its node ID goes into the Node's `csi.volume.kubernetes.io/nodeid` annotation (the

@@ -1,7 +1,8 @@
 //! A non-attachable (node-local) CSI driver through the whole pod volume lifecycle, with the
 //! real hostpath driver, our registrar, the attach/detach controller and the node agent over
-//! apiserver-lite, real bind mounts: seed 000's skip attach in both modes, and the same driver
-//! with attachRequired true (csi-attacher's trivial handler).
+//! apiserver-lite, real bind mounts: skip attach (the skip-attach design,
+//! docs/design/skip-attach.md) in both modes, and the same driver with attachRequired true
+//! (csi-attacher's trivial handler).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -90,7 +91,7 @@ async fn lifecycle(mode: SkipAttachMode, attach_required: bool) {
             assert!(!attached.contains(&unique) && !in_use.contains(&unique));
         }
         (SkipAttachMode::ThroughAdc, false) => {
-            assert_eq!(vas, 0, "no VolumeAttachment in the seed's mode either");
+            assert_eq!(vas, 0, "no VolumeAttachment in through-adc mode either");
             assert!(
                 attached.contains(&unique),
                 "volumesAttached lists it: {attached:?}"

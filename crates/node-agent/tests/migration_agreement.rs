@@ -1,9 +1,9 @@
-//! Seed 003's agreement between the attach/detach controller and the node agent: the agent
-//! writes its `CSIMigrationAWS` gate into the CSINode `migrated-plugins` annotation and stays
-//! NotReady until the annotation says so; for every combination of the agent's and the
-//! controller's gate, the backend the agent mounts an in-tree aws-ebs volume with is the one
-//! the controller attaches it with (read from the real CSINode the agent wrote), or the
-//! controller refuses to attach at all.
+//! The agreement of the migration design (docs/design/migration.md) between the attach/detach
+//! controller and the node agent: the agent writes its `CSIMigrationAWS` gate into the CSINode
+//! `migrated-plugins` annotation and stays NotReady until the annotation says so; for every
+//! combination of the agent's and the controller's gate, the backend the agent mounts an in-tree
+//! aws-ebs volume with is the one the controller attaches it with (read from the real CSINode the
+//! agent wrote), or the controller refuses to attach at all.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -1,5 +1,5 @@
 //! The node agent never lets a volume go while it is in use, and never starts a pod without
-//! its volume (issue 22), with the real hostpath driver, our registrar, attach/detach
+//! its volume (storage safety), with the real hostpath driver, our registrar, attach/detach
 //! controller, csi-attacher and node agent over apiserver-lite, real bind mounts:
 //! - what a failed mount leaves behind (a stage before a failed publish, an uncertain stage)
 //!   and a stage still in flight stay in `node.status.volumesInUse`, is never detached while there, and is torn down
@@ -385,9 +385,9 @@ async fn an_unresolvable_volume_of_a_running_pod_stays_published_across_a_restar
     env.shutdown().await;
 }
 
-/// Issue 22's second reproduction: a pod with a generic ephemeral volume is never Ready
-/// without it. Its volume is the claim `<pod>-<volume>` the ephemeral-volume controller makes
-/// for it; until that exists the pod waits, a claim of that name the pod does not control is
+/// A pod with a generic ephemeral volume is never Ready without it (such a pod used to wait
+/// forever for its claim). Its volume is the claim `<pod>-<volume>` the ephemeral-volume controller
+/// makes for it; until that exists the pod waits, a claim of that name the pod does not control is
 /// refused, and once the pod's own claim is bound the volume is mounted and the pod Ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generic_ephemeral_volume_is_mounted_from_the_pods_own_claim_before_ready() {

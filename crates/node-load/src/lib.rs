@@ -1,4 +1,4 @@
-//! node-load: the node side's benchmark (issue 12). Per scenario it starts an in-process
+//! node-load: the node side's benchmark (docs/node-load.md). Per scenario it starts an in-process
 //! control plane (apiserver-lite, the attach/detach controller, csi-attacher when the scenario
 //! needs one, ec2-sim and the EBS controller process for `ebs`) and, per node, the real
 //! processes a node runs: the CSI driver's node plugin, `csi-node-driver-registrar` and
@@ -85,8 +85,9 @@ pub enum Scenario {
     HostpathAttachRequired,
     /// Hostpath driver, attachRequired false, `--skip-attach=bypass-adc` (today's Kubernetes).
     HostpathBypass,
-    /// Hostpath driver, attachRequired false, `--skip-attach=through-adc` (seed 000: listed in
-    /// volumesAttached by the ADC, no VolumeAttachment).
+    /// Hostpath driver, attachRequired false, `--skip-attach=through-adc` (the skip-attach
+    /// design as written in 2018, docs/design/skip-attach.md: listed in volumesAttached by the
+    /// ADC, no VolumeAttachment).
     HostpathThroughAdc,
     /// The EBS CSI driver against ec2-sim (loop devices): attach-required, real attach, mkfs.
     Ebs,

@@ -190,7 +190,8 @@ fn opt_s(v: Option<f64>) -> String {
 /// One row's cell for one report.
 type Cell = Box<dyn Fn(&ScenarioReport) -> String>;
 
-/// The reports side by side, then the ratios issue 12 asks about.
+/// The reports side by side, then the ratios the node-side benchmark targets
+/// (through-adc against attach-required: at least 2x).
 pub fn table(reports: &[ScenarioReport]) -> String {
     let mut out = String::new();
     let rows: Vec<(&str, Cell)> = vec![

@@ -1,5 +1,5 @@
-//! provision-load: the provisioning benchmark of issue 13. Per scenario it starts, on a fresh
-//! temp dir:
+//! provision-load: the benchmark of `csi-provisioner` (docs/provision-load.md). Per scenario it
+//! starts, on a fresh temp dir:
 //!
 //! - in-process: apiserver-lite (127.0.0.1:0, audit on), the PV controller
 //!   (`pv_controller::run`, kube-controller-manager's binder) and, for `ebs`, ec2-sim with fast
@@ -102,7 +102,8 @@ impl Scenario {
         }
     }
 
-    /// The PVCs of a run unless `--pvcs` says otherwise (issue 13's numbers).
+    /// The PVCs of a run unless `--pvcs` says otherwise (the sizes the provisioner's benchmark
+    /// was specified with: 1,000 hostpath PVCs, 100 EBS PVCs).
     pub fn default_pvcs(self) -> usize {
         match self {
             Scenario::Hostpath => 1000,

@@ -1,4 +1,5 @@
-//! csi-provisioner: the external provisioner (seed 003, "Dynamically Provisioned Volumes").
+//! csi-provisioner: the external provisioner (the migration design, docs/design/migration.md,
+//! "Dynamically Provisioned Volumes").
 //!
 //! Watches PersistentVolumeClaims whose `volume.kubernetes.io/storage-provisioner` names our CSI
 //! driver, calls `CreateVolume` and creates the bound PersistentVolume; watches Released PVs

@@ -38,8 +38,9 @@ pub struct Flags {
     /// kube-controller-manager and the kubelet v1.26: CSIMigrationAWS, CSIMigrationGCE,
     /// CSIMigrationAzureDisk, CSIMigrationAzureFile and CSIMigrationvSphere on (cinder, whose
     /// gate v1.26 removed, migrated too), CSIMigrationPortworx off. CSIMigrationAWS=false is
-    /// accepted (v1.26 refuses it: locked to true) to un-migrate aws-ebs as seed 003's
-    /// walkthroughs do; =false for the other locked gates is refused as v1.26 refuses it.
+    /// accepted (v1.26 refuses it: locked to true) to un-migrate aws-ebs as the migration
+    /// design's walkthroughs do (docs/design/migration.md); =false for the other locked gates is
+    /// refused as v1.26 refuses it.
     #[arg(long, default_value = "", value_name = "GATE=BOOL,...", value_parser = any_string)]
     pub feature_gates: String,
 
@@ -361,7 +362,8 @@ mod tests {
             ),
             "{e}"
         );
-        // seed 003's downgrade: aws-ebs alone un-migrated (v1.26 refuses this one; we warn).
+        // The migration design's downgrade: aws-ebs alone un-migrated (v1.26 refuses this one; we
+        // warn).
         let c = parse(&["--feature-gates=CSIMigrationAWS=false"])
             .config(None)
             .expect("CSIMigrationAWS=false is accepted");

@@ -1,6 +1,7 @@
 //! pv-controller: kube-controller-manager's persistentvolume controller (the "binder"), its
 //! pvc-protection and pv-protection controllers, and the in-tree `kubernetes.io/aws-ebs`
-//! provisioner and deleter it runs while that plugin is not migrated to CSI (seed 003).
+//! provisioner and deleter it runs while that plugin is not migrated to CSI (the migration design,
+//! docs/design/migration.md).
 //!
 //! The layout follows `pkg/controller/volume/persistentvolume` and `pkg/controller/volume/
 //! {pvcprotection,pvprotection}`, so a Kubernetes engineer finds the same pieces:

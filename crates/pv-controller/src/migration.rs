@@ -1,7 +1,7 @@
-//! Seed 003 in the persistentvolume controller: who provisions a class of an in-tree plugin,
-//! and the `pv.kubernetes.io/migrated-to` annotation on claims and volumes, which tells the
-//! CSI provisioner that a claim or volume of an in-tree plugin is now its business (and takes
-//! it away again after a downgrade).
+//! The migration design (docs/design/migration.md) in the persistentvolume controller: who
+//! provisions a class of an in-tree plugin, and the `pv.kubernetes.io/migrated-to` annotation on
+//! claims and volumes, which tells the CSI provisioner that a claim or volume of an in-tree plugin
+//! is now its business (and takes it away again after a downgrade).
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use volume_plugins::MigratedPlugins;

@@ -1,6 +1,7 @@
 //! Dynamic provisioning as the persistentvolume controller sees it: annotations for the
-//! external provisioner, WaitForFirstConsumer, migrated and unmigrated in-tree classes (seed
-//! 003). The test plays the external provisioner (and the scheduler) itself.
+//! external provisioner, WaitForFirstConsumer, migrated and unmigrated in-tree classes (the
+//! migration design, docs/design/migration.md). The test plays the external provisioner (and the
+//! scheduler) itself.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;

@@ -949,7 +949,8 @@ async fn lost(ctx: &Ctx) {
     ctx.put("lost", ctx.snap_pvc(ns, "ls-c").await);
 }
 
-/// Storage safety (issue 22), four cases at once:
+/// Storage safety (no claim bound to a volume it must not get, no capacity it does not have),
+/// four cases at once:
 /// - `sf-small`, pre-bound by `claimRef` to `sf-c-small` but smaller than its request: not
 ///   bound (kcm's findMatchingVolume checks the size before the pre-binding); the claim (class
 ///   "", 50Gi: more than any volume of `static`) stays Pending with FailedBinding;

@@ -1,11 +1,11 @@
 //! In-tree Kubernetes volume plugins <-> CSI translation.
 //!
-//! A Rust port of the behaviour of Kubernetes' `csi-translation-lib` (seed 003, "Translation
-//! Library"): an in-tree PersistentVolume, inline Volume or StorageClass of one of the seven
-//! migrated plugins is translated into its CSI equivalent, and a CSI PersistentVolume back into
-//! the in-tree form. Inputs are never mutated: every function takes `&T` and returns a new object.
-//! No input makes the library panic; upstream's crash on an inline vSphere volume with
-//! `storagePolicyName` is an [`Error::Unsupported`] here.
+//! A Rust port of the behaviour of Kubernetes' `csi-translation-lib` (the migration design,
+//! docs/design/migration.md, "Translation Library"): an in-tree PersistentVolume, inline Volume or
+//! StorageClass of one of the seven migrated plugins is translated into its CSI equivalent, and a
+//! CSI PersistentVolume back into the in-tree form. Inputs are never mutated: every function takes
+//! `&T` and returns a new object. No input makes the library panic; upstream's crash on an inline
+//! vSphere volume with `storagePolicyName` is an [`Error::Unsupported`] here.
 //!
 //! The entry points are the free functions re-exported from [`translator`] (and the same set as
 //! methods on [`Translator`]). Per-plugin rules live in [`plugins`], behind the [`InTreePlugin`]

@@ -8,7 +8,8 @@ use crate::plugins::{InTreePlugin, plugin_by_csi_name, plugin_by_in_tree_name, p
 use crate::{Error, Result};
 
 /// CSINode annotation listing the in-tree plugins whose operations the node's kubelet sends to
-/// their CSI drivers (seed 003, "Kubelet Initialization & Migration Annotation").
+/// their CSI drivers (the migration design, docs/design/migration.md,
+/// "Kubelet Initialization & Migration Annotation").
 pub const MIGRATED_PLUGINS_ANNOTATION: &str = "storage.alpha.kubernetes.io/migrated-plugins";
 
 /// Translates an in-tree PV (one of the seven plugins) to a PV with a CSI source. The input is

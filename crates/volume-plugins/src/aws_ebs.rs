@@ -1,4 +1,4 @@
-//! The in-tree `kubernetes.io/aws-ebs` volume plugin (issue 11), what a cluster without
+//! The in-tree `kubernetes.io/aws-ebs` volume plugin, what a cluster without
 //! CSI migration uses. It makes no CSI call:
 //!
 //! - [`AwsEbsPlugin`] (the attach/detach controller's side): EC2 AttachVolume, with the device

@@ -1,8 +1,8 @@
-//! The CSI volume plugin's attach side (seed 000's operations), as the attach/detach controller
-//! and the kubelet run it: `attach` and `detach` create and delete VolumeAttachments for an
-//! external attacher to fulfil, `volumes_are_attached` and `wait_for_attach` read them. Whether a
-//! volume needs any of that comes from the driver's CSIDriver in a cache, through
-//! [`crate::attach_path`].
+//! The CSI volume plugin's attach side (the operations of the skip-attach design,
+//! docs/design/skip-attach.md), as the attach/detach controller and the kubelet run it: `attach`
+//! and `detach` create and delete VolumeAttachments for an external attacher to fulfil,
+//! `volumes_are_attached` and `wait_for_attach` read them. Whether a volume needs any of that comes
+//! from the driver's CSIDriver in a cache, through [`crate::attach_path`].
 //!
 //! Every operation is one idempotent step that can be repeated after a timeout or a restart: an
 //! existing VolumeAttachment for the same volume and node is reused, a missing one on detach is

@@ -6,10 +6,11 @@
 //! defaults in kube-controller-manager and the kubelet v1.26, so they drop into a current
 //! cluster, and apply `--feature-gates` over them ([`MigratedPlugins::with_feature_gates`]).
 //! Gates v1.26 locks to true are refused as `=false` with its words, except `CSIMigrationAWS`:
-//! seed 003's upgrade and downgrade walkthroughs turn aws-ebs migration off and on again, so
-//! `CSIMigrationAWS=false` is accepted (a deviation from v1.26, which refuses it), with a
-//! warning from [`feature_gate_warnings`]. Tests and library callers that want an exact set
-//! use [`MigratedPlugins::from_feature_gates`], which starts from none migrated.
+//! the upgrade and downgrade walkthroughs of the migration design (docs/design/migration.md) turn
+//! aws-ebs migration off and on again, so `CSIMigrationAWS=false` is accepted (a deviation from
+//! v1.26, which refuses it), with a warning from [`feature_gate_warnings`]. Tests and library
+//! callers that want an exact set use [`MigratedPlugins::from_feature_gates`], which starts from
+//! none migrated.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -57,7 +58,7 @@ pub fn v1_26_stage(gate: &str) -> Option<GateStage> {
     })
 }
 
-/// The one locked gate accepted as `=false`, for seed 003's walkthroughs.
+/// The one locked gate accepted as `=false`, for the migration design's walkthroughs.
 pub const SWITCHABLE_LOCKED_GATE: &str = "CSIMigrationAWS";
 
 /// The warnings kube-controller-manager v1.26 prints for `value` (`Setting GA feature gate
@@ -76,7 +77,8 @@ pub fn feature_gate_warnings(value: &str) -> Vec<String> {
             Some(GateStage::LockedOn) if !on => warnings.push(format!(
                 "Setting GA feature gate {name}=false, which kube-controller-manager and the \
                  kubelet v1.26 refuse (the gate is locked to true); accepted here so the \
-                 plugin can be un-migrated as in seed 003's downgrade walkthrough"
+                 plugin can be un-migrated as in the migration design's downgrade walkthrough \
+                 (docs/design/migration.md)"
             )),
             Some(GateStage::LockedOn | GateStage::GaOn) => warnings.push(format!(
                 "Setting GA feature gate {name}={setting}. It will be removed in a future release."
@@ -302,7 +304,7 @@ mod tests {
         let w = feature_gate_warnings("CSIMigrationAWS=false");
         assert_eq!(w.len(), 1);
         assert!(
-            w[0].contains("CSIMigrationAWS=false") && w[0].contains("seed 003"),
+            w[0].contains("CSIMigrationAWS=false") && w[0].contains("docs/design/migration.md"),
             "{w:?}"
         );
         assert!(feature_gate_warnings("").is_empty());

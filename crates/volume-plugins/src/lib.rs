@@ -1,9 +1,9 @@
 //! What Kubernetes' attach/detach controller and the kubelet's volume manager share about
-//! volumes: whether a CSI volume is attached at all (seeds 000/001, skip attach), which backend
-//! serves an in-tree volume on a node (seed 003's migration decision), the feature gates that
-//! say which plugins a component has migrated, and the names Kubernetes gives volumes and
-//! VolumeAttachments. `attach-detach` and `node-agent` both decide through this crate, so the
-//! two can never disagree.
+//! volumes: whether a CSI volume is attached at all (the skip-attach design,
+//! docs/design/skip-attach.md), which backend serves an in-tree volume on a node (the decision of
+//! the migration design, docs/design/migration.md), the feature gates that say which plugins a
+//! component has migrated, and the names Kubernetes gives volumes and VolumeAttachments.
+//! `attach-detach` and `node-agent` both decide through this crate, so the two can never disagree.
 //!
 //! The plugins themselves: [`csi_plugin`] (VolumeAttachments for an external attacher) and
 //! [`aws_ebs`] (the in-tree `kubernetes.io/aws-ebs` plugin, straight to EC2 through the

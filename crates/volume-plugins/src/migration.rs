@@ -1,7 +1,7 @@
-//! Seed 003's "ADC and Kubelet CSI/In-tree Sync": which backend serves an in-tree volume on a
-//! node. The attach/detach controller and the node agent both call [`decide`] with their own
-//! migrated-plugin set and the node's CSINode, so a volume is attached, mounted, unmounted and
-//! detached by one backend for its whole life.
+//! The "ADC and Kubelet CSI/In-tree Sync" of the migration design (docs/design/migration.md): which
+//! backend serves an in-tree volume on a node. The attach/detach controller and the node agent both
+//! call [`decide`] with their own migrated-plugin set and the node's CSINode, so a volume is
+//! attached, mounted, unmounted and detached by one backend for its whole life.
 
 use std::collections::BTreeSet;
 
@@ -57,12 +57,13 @@ pub enum Backend {
     InTree,
     /// The plugin's CSI driver, with the volume translated by `csi-translation`.
     Csi { driver: &'static str },
-    /// The kubelet serves the plugin through CSI but this component has it in-tree (seed 003:
-    /// "an error should be thrown"): nothing may be attached; the message says what to change.
+    /// The kubelet serves the plugin through CSI but this component has it in-tree (the migration
+    /// design: "an error should be thrown"): nothing may be attached; the message says what to
+    /// change.
     Refused { reason: String },
 }
 
-/// Seed 003's decision for a volume of `in_tree_plugin` (e.g. `kubernetes.io/aws-ebs`):
+/// The migration design's decision for a volume of `in_tree_plugin` (e.g. `kubernetes.io/aws-ebs`):
 ///
 /// | node's CSINode | its annotation has the plugin | we migrated the plugin | backend |
 /// |---|---|---|---|
@@ -114,7 +115,8 @@ mod tests {
         }
     }
 
-    /// Seed 003's table, plus "no CSINode", for the controller with and without the gate.
+    /// The migration design's table, plus "no CSINode", for the controller with and without the
+    /// gate.
     #[test]
     fn the_seed_table() {
         let on = MigratedPlugins::from_feature_gates("CSIMigrationAWS=true").unwrap();

@@ -1,6 +1,7 @@
 //! A watch-fed cache of one kind of Kubernetes object that also says *when* it changed: the
 //! informer of client-go, reduced to what the attach/detach controller and the node agent need.
-//! Lookups never hit the API server (seed 000 asks for a CSIDriver cache, not a GET per call), and
+//! Lookups never hit the API server (the skip-attach design,
+//! docs/design/skip-attach.md, asks for a CSIDriver cache, not a GET per call), and
 //! a waiter (an attach waiting for `status.attached`, a detach waiting for the VolumeAttachment to
 //! go) sleeps on [`ObjectCache::changed`] instead of polling.
 

@@ -1,11 +1,12 @@
-//! Seeds 000/001, skip attach: whether a CSI volume goes through the attach/detach controller
-//! and a VolumeAttachment, from its driver's `CSIDriver.spec.attachRequired`.
+//! The skip-attach design (docs/design/skip-attach.md): whether a CSI volume goes through the
+//! attach/detach controller and a VolumeAttachment, from its driver's
+//! `CSIDriver.spec.attachRequired`.
 //!
 //! Two modes, chosen with `--skip-attach` on the controller and the node agent alike:
 //! - `bypass-adc` (default, today's Kubernetes): a volume whose CSIDriver says
 //!   `attachRequired: false` never enters the ADC: no VolumeAttachment, not in
 //!   `node.status.volumesAttached`, and the kubelet does not wait for an attach.
-//! - `through-adc` (the seed's design): every CSI volume goes through the ADC; for
+//! - `through-adc` (the design as written in 2018): every CSI volume goes through the ADC; for
 //!   `attachRequired: false` the attach is a no-op that still lists the volume in
 //!   `volumesAttached`, and the kubelet waits for that, but no VolumeAttachment is made.
 //!
@@ -24,7 +25,7 @@ pub enum SkipAttachMode {
     /// Today's Kubernetes: such volumes bypass the ADC entirely.
     #[default]
     BypassAdc,
-    /// Seed 000's design: they go through the ADC as a no-op attach.
+    /// The skip-attach design as written in 2018: they go through the ADC as a no-op attach.
     ThroughAdc,
 }
 
@@ -36,7 +37,7 @@ impl FromStr for SkipAttachMode {
             "bypass-adc" => Ok(Self::BypassAdc),
             "through-adc" => Ok(Self::ThroughAdc),
             other => Err(format!(
-                "--skip-attach={other}: want bypass-adc (today's Kubernetes, the default) or through-adc (seed 000)"
+                "--skip-attach={other}: want bypass-adc (today's Kubernetes, the default) or through-adc (the skip-attach design as written in 2018, docs/design/skip-attach.md)"
             )),
         }
     }
@@ -132,7 +133,7 @@ mod tests {
         }
     }
 
-    /// The skip-attach matrix of issue 11 for both modes.
+    /// The skip-attach matrix (attach path by CSIDriver, for both modes).
     #[test]
     fn the_matrix() {
         use AttachPath::*;
@@ -161,6 +162,9 @@ mod tests {
             assert_eq!(mode.to_string().parse::<SkipAttachMode>(), Ok(mode));
         }
         let err = "seed".parse::<SkipAttachMode>().unwrap_err();
-        assert!(err.contains("through-adc") && err.contains("seed"), "{err}");
+        assert!(
+            err.contains("through-adc") && err.contains("docs/design/skip-attach.md"),
+            "{err}"
+        );
     }
 }

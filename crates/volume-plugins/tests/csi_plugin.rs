@@ -1,8 +1,8 @@
 //! The CSI plugin's attach side against the embedded API server, with the real external
 //! attacher (the `attacher` library, in-process) fulfilling its VolumeAttachments through
-//! csi-mock: skip attach in both modes (seeds 000/001), reuse, attach errors, the late CSIDriver,
-//! the stale VolumeAttachment deleted on detach, inline sources. VolumeAttachment writes are
-//! counted in the API server's audit trail.
+//! csi-mock: skip attach in both modes (the skip-attach design, docs/design/skip-attach.md), reuse,
+//! attach errors, the late CSIDriver, the stale VolumeAttachment deleted on detach, inline sources.
+//! VolumeAttachment writes are counted in the API server's audit trail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
@@ -384,7 +384,8 @@ async fn attachable_volumes_get_one_volume_attachment_that_the_attacher_fulfils(
 }
 
 /// attachRequired false: nothing is written at all. Bypass mode leaves the volume out of the
-/// attach/detach controller (can_attach false); the seed's mode attaches with a no-op.
+/// attach/detach controller (can_attach false); the design's own mode (through-adc) attaches with a
+/// no-op.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attach_required_false_writes_no_volume_attachment() {
     for mode in MODES {

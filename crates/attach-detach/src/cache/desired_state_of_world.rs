@@ -20,8 +20,9 @@ pub struct PodRef {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Backend {
     /// The CSI plugin: a VolumeAttachment for the external attacher (or a no-op for a driver
-    /// with `attachRequired: false` in the seed's mode). `migrated`: an in-tree volume
-    /// translated to CSI (seed 003).
+    /// with `attachRequired: false` in the through-adc mode of the skip-attach design,
+    /// docs/design/skip-attach.md). `migrated`: an in-tree volume translated to CSI (the migration
+    /// design, docs/design/migration.md).
     Csi { volume: CsiVolume, migrated: bool },
     /// The in-tree `kubernetes.io/aws-ebs` plugin, straight to EC2. `volume_id` as written in
     /// the spec (`vol-…` or `aws://zone/vol-…`).

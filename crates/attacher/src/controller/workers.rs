@@ -79,7 +79,7 @@ pub(crate) async fn pv_worker(ctx: Arc<Ctx>) {
 /// Removes our finalizer from a PV that is being deleted (or was handed back to its in-tree
 /// plugin) once no VolumeAttachment refers to it. The attach path never attaches a PV that is
 /// being deleted, so the two cannot race into a detached-but-finalized or attached-but-free PV
-/// (seed 002, "Concurrency").
+/// (the external-attacher design, docs/design/external-attacher.md, "Concurrency").
 async fn sync_pv(ctx: &Ctx, name: &str) -> Outcome {
     let Some(pv) = ctx.current_pv(name) else {
         return Outcome::Done;

@@ -1,6 +1,7 @@
 //! The CSI handler: ControllerPublishVolume / ControllerUnpublishVolume with finalizers.
 //!
-//! Attach, in this order (seed 002; each write skipped when its effect is already there):
+//! Attach, in this order (the external-attacher design, docs/design/external-attacher.md; each
+//! write skipped when its effect is already there):
 //! 1. check everything that can be checked without writing: the source, the PV (exists, not
 //!    being deleted, CSI or migratable in-tree, our driver), the capability, the secrets, the
 //!    node ID — so a hopeless VolumeAttachment never gets a finalizer that blocks its deletion;

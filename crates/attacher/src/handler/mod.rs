@@ -1,6 +1,7 @@
-//! What happens to one VolumeAttachment (seed 002, "Design"): the CSI handler calls the driver;
-//! the trivial handler (drivers without PUBLISH_UNPUBLISH_VOLUME, and `--dummy`) only marks
-//! VolumeAttachments attached and uses no finalizers.
+//! What happens to one VolumeAttachment (the external-attacher design,
+//! docs/design/external-attacher.md, "Design"): the CSI handler calls the driver; the trivial
+//! handler (drivers without PUBLISH_UNPUBLISH_VOLUME, and `--dummy`) only marks VolumeAttachments
+//! attached and uses no finalizers.
 
 mod csi;
 mod trivial;

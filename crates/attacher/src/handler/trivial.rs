@@ -1,5 +1,6 @@
 //! The trivial handler: marks VolumeAttachments attached without calling anything and without
-//! finalizers (seed 002, "Trivial handler"; also `--dummy`).
+//! finalizers (the external-attacher design, docs/design/external-attacher.md,
+//! "Trivial handler"; also `--dummy`).
 
 use std::sync::Arc;
 

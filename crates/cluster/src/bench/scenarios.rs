@@ -15,7 +15,8 @@ pub(crate) enum Scenario {
     /// `hostpath` with `attachRequired: true`: a VolumeAttachment per volume, fulfilled by the
     /// hostpath driver's ControllerPublish through a csi-attacher.
     HostpathAttach,
-    /// `hostpath`, `attachRequired: false`, seed 000's design: a no-op attach in the ADC.
+    /// `hostpath`, `attachRequired: false`, the skip-attach design as written in 2018
+    /// (docs/design/skip-attach.md): a no-op attach in the ADC.
     HostpathThroughAdc,
     /// `hostpath`, `attachRequired: false`, today's Kubernetes: the ADC is not involved.
     HostpathBypassAdc,

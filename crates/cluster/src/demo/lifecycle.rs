@@ -293,7 +293,7 @@ async fn hostpath_story(
                 kube_ops::describe_attachments(&vas)
             )));
         }
-        n.proves("attachRequired: false → no VolumeAttachment at all (seed 000's skip attach); the node agent mounted without waiting for one");
+        n.proves("attachRequired: false → no VolumeAttachment at all (the skip-attach design, docs/design/skip-attach.md); the node agent mounted without waiting for one");
     }
     kube_ops::delete_pod(&client, &pod_name, PATIENCE).await?;
     kube_ops::delete_claim(&client, &claim, PATIENCE).await?;

@@ -1,6 +1,7 @@
-//! `csi-cluster demo migration`: seed 003's upgrade and downgrade walkthrough on a throw-away
-//! one-node cluster, each step with its time, what it proves, which path (in-tree or CSI)
-//! served each operation (from the components' counters) and the data read back.
+//! `csi-cluster demo migration`: the migration design's upgrade and downgrade walkthrough
+//! (docs/design/migration.md) on a throw-away one-node cluster, each step with its time, what it
+//! proves, which path (in-tree or CSI) served each operation (from the components' counters) and
+//! the data read back.
 
 pub mod paths;
 
@@ -20,7 +21,7 @@ use crate::{Error, RunningCluster, UpConfig};
 /// How long any one step may take (realistic timing: EC2 calls of seconds each).
 const PATIENCE: Duration = Duration::from_secs(180);
 
-/// The line the demo ends with when every step went as seed 003 says.
+/// The line the demo ends with when every step went as the migration design says.
 pub const DONE_LINE: &str = "csi-cluster demo migration: done";
 
 /// `csi-cluster demo migration` flags.
@@ -44,7 +45,7 @@ pub async fn run(flags: MigrationFlags) -> Result<(), Error> {
     config.timing = flags.timing;
     config.zones = 1;
     config.port = Some(0);
-    // Seed 003's upgrade starts from a cluster that migrated nothing.
+    // The migration design's upgrade starts from a cluster that migrated nothing.
     config.migration = Migration {
         controller: false,
         node: false,
@@ -52,7 +53,7 @@ pub async fn run(flags: MigrationFlags) -> Result<(), Error> {
     let shutdown = sidecar::shutdown_on_signals();
     let mut n = Narrator::new();
     println!(
-        "csi-cluster demo migration: seed 003's upgrade and downgrade on one node, {} (EC2 timing {:?})",
+        "csi-cluster demo migration: the migration design's upgrade and downgrade (docs/design/migration.md) on one node, {} (EC2 timing {:?})",
         data_dir.display(),
         config.timing
     );

@@ -1,6 +1,6 @@
 //! `csi-cluster demo`: volumes through the whole lifecycle on a throw-away cluster, each step
-//! printed with its time and what it proves; `demo migration`: seed 003's upgrade and
-//! downgrade walkthrough.
+//! printed with its time and what it proves; `demo migration`: the upgrade and
+//! downgrade walkthrough of the migration design (docs/design/migration.md).
 
 pub mod kube_ops;
 mod lifecycle;
@@ -34,8 +34,9 @@ pub struct DemoFlags {
 /// Which demo (default: the volume lifecycle).
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum Which {
-    /// Seed 003's upgrade (in-tree → controller migrated → node drained → node migrated) and
-    /// downgrade, the data checked at each step, which path served each operation printed.
+    /// The migration design's upgrade (in-tree → controller migrated → node drained → node
+    /// migrated) and downgrade, the data checked at each step, which path served each operation
+    /// printed.
     Migration(migration::MigrationFlags),
 }
 

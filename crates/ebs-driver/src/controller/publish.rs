@@ -4,16 +4,16 @@
 //! attached or detached. A call sets the desired state and waits for the worker:
 //!
 //! - the same desired state while a worker runs: Aborted (CSI: an operation is in flight);
-//! - the other desired state (seed 004's "Kubernetes can change its mind"): the new call
-//!   replaces the goal, the earlier caller gets Aborted, and the worker turns around at its
-//!   next step. So Unpublish during a Publish and Publish during an Unpublish both end in the
-//!   state the *last* call asked for;
+//! - the other desired state ("Kubernetes can change its mind" in the EBS driver design,
+//!   docs/design/ebs-driver.md): the new call replaces the goal, the earlier caller gets Aborted,
+//!   and the worker turns around at its next step. So Unpublish during a Publish and Publish during
+//!   an Unpublish both end in the state the *last* call asked for;
 //! - the worker keeps going after its caller gave up (gRPC deadline), so a retry finds the work
-//!   done, as seed 004's "Timeouts" example expects.
+//!   done, as the EBS driver design's "Timeouts" example expects.
 //!
 //! Each step looks at the world first (DescribeVolumes, batched), so a restarted driver
-//! continues where the old one stopped. Force-detach is never used: seed 004 explains it can
-//! corrupt data and lose the device name.
+//! continues where the old one stopped. Force-detach is never used: the EBS driver design explains
+//! it can corrupt data and lose the device name.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -410,8 +410,8 @@ impl Attacher {
                 return Step::Done(Ok(None));
             };
             match a.state {
-                // Seed 004: cancelling an attach means waiting for it, then detaching. A stuck
-                // attach is detached once it has been attaching for the attach timeout.
+                // The EBS driver design: cancelling an attach means waiting for it, then detaching.
+                // A stuck attach is detached once it has been attaching for the attach timeout.
                 AttachmentState::Attaching if started.elapsed() < self.config.attach_timeout => {}
                 AttachmentState::Detaching => {}
                 _ if !detach_sent => match self.cloud.detach_disk(volume_id, node_id).await {

@@ -1,6 +1,6 @@
 //! One operation per volume at a time. A second call for a volume that is busy fails at once
-//! (the CO retries, seed 004 "Timeouts") instead of queueing behind a mkfs; calls for other
-//! volumes never wait on this one.
+//! (the CO retries: "Timeouts" in the EBS driver design, docs/design/ebs-driver.md) instead of
+//! queueing behind a mkfs; calls for other volumes never wait on this one.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -1,6 +1,7 @@
-//! The node service (seed 004, "Node Service RPC"): stage, publish, unpublish, unstage, stats
-//! and expand, each idempotent: it looks at the world first (mountinfo, blkid, the device) and
-//! succeeds without doing anything when the work is already done.
+//! The node service (the EBS driver design, docs/design/ebs-driver.md, "Node Service RPC"): stage,
+//! publish, unpublish, unstage, stats and expand, each idempotent: it looks at the world first
+//! (mountinfo, blkid, the device) and succeeds without doing anything when the work is already
+//! done.
 //!
 //! Every mutating operation holds its volume's lock and runs in its own task: when a CO gives up
 //! waiting (its gRPC deadline), the mkfs or mount it started still finishes under the lock, a

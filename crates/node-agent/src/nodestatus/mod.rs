@@ -2,8 +2,8 @@
 //! start, with the `controller-managed-attach-detach` annotation that hands this node's
 //! attach/detach to the attach/detach controller; its `Ready` condition, which stays False
 //! until the CSINode's `migrated-plugins` annotation says what this agent's feature gates say
-//! (seed 003: the attach/detach controller must not decide with a stale annotation); and the
-//! node Lease heartbeat ([`lease`]).
+//! (the migration design, docs/design/migration.md: the attach/detach controller must not decide
+//! with a stale annotation); and the node Lease heartbeat ([`lease`]).
 
 pub mod lease;
 
@@ -111,8 +111,8 @@ pub async fn register_node(client: &Client, options: &Options) -> Result<Node, E
     }
 }
 
-/// Whether the CSINode tells the control plane what this agent does (seed 003), and if not,
-/// why.
+/// Whether the CSINode tells the control plane what this agent does (the migration design), and if
+/// not, why.
 pub fn migration_in_sync(csinode: Option<&CSINode>, own: &MigratedPlugins) -> Result<(), String> {
     let Some(csinode) = csinode else {
         return Err("the CSINode object does not exist yet".into());

@@ -1,6 +1,7 @@
 //! One pod volume → what to mount and how: the kubelet's `CreateVolumeSpec` plus the plugin
-//! lookup and seed 003's migration decision, with the same inputs and the same
-//! [`volume_plugins::decide`] as the attach/detach controller, so both pick one backend.
+//! lookup and the decision of the migration design (docs/design/migration.md), with the same inputs
+//! and the same [`volume_plugins::decide`] as the attach/detach controller, so both pick one
+//! backend.
 //!
 //! - `persistentVolumeClaim` → the bound PV (not bound yet: pending);
 //! - a CSI PV → the CSI plugin;

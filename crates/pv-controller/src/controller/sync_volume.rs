@@ -128,8 +128,9 @@ async fn released(ctx: &Arc<Ctx>, volume: &PersistentVolume) -> Result<(), Error
 }
 
 /// `pv.kubernetes.io/migrated-to` on a dynamically provisioned volume exactly while the
-/// in-tree plugin that provisioned it is migrated (seed 003: the CSI provisioner then deletes
-/// it; after a downgrade, this controller does again), as kcm v1.26 keeps it.
+/// in-tree plugin that provisioned it is migrated (the migration design, docs/design/migration.md:
+/// the CSI provisioner then deletes it; after a downgrade, this controller does again), as kcm
+/// v1.26 keeps it.
 async fn update_migration_annotation(
     ctx: &Ctx,
     volume: Arc<PersistentVolume>,

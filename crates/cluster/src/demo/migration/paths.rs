@@ -1,6 +1,6 @@
 //! Which path served each volume operation, in-tree or CSI, told from counters the components
-//! keep (seed 003's "Migration Shim Testing": the driver serves the operations and none of the
-//! in-tree code is called, or the other way round).
+//! keep ("Migration Shim Testing" in the migration design, docs/design/migration.md: the driver
+//! serves the operations and none of the in-tree code is called, or the other way round).
 //!
 //! In-tree: the aws-ebs plugin's EC2 client shared by the PV controller and the attach/detach
 //! controller (kube-controller-manager's cloud provider) and, on the node, the plugin's own
@@ -12,7 +12,7 @@ use std::path::Path as FsPath;
 
 use crate::RunningCluster;
 
-/// The volume operations seed 003 splits between the two paths.
+/// The volume operations the migration design splits between the two paths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Op {
     Provision,
@@ -70,7 +70,7 @@ pub enum Path {
     Csi,
     /// Nobody (not asked for, or refused).
     Neither,
-    /// Both paths: what seed 003's sync between the controller and the node rules out.
+    /// Both paths: what the migration design's sync between the controller and the node rules out.
     Both,
 }
 

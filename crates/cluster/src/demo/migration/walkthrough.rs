@@ -1,8 +1,8 @@
-//! Seed 003's upgrade (controller migrated first, then the node drained and migrated) and
-//! downgrade (the node drained and un-migrated first, then the controller), one volume and
-//! one file through every step: which path served each operation, where the volume is attached
-//! and mounted, and the file read back whenever a pod has the volume mounted. The demo prints
-//! it; the migration test runs it and checks the records.
+//! The migration design's upgrade (docs/design/migration.md; controller migrated first, then
+//! the node drained and migrated) and downgrade (the node drained and un-migrated first, then the
+//! controller), one volume and one file through every step: which path served each operation, where
+//! the volume is attached and mounted, and the file read back whenever a pod has the volume
+//! mounted. The demo prints it; the migration test runs it and checks the records.
 
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use crate::demo::narrator::Narrator;
 use crate::{Error, RunningCluster};
 
 /// The file written at the start and read back at every step that has it mounted.
-pub const FILE: &str = "seed-003.txt";
+pub const FILE: &str = "migration-demo.txt";
 
 /// What one step observed.
 #[derive(Debug, Clone)]
@@ -157,7 +157,7 @@ impl Walk<'_> {
         ));
         self.record(n, "controller migrated", &before, Some(&pod), &[])
             .await?;
-        n.proves("the migrated attach/detach controller keeps serving this node in-tree: its CSINode does not say the node migrated (seed 003, upgrade step 3)");
+        n.proves("the migrated attach/detach controller keeps serving this node in-tree: its CSINode does not say the node migrated (the migration design, docs/design/migration.md, upgrade step 3)");
 
         n.step(&format!(
             "upgrade 3/5: drain {node} (cordon, delete the pod): unmounted and detached in-tree"
@@ -285,8 +285,8 @@ impl Walk<'_> {
         Ok(())
     }
 
-    /// Seed 003 drains a node made unschedulable and makes it schedulable again once its
-    /// agent announced the new gate.
+    /// The migration design drains a node made unschedulable and makes it schedulable again once
+    /// its agent announced the new gate.
     async fn cordon(&self, n: &Narrator, unschedulable: bool) -> Result<(), Error> {
         let node = self.node;
         Api::<Node>::all(self.client.clone())
@@ -439,7 +439,7 @@ impl Walk<'_> {
             Ok(())
         } else {
             Err(Error::Check(format!(
-                "seed 003 step {title:?} on {}: {}",
+                "migration design step {title:?} on {}: {}",
                 self.node,
                 wrong.join("; ")
             )))
