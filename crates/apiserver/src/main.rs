@@ -38,11 +38,25 @@ struct Args {
     /// Delete pods bound to a node at once instead of gracefully (no kubelet to confirm).
     #[arg(long)]
     no_graceful_pod_deletion: bool,
+    /// Admission plugins to turn off, as kube-apiserver's flag; the one this server can turn
+    /// off is StorageObjectInUseProtection (without kcm's protection controllers, claims and
+    /// PVs would keep their finalizer forever).
+    #[arg(long, value_name = "PLUGIN,...", value_delimiter = ',')]
+    disable_admission_plugins: Vec<String>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    if let Some(other) = args
+        .disable_admission_plugins
+        .iter()
+        .find(|p| p.as_str() != "StorageObjectInUseProtection")
+    {
+        anyhow::bail!(
+            "--disable-admission-plugins: {other:?} cannot be turned off here (only StorageObjectInUseProtection)"
+        );
+    }
     // Info unless RUST_LOG says otherwise; on stderr.
     telemetry::init_logging(0);
     let config = apiserver::Config {
@@ -57,6 +71,10 @@ async fn main() -> anyhow::Result<()> {
         // The audit trail is read in-process (RunningApiServer::audit); a standalone server
         // has no reader, so it does not keep one.
         audit: false,
+        storage_object_in_use_protection: !args
+            .disable_admission_plugins
+            .iter()
+            .any(|p| p == "StorageObjectInUseProtection"),
     };
     // SIGTERM or SIGINT (Ctrl-C).
     let shutdown = telemetry::shutdown_on_signals();

@@ -44,6 +44,13 @@ pub struct Config {
     pub graceful_pod_deletion: bool,
     /// Record every API request for [`RunningApiServer::audit`] (the last 1,000,000).
     pub audit: bool,
+    /// The StorageObjectInUseProtection admission plugin (on in kube-apiserver by default):
+    /// new claims and PVs get their protection finalizer, which only kcm's pvc-protection and
+    /// pv-protection controllers (here: the pv-controller) remove. Off in `Default`, as a
+    /// kube-apiserver started with `--disable-admission-plugins=StorageObjectInUseProtection`:
+    /// tests that run one component against the server alone would see every claim and PV
+    /// deletion hang. `csi-cluster` and the `apiserver` binary turn it on.
+    pub storage_object_in_use_protection: bool,
 }
 
 impl Default for Config {
@@ -58,6 +65,7 @@ impl Default for Config {
             bookmark_interval: Duration::from_secs(30),
             graceful_pod_deletion: true,
             audit: true,
+            storage_object_in_use_protection: false,
         }
     }
 }

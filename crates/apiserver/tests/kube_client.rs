@@ -588,21 +588,6 @@ async fn delete_preconditions() {
         ..Default::default()
     };
     pvs.delete("pv-1", &right).await.unwrap();
-    // StorageObjectInUseProtection gave it kubernetes.io/pv-protection at create: the delete
-    // marks it, and it goes once the (absent here) pv-protection controller's part is done.
-    let marked = pvs.get("pv-1").await.unwrap();
-    assert!(marked.metadata.deletion_timestamp.is_some());
-    assert_eq!(
-        marked.metadata.finalizers.as_deref(),
-        Some(&["kubernetes.io/pv-protection".to_string()][..])
-    );
-    pvs.patch(
-        "pv-1",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-    )
-    .await
-    .unwrap();
     assert_eq!(api_err(pvs.get("pv-1").await).code, 404);
 }
 
@@ -755,14 +740,8 @@ async fn pagination_is_a_consistent_snapshot() {
         first.metadata.resource_version
     );
     assert!(rest.metadata.continue_.is_none());
-    // pv-3 stays, marked, behind its pv-protection finalizer; pv-9 is new.
     let now = pvs.list(&ListParams::default()).await.unwrap();
-    let live = now
-        .items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .count();
-    assert_eq!((now.items.len(), live), (6, 5));
+    assert_eq!(now.items.len(), 5);
 }
 
 #[tokio::test]

@@ -87,18 +87,6 @@ fn objects() -> Vec<Value> {
 /// Differences that are there on purpose: (kind, field path, why).
 const KNOWN: &[(&str, &str, &str)] = &[
     (
-        "PersistentVolume",
-        ".metadata.finalizers",
-        "StorageObjectInUseProtection admission adds kubernetes.io/pv-protection and kcm's \
-         pv-protection controller removes it; apiserver-lite runs no controller, so every \
-         PV deletion would hang",
-    ),
-    (
-        "PersistentVolumeClaim",
-        ".metadata.finalizers",
-        "kubernetes.io/pvc-protection: as for PVs (kcm's pvc-protection controller)",
-    ),
-    (
         "Pod",
         ".spec.volumes",
         "the ServiceAccount admission's kube-api-access-* token volume needs the TokenRequest \

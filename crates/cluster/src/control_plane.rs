@@ -44,6 +44,8 @@ pub(crate) async fn start_api_server(
         data_dir: Some(data_dir.join("apiserver")),
         kubeconfig_out: Some(kubeconfig_path(data_dir)),
         audit: config.audit,
+        // The pv-controller runs kcm's pvc-protection and pv-protection controllers.
+        storage_object_in_use_protection: true,
         ..apiserver::Config::default()
     };
     let server = match config.port {

@@ -4,7 +4,8 @@
 //! ServiceAccount (the `default` account), Priority (0 without a class) and
 //! DefaultTolerationSeconds (5 minutes on not-ready and unreachable nodes), and the QoS class
 //! the real server computes on create; a new namespace's `spec.finalizers: [kubernetes]`;
-//! StorageObjectInUseProtection's finalizers on a new claim or volume.
+//! StorageObjectInUseProtection's finalizers on a new claim or volume (where enabled, see
+//! `Config::storage_object_in_use_protection`).
 
 use serde_json::{Value, json};
 
@@ -21,9 +22,14 @@ const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
 pub(super) fn on_create(app: &App, def: &ResourceDef, obj: &mut Value) {
     if def.group.is_empty() && def.plural == "persistentvolumeclaims" {
         default_storage_class(app, obj);
-        add_finalizer(obj, "kubernetes.io/pvc-protection");
+        if app.config.storage_object_in_use_protection {
+            add_finalizer(obj, "kubernetes.io/pvc-protection");
+        }
     }
-    if def.group.is_empty() && def.plural == "persistentvolumes" {
+    if def.group.is_empty()
+        && def.plural == "persistentvolumes"
+        && app.config.storage_object_in_use_protection
+    {
         add_finalizer(obj, "kubernetes.io/pv-protection");
     }
     if def.group.is_empty() && def.plural == "pods" {

@@ -22,7 +22,12 @@ pub struct Target {
 
 impl Target {
     pub async fn lite() -> Target {
-        let server = crate::common::start().await;
+        // As kube-apiserver's defaults: the protection finalizers on new claims and PVs.
+        let server = crate::common::start_with(apiserver::Config {
+            storage_object_in_use_protection: true,
+            ..apiserver::Config::default()
+        })
+        .await;
         let client = server.client();
         Target {
             server: Server::Lite(server),
