@@ -402,9 +402,18 @@ impl Controller {
 /// an object: each visits a different one, and the volume index hands a volume to one claim.
 const SYNCS_IN_FLIGHT: usize = 16;
 
+/// What a pass's claim syncs read, built once per pass.
+pub(crate) struct PassView {
+    /// The volumes, matched against claims; binds of this pass mark theirs.
+    pub volumes: Mutex<index::VolumeIndex>,
+    /// Unscheduled pods by the claim they use.
+    pub unscheduled: HashMap<(String, String), Vec<String>>,
+}
+
 /// One pass: protection and sync of every volume, then of every claim; then the gauges.
 async fn pass(ctx: &Arc<Ctx>) {
-    let in_use = protection::pvc::claims_in_use(&ctx.caches.pods.list());
+    let pods = ctx.caches.pods.list();
+    let in_use = protection::pvc::claims_in_use(&pods);
     let mut counts = Counts::default();
     stream::iter(ctx.volumes())
         .for_each_concurrent(SYNCS_IN_FLIGHT, |volume| async move {
@@ -425,9 +434,13 @@ async fn pass(ctx: &Arc<Ctx>) {
             report(ctx, &key, result);
         })
         .await;
-    // Built once, after the volumes' sync set their phases; binds of this pass mark theirs.
-    let index = Mutex::new(index::VolumeIndex::new(&ctx.volumes()));
-    let (index, in_use) = (&index, &in_use);
+    // Built once, after the volumes' sync set their phases.
+    let view = PassView {
+        volumes: Mutex::new(index::VolumeIndex::new(&ctx.volumes())),
+        unscheduled: protection::pvc::unscheduled_pods_by_claim(&pods),
+    };
+    drop(pods);
+    let (view, in_use) = (&view, &in_use);
     stream::iter(ctx.caches.claims.list())
         .for_each_concurrent(SYNCS_IN_FLIGHT, |claim| async move {
             let namespace = claim.metadata.namespace.clone().unwrap_or_default();
@@ -442,7 +455,7 @@ async fn pass(ctx: &Arc<Ctx>) {
             let result = async {
                 protection::pvc::sync(ctx, &claim, in_use).await?;
                 match ctx.claim(&namespace, &name) {
-                    Some(c) => sync_claim::sync_claim(ctx, c, index).await,
+                    Some(c) => sync_claim::sync_claim(ctx, c, view).await,
                     None => Ok(()),
                 }
             }

@@ -2,7 +2,7 @@
 //! provisioner (`syncUnboundClaim`); a claim with it is kept bound, or marked Lost when its
 //! volume is gone or belongs to another claim (`syncBoundClaim`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -10,8 +10,9 @@ use kube::Api;
 
 use serde_json::json;
 
+use super::PassView;
 use super::bind::{bind, patch_claim, update_claim_status};
-use super::index::{self, NodeInfo, VolumeIndex};
+use super::index::{self, NodeInfo};
 use super::{Ctx, provision};
 use crate::migration::{claim_migrated_to, current_migrated_to};
 use crate::names::{
@@ -43,13 +44,13 @@ fn phase(claim: &PersistentVolumeClaim) -> Option<&str> {
 pub(crate) async fn sync_claim(
     ctx: &Arc<Ctx>,
     claim: Arc<PersistentVolumeClaim>,
-    volumes: &Mutex<VolumeIndex>,
+    view: &PassView,
 ) -> Result<(), Error> {
     let claim = update_migration_annotation(ctx, claim).await?;
     if annotation(&claim, ANN_BIND_COMPLETED).is_some() {
         sync_bound_claim(ctx, &claim).await
     } else {
-        sync_unbound_claim(ctx, &claim, volumes).await
+        sync_unbound_claim(ctx, &claim, view).await
     }
 }
 
@@ -100,7 +101,7 @@ pub(crate) async fn selected_node(ctx: &Ctx, name: &str) -> Result<NodeInfo, Err
 async fn sync_unbound_claim(
     ctx: &Arc<Ctx>,
     claim: &PersistentVolumeClaim,
-    volumes: &Mutex<VolumeIndex>,
+    view: &PassView,
 ) -> Result<(), Error> {
     // A claim being deleted is not bound any more (kcm's binder ignores it as well: its
     // protection finalizer keeps it only until its pods are gone).
@@ -113,7 +114,7 @@ async fn sync_unbound_claim(
         .and_then(|s| s.volume_name.clone())
         .filter(|n| !n.is_empty());
     match volume_name {
-        None => sync_unbound_claim_without_volume(ctx, claim, volumes).await,
+        None => sync_unbound_claim_without_volume(ctx, claim, view).await,
         Some(name) => sync_pre_bound_claim(ctx, claim, &name).await,
     }
 }
@@ -121,7 +122,7 @@ async fn sync_unbound_claim(
 async fn sync_unbound_claim_without_volume(
     ctx: &Arc<Ctx>,
     claim: &PersistentVolumeClaim,
-    volumes: &Mutex<VolumeIndex>,
+    view: &PassView,
 ) -> Result<(), Error> {
     let class_name = index::claim_class(claim);
     let class = (!class_name.is_empty())
@@ -133,7 +134,7 @@ async fn sync_unbound_claim_without_volume(
     // the node: kcm binds it whatever the node, and a node read that fails or lags must not
     // hold it. Only then, for a delayed claim, the unbound volumes its selected node reaches.
     let take = |node: Option<&NodeInfo>| {
-        volumes
+        view.volumes
             .lock()
             // The index is rebuilt every pass; a panicked sync cannot leave it inconsistent.
             .unwrap_or_else(|e| e.into_inner())
@@ -167,11 +168,11 @@ async fn sync_unbound_claim_without_volume(
             if delay && selected.is_none() {
                 // kcm's emitEventForUnboundDelayBindingClaim: once a pod uses the claim, the
                 // wait is for the scheduler.
-                let pods = crate::protection::pvc::unscheduled_pods_of(
-                    &ctx.caches.pods.list(),
-                    claim.metadata.namespace.as_deref().unwrap_or_default(),
-                    claim.metadata.name.as_deref().unwrap_or_default(),
+                let key = (
+                    claim.metadata.namespace.clone().unwrap_or_default(),
+                    claim.metadata.name.clone().unwrap_or_default(),
                 );
+                let pods = view.unscheduled.get(&key).map_or(&[][..], Vec::as_slice);
                 if pods.is_empty() {
                     ctx.events
                         .claim(
@@ -187,7 +188,7 @@ async fn sync_unbound_claim_without_volume(
                             claim,
                             false,
                             events::WAIT_FOR_POD_SCHEDULED,
-                            &events::waiting_for_pods_scheduled(&pods),
+                            &events::waiting_for_pods_scheduled(pods),
                         )
                         .await;
                 }

@@ -13,7 +13,7 @@ use super::{Snapshot, claim_names, node};
 pub(crate) const EXCEEDED: &str = "node(s) exceed max volume count";
 
 /// The CSI volumes of a pod: driver → unique volume keys.
-fn csi_volumes(pod: &Pod, snapshot: &Snapshot) -> BTreeMap<String, BTreeSet<String>> {
+pub(super) fn csi_volumes(pod: &Pod, snapshot: &Snapshot) -> BTreeMap<String, BTreeSet<String>> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let mut out: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for name in claim_names(pod) {
@@ -69,15 +69,25 @@ pub(crate) fn filter(pod: &Pod, node: &Node, snapshot: &Snapshot) -> Option<Stri
     if limits.is_empty() {
         return None;
     }
-    let mut in_use: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for other in snapshot.pods_on_node.get(node_name).into_iter().flatten() {
-        if super::pod_key(other) == super::pod_key(pod) {
-            continue;
+    let mut recounted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let in_use = if snapshot.is_on(pod, node_name) {
+        // Already counted there (assumed): its own volumes must count as new, so count the
+        // others again, as kube-scheduler does.
+        for other in snapshot.pods_on_node.get(node_name).into_iter().flatten() {
+            if super::pod_key(other) == super::pod_key(pod) {
+                continue;
+            }
+            for (driver, keys) in csi_volumes(other, snapshot) {
+                recounted.entry(driver).or_default().extend(keys);
+            }
         }
-        for (driver, keys) in csi_volumes(other, snapshot) {
-            in_use.entry(driver).or_default().extend(keys);
-        }
-    }
+        &recounted
+    } else {
+        snapshot
+            .volumes_on_node
+            .get(node_name)
+            .unwrap_or(&recounted)
+    };
     for (driver, keys) in &wanted {
         let Some(limit) = limits.get(driver.as_str()) else {
             continue;
