@@ -3,7 +3,8 @@
 //! needs. The request is described as kube-apiserver's RequestInfo describes it for its audit
 //! log: verbs `get list watch create update patch delete deletecollection`, the namespace and
 //! name from the path (a list or watch pinned with `fieldSelector=metadata.name=X` names X; a
-//! create, the name in its body, as the real log's objectRef), and the subresource. Discovery and other non-resource paths are not recorded.
+//! create, the name in its body, as the real log's objectRef), and the subresource. Discovery
+//! and other non-resource paths are not recorded.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};

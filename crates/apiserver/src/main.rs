@@ -71,10 +71,8 @@ async fn main() -> anyhow::Result<()> {
         // The audit trail is read in-process (RunningApiServer::audit); a standalone server
         // has no reader, so it does not keep one.
         audit: false,
-        storage_object_in_use_protection: !args
-            .disable_admission_plugins
-            .iter()
-            .any(|p| p == "StorageObjectInUseProtection"),
+        // Checked above: the only plugin the list can name.
+        storage_object_in_use_protection: args.disable_admission_plugins.is_empty(),
     };
     // SIGTERM or SIGINT (Ctrl-C).
     let shutdown = telemetry::shutdown_on_signals();

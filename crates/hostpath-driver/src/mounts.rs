@@ -49,10 +49,7 @@ pub(crate) async fn is_dir_mount(path: &Path, dir: &Path) -> Result<bool> {
     if !same_inode(path, dir) {
         return Ok(false);
     }
-    match findmnt::is_mount_point(path) {
-        Some(known) => Ok(known),
-        None => Ok(mount_at(path).await?.is_some()),
-    }
+    Ok(findmnt::is_mounted(path).await?)
 }
 
 /// The mount at `path` if it is a bind of the block device `dev`.

@@ -63,6 +63,16 @@ pub fn is_mount_point(path: &Path) -> Option<bool> {
     }
 }
 
+/// Whether anything is mounted at `path`: one statx, or the mount table where the kernel
+/// cannot say.
+pub async fn is_mounted(path: &Path) -> Result<bool> {
+    if let Some(known) = is_mount_point(path) {
+        return Ok(known);
+    }
+    let table = read().await?;
+    Ok(count_at(&table, path) > 0)
+}
+
 /// The topmost mount at `path`, reading the mount table only when `path` is a mount point (or
 /// the kernel cannot say). Reading mountinfo costs the kernel a formatted line per mount in the
 /// namespace: thousands where every node of a `csi-cluster` shares the host's table, which made

@@ -56,8 +56,10 @@ pub async fn bind(source: &Path, target: &Path, read_only: bool) -> Result<()> {
 pub async fn unmount(target: &Path) -> Result<usize> {
     let mut removed = 0;
     // Bounded: a mount that keeps coming back (or a umount that lies) must not spin forever.
+    // Each check is one statx: unmounting thousands of volumes read the whole mount table
+    // twice per volume before.
     for _ in 0..32 {
-        if !is_mounted(target).await? {
+        if !findmnt::is_mounted(target).await? {
             return Ok(removed);
         }
         let out = cmd::run("umount", [target.as_os_str()]).await?;
@@ -65,7 +67,7 @@ pub async fn unmount(target: &Path) -> Result<usize> {
             removed += 1;
             continue;
         }
-        if !is_mounted(target).await? {
+        if !findmnt::is_mounted(target).await? {
             // Someone else unmounted it meanwhile: the goal is reached all the same.
             return Ok(removed);
         }
@@ -75,14 +77,4 @@ pub async fn unmount(target: &Path) -> Result<usize> {
         target: target.to_path_buf(),
         removed,
     })
-}
-
-/// Whether anything is mounted at `target`: one statx, or the mount table where the kernel
-/// cannot say. Unmounting thousands of volumes read the whole table twice per volume before.
-async fn is_mounted(target: &Path) -> Result<bool> {
-    if let Some(known) = findmnt::is_mount_point(target) {
-        return Ok(known);
-    }
-    let table = findmnt::read().await?;
-    Ok(findmnt::count_at(&table, target) > 0)
 }

@@ -47,14 +47,21 @@ async fn faulty_node_with_claim() -> (Env, usize, csi_spec::faults::FaultPlan, S
     let mut env = Env::new().await;
     env.create_csidriver(true).await;
     let (n, plan) = env.add_faulty_node("node-a").await;
+    let unique = start_with_claim(&mut env, n).await;
+    (env, n, plan, unique)
+}
+
+/// On node `n` (`node-a`): the attach/detach controller (through the ADC), csi-attacher and
+/// the agent started, `claim-1` bound to `pv-1`, and the driver registered (NodeGetInfo
+/// answered); the volume's unique name.
+async fn start_with_claim(env: &mut Env, n: usize) -> String {
     env.start_adc(SkipAttachMode::ThroughAdc);
     env.start_attacher().await;
     let options = env.agent_options(n, SkipAttachMode::ThroughAdc);
     env.start_agent(n, options);
     let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
-    let unique = csi_unique_volume_name(DRIVER, &handle);
     env.wait_registered("node-a").await;
-    (env, n, plan, unique)
+    csi_unique_volume_name(DRIVER, &handle)
 }
 
 /// The publish secret does not exist: NodeStage succeeds, NodePublish cannot start. Deleting
@@ -261,14 +268,8 @@ async fn an_uncertain_stage_stays_in_use_until_unstaged() {
     let mut env = Env::new().await;
     env.create_csidriver(true).await;
     let n = env.add_node("node-a").await;
-    env.start_adc(SkipAttachMode::ThroughAdc);
-    env.start_attacher().await;
-    let options = env.agent_options(n, SkipAttachMode::ThroughAdc);
-    env.start_agent(n, options);
-    let handle = env.create_bound_claim(n, "pv-1", "claim-1", false).await;
-    let unique = csi_unique_volume_name(DRIVER, &handle);
     // Registered (NodeGetInfo answered) before the driver goes down.
-    env.wait_registered("node-a").await;
+    let unique = start_with_claim(&mut env, n).await;
     env.stop_driver(n).await;
     env.create_pod("pod-1", "node-a", "claim-1").await;
 

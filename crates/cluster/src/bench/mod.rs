@@ -423,18 +423,19 @@ async fn measure_on(
             "claims"
         }
     );
+    let mut trails = Vec::new();
     if s.has_pods() {
-        report.pods = Some(
-            workload::pods_to_ready(
-                cluster,
-                &client,
-                s.class(),
-                plan.pods,
-                plan.sequential,
-                plan.patience,
-            )
-            .await?,
-        );
+        let (pods, pod_trails) = workload::pods_to_ready(
+            cluster,
+            &client,
+            s.class(),
+            plan.pods,
+            plan.sequential,
+            plan.patience,
+        )
+        .await?;
+        report.pods = Some(pods);
+        trails = pod_trails;
     } else {
         report.provisioning = Some(
             workload::claims_to_bound(
@@ -448,9 +449,13 @@ async fn measure_on(
             .await?,
         );
     }
+    // One copy of the window's audit record for every number drawn from it.
     let audit = cluster.audit();
     report.writes = measure::writes(&audit, plan.pods);
     report.server = timeline::server_time(&audit);
+    if let Some(pods) = report.pods.as_mut() {
+        pods.stages = timeline::stages(&audit, &trails);
+    }
     drop(audit);
     report.memory.loaded_rss_mib = measure::memory().0;
     eprintln!("bench: {}: all there; deleting everything", s.name());

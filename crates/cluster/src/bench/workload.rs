@@ -14,7 +14,7 @@ use serde_json::json;
 use super::measure::{self, Latency};
 use super::report::{PodNumbers, ProvisionNumbers};
 use super::scenarios::IMMEDIATE_CLASS;
-use super::timeline::{self, PodTrail};
+use super::timeline::PodTrail;
 use super::watch::{GoalWatch, LABEL, until_gone};
 use crate::demo::kube_ops::delete_if_present;
 use crate::{EBS_DRIVER, Error, RunningCluster};
@@ -84,8 +84,10 @@ fn latencies(
     (measure::latency(&samples), last)
 }
 
-/// N claim + pod pairs on `class`, all at once; returns when every pod is Ready. The audit
-/// record is cleared at the first create, so what it holds afterwards is the window's.
+/// N claim + pod pairs on `class`, all at once; returns when every pod is Ready, with each
+/// pod's trail for the time line (its `stages` are drawn by the caller from the audit record).
+/// The audit record is cleared at the first create, so what it holds afterwards is the
+/// window's.
 pub(crate) async fn pods_to_ready(
     cluster: &RunningCluster,
     client: &Client,
@@ -93,7 +95,7 @@ pub(crate) async fn pods_to_ready(
     n: usize,
     sequential: bool,
     patience: Duration,
-) -> Result<PodNumbers, Error> {
+) -> Result<(PodNumbers, Vec<PodTrail>), Error> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
     let mut watch = GoalWatch::spawn(pods.clone(), pod_ready);
@@ -137,12 +139,13 @@ pub(crate) async fn pods_to_ready(
         }
     }
     let trails = trails(client, &started, &node_of).await?;
-    Ok(PodNumbers {
+    let numbers = PodNumbers {
         ready,
         all_ready_s: last.map_or(0.0, |l| l.saturating_duration_since(t0).as_secs_f64()),
         pods_per_node,
-        stages: timeline::stages(&cluster.audit(), &trails),
-    })
+        stages: Vec::new(),
+    };
+    Ok((numbers, trails))
 }
 
 /// Each pod's PV (from the PVs' claimRefs) and the VolumeAttachment name its volume gets on
