@@ -8,6 +8,13 @@
 //! The limiter is a tower layer in kube's client stack. kube puts a `Buffer` in front of the
 //! stack, whose single worker polls our `poll_ready` before each call: waiting there keeps
 //! requests in arrival order, as client-go's reservations do.
+//!
+//! The HTTP stack under it speaks HTTP/2 when the server offers it over TLS (ALPN), as
+//! client-go does: one connection per client carries every request and watch as a stream.
+//! kube's own stack speaks only HTTP/1.1, where each request in flight and each open watch
+//! holds a TCP+TLS connection with its buffers on both ends; at 1,000 pods that was ~90 MiB
+//! of `csi-cluster`'s heap (docs/benchmarks.md). Plain `http://` servers, and servers that do
+//! not offer `h2`, get HTTP/1.1 as before.
 
 use std::future::Future;
 use std::path::Path;
@@ -17,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use kube::client::ClientBuilder;
+use kube::client::{ClientBuilder, ConfigExt};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::time::{Instant, Sleep};
 use tower::{Layer, Service};
@@ -103,13 +110,77 @@ pub fn rate_limited_with_limiter(
     client_config
         .headers
         .push((http::header::USER_AGENT, value));
-    let client = ClientBuilder::try_from(client_config)
-        .map_err(Error::Client)?
-        .with_layer(&RateLimitLayer {
-            limiter: limiter.clone(),
-        })
-        .build();
+    let layer = RateLimitLayer {
+        limiter: limiter.clone(),
+    };
+    let client = if client_config.proxy_url.is_some() {
+        // Through a proxy: kube's own stack, which knows the proxy protocols (HTTP/1.1).
+        ClientBuilder::try_from(client_config)
+            .map_err(Error::Client)?
+            .with_layer(&layer)
+            .build()
+    } else {
+        http2_capable(client_config)?.with_layer(&layer).build()
+    };
     Ok((client, limiter))
+}
+
+/// client-go's HTTP/2 health check: a PING after 30 s without a frame, the connection closed
+/// if its answer takes longer than 15 s (`ReadIdleTimeout`, `PingTimeout`).
+const HTTP2_PING_AFTER: Duration = Duration::from_secs(30);
+const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The HTTP service under a [`kube::Client`].
+type HttpService = tower::util::BoxService<
+    http::Request<kube::client::Body>,
+    http::Response<hyper::body::Incoming>,
+    tower::BoxError,
+>;
+
+/// The HTTP stack kube builds from `config` (base URI, retries, credentials, extra headers),
+/// over a connector that offers `h2` and `http/1.1` in the TLS handshake.
+fn http2_capable(config: kube::Config) -> Result<ClientBuilder<HttpService>, Error> {
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::rt::{TokioExecutor, TokioTimer};
+    use tower::ServiceBuilder;
+
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(config.connect_timeout);
+    let tls = config.rustls_client_config().map_err(Error::Client)?;
+    let mut https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http();
+    if let Some(name) = &config.tls_server_name {
+        let name = rustls::pki_types::ServerName::try_from(name.clone()).map_err(|e| {
+            Error::ClientSettings(format!(
+                "tls-server-name {name:?} is not a server name: {e}"
+            ))
+        })?;
+        https = https.with_server_name_resolver(hyper_rustls::FixedServerNameResolver::new(name));
+    }
+    let https = https.enable_all_versions().wrap_connector(http);
+    let hyper_client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .timer(TokioTimer::new())
+        .pool_timer(TokioTimer::new())
+        .http2_keep_alive_interval(HTTP2_PING_AFTER)
+        .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
+        .http2_keep_alive_while_idle(true)
+        .build(https);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.default_retry.then(|| {
+            tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry())
+        }))
+        .option_layer(config.auth_layer().map_err(Error::Client)?)
+        .layer(config.extra_headers_layer().map_err(Error::Client)?)
+        .map_err(tower::BoxError::from)
+        .service(hyper_client);
+    Ok(ClientBuilder::new(
+        tower::util::BoxService::new(service),
+        config.default_namespace,
+    ))
 }
 
 /// A shared token bucket (cheap to clone: clones share the bucket and the counters).
@@ -363,6 +434,53 @@ mod tests {
         assert!(elapsed >= Duration::from_millis(900), "{elapsed:?}");
         assert_eq!(limiter.requests(), 21);
         assert!(limiter.waits() >= 19, "waits {}", limiter.waits());
+        server.shutdown().await.unwrap();
+    }
+
+    /// Established TCP connections to `port` on 127.0.0.1 that this process opened (its
+    /// client ends), from /proc/self/net/tcp.
+    fn client_connections_to(port: u16) -> usize {
+        let table = std::fs::read_to_string("/proc/self/net/tcp").unwrap();
+        table
+            .lines()
+            .skip(1)
+            .filter(|line| {
+                let cols: Vec<&str> = line.split_whitespace().collect();
+                let remote_port = cols[2].rsplit(':').next().unwrap();
+                u16::from_str_radix(remote_port, 16).unwrap() == port && cols[3] == "01"
+            })
+            .count()
+    }
+
+    #[tokio::test]
+    async fn requests_and_watches_share_one_http2_connection() {
+        use futures::StreamExt;
+        let server = apiserver::ApiServer::start(apiserver::Config::default())
+            .await
+            .unwrap();
+        let port = server.addr().port();
+        let client = rate_limited(config_for(&server).await, "sidecar-test/1", -1.0, 1).unwrap();
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        // Ten watches held open, and 50 GETs in flight at once beside them: over HTTP/1.1
+        // each would hold a connection of its own.
+        let mut watches = Vec::new();
+        for _ in 0..10 {
+            let stream = kube::runtime::watcher(namespaces.clone(), Default::default()).boxed();
+            watches.push(stream);
+        }
+        for w in &mut watches {
+            w.next().await.unwrap().unwrap();
+        }
+        let gets = (0..50).map(|_| namespaces.get("default"));
+        for got in futures::future::join_all(gets).await {
+            got.unwrap();
+        }
+        assert_eq!(
+            client_connections_to(port),
+            1,
+            "10 watches and 50 concurrent GETs over one HTTP/2 connection"
+        );
+        drop(watches);
         server.shutdown().await.unwrap();
     }
 

@@ -71,7 +71,7 @@ impl Fixture {
             .audit()
             .into_iter()
             .filter(|r| r.resource == "events" && r.verb != "list")
-            .map(|r| r.verb)
+            .map(|r| r.verb.to_string())
             .collect()
     }
 }
