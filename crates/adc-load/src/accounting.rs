@@ -78,11 +78,11 @@ pub(crate) fn tally(records: &[AuditRecord], agents: &Agents) -> Tally {
             Who::Own => t.own.add(r),
             Who::Adc => {
                 t.adc.add(r);
-                t.adc_agents.insert(r.user_agent.clone());
+                t.adc_agents.insert(r.user_agent.to_string());
             }
             Who::Attacher => {
                 t.attacher.add(r);
-                t.attacher_agents.insert(r.user_agent.clone());
+                t.attacher_agents.insert(r.user_agent.to_string());
             }
         }
     }
@@ -114,10 +114,10 @@ mod tests {
 
     fn rec(agent: &str, verb: &str, resource: &str, sub: Option<&str>, code: u16) -> AuditRecord {
         AuditRecord {
-            user: String::new(),
+            user: Default::default(),
             user_agent: agent.into(),
             verb: verb.into(),
-            group: String::new(),
+            group: Default::default(),
             version: "v1".into(),
             resource: resource.into(),
             subresource: sub.map(Into::into),

@@ -6,30 +6,131 @@
 //! create, the name in its body, as the real log's objectRef), and the subresource. Discovery
 //! and other non-resource paths are not recorded.
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::{Mutex, PoisonError};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use http::Method;
+
+/// A string of an [`AuditRecord`]: shared, because the same few users, verbs, resources and
+/// object names repeat in every record. The log keeps one copy of each (interned at
+/// [`AuditLog::push`]), so a record is a few pointers and a copy of the log is reference
+/// counts: 66,000 records of a 1,000-pod run took 33.5 MiB as `String`s.
+#[derive(Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Sym(Arc<str>);
+
+impl Sym {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::ops::Deref for Sym {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for Sym {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Sym {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Sym {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for Sym {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for Sym {
+    fn from(s: &str) -> Self {
+        Sym(Arc::from(s))
+    }
+}
+
+impl From<String> for Sym {
+    fn from(s: String) -> Self {
+        Sym(Arc::from(s))
+    }
+}
+
+impl PartialEq<str> for Sym {
+    fn eq(&self, other: &str) -> bool {
+        &*self.0 == other
+    }
+}
+
+impl PartialEq<&str> for Sym {
+    fn eq(&self, other: &&str) -> bool {
+        &*self.0 == *other
+    }
+}
+
+impl PartialEq<String> for Sym {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<Sym> for &str {
+    fn eq(&self, other: &Sym) -> bool {
+        **self == *other.0
+    }
+}
+
+/// One copy of each string the log holds.
+#[derive(Debug, Default)]
+struct Interner(HashSet<Sym>);
+
+impl Interner {
+    fn intern(&mut self, s: &mut Sym) {
+        match self.0.get(s.as_str()) {
+            Some(known) => *s = known.clone(),
+            None => {
+                self.0.insert(s.clone());
+            }
+        }
+    }
+
+    fn intern_opt(&mut self, s: &mut Option<Sym>) {
+        if let Some(s) = s {
+            self.intern(s);
+        }
+    }
+}
 
 /// One API request, as the real server's audit log would describe it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditRecord {
     /// The authenticated user's name (each component has its own token).
-    pub user: String,
+    pub user: Sym,
     /// The `User-Agent` header ("" when absent).
-    pub user_agent: String,
+    pub user_agent: Sym,
     /// get, list, watch, create, update, patch, delete or deletecollection.
-    pub verb: String,
+    pub verb: Sym,
     /// API group ("" for core).
-    pub group: String,
-    pub version: String,
+    pub group: Sym,
+    pub version: Sym,
     /// Plural resource name from the path (also for resources this server does not serve).
-    pub resource: String,
+    pub resource: Sym,
     /// `status`, `binding`, ...
-    pub subresource: Option<String>,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
+    pub subresource: Option<Sym>,
+    pub namespace: Option<Sym>,
+    pub name: Option<Sym>,
     /// HTTP status code of the answer (200 for a watch that started).
     pub code: u16,
     /// When the request's body had been read, as kube-apiserver's audit
@@ -46,8 +147,14 @@ pub(crate) const AUDIT_LIMIT: usize = 1_000_000;
 /// The bounded trail. One short lock per request; readers copy it out.
 #[derive(Debug)]
 pub(crate) struct AuditLog {
-    records: Mutex<VecDeque<AuditRecord>>,
+    records: Mutex<Records>,
     limit: usize,
+}
+
+#[derive(Debug, Default)]
+struct Records {
+    kept: VecDeque<AuditRecord>,
+    strings: Interner,
 }
 
 impl Default for AuditLog {
@@ -59,29 +166,45 @@ impl Default for AuditLog {
 impl AuditLog {
     pub fn with_limit(limit: usize) -> Self {
         Self {
-            records: Mutex::new(VecDeque::new()),
+            records: Mutex::new(Records::default()),
             limit: limit.max(1),
         }
     }
 
-    pub fn push(&self, record: AuditRecord) {
+    pub fn push(&self, mut record: AuditRecord) {
         let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-        if records.len() >= self.limit {
-            records.pop_front();
+        let Records { kept, strings } = &mut *records;
+        for s in [
+            &mut record.user,
+            &mut record.user_agent,
+            &mut record.verb,
+            &mut record.group,
+            &mut record.version,
+            &mut record.resource,
+        ] {
+            strings.intern(s);
         }
-        records.push_back(record);
+        for s in [
+            &mut record.subresource,
+            &mut record.namespace,
+            &mut record.name,
+        ] {
+            strings.intern_opt(s);
+        }
+        if kept.len() >= self.limit {
+            kept.pop_front();
+        }
+        kept.push_back(record);
     }
 
     pub fn snapshot(&self) -> Vec<AuditRecord> {
         let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
-        records.iter().cloned().collect()
+        records.kept.iter().cloned().collect()
     }
 
     pub fn clear(&self) {
-        self.records
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        *records = Records::default();
     }
 }
 
@@ -142,15 +265,15 @@ pub(crate) fn describe(
         verb = "deletecollection".to_string();
     }
     Some(AuditRecord {
-        user: String::new(),
-        user_agent: String::new(),
-        verb,
-        group: group.to_string(),
-        version: version.to_string(),
-        resource: resource.to_string(),
-        subresource,
-        namespace,
-        name,
+        user: Sym::default(),
+        user_agent: Sym::default(),
+        verb: verb.into(),
+        group: group.into(),
+        version: version.into(),
+        resource: resource.into(),
+        subresource: subresource.map(Sym::from),
+        namespace: namespace.map(Sym::from),
+        name: name.map(Sym::from),
         code: 0,
         received: Instant::now(),
         took: Duration::ZERO,
@@ -159,7 +282,7 @@ pub(crate) fn describe(
 
 /// `metadata.name` of a create's body (JSON), without decoding the rest; `None` for a
 /// `generateName` create or a body that is not JSON.
-pub(crate) fn created_name(body: &[u8]) -> Option<String> {
+pub(crate) fn created_name(body: &[u8]) -> Option<Sym> {
     #[derive(serde::Deserialize)]
     struct Meta {
         name: Option<String>,
@@ -173,6 +296,7 @@ pub(crate) fn created_name(body: &[u8]) -> Option<String> {
         .metadata?
         .name
         .filter(|n| !n.is_empty())
+        .map(Sym::from)
 }
 
 fn is_true(v: Option<&String>) -> bool {
@@ -311,12 +435,33 @@ mod tests {
         let log = AuditLog::with_limit(2);
         for name in ["a", "b", "c"] {
             let mut r = d(Method::GET, "/api/v1/pods", &[]).unwrap();
-            r.user_agent = name.to_string();
+            r.user_agent = name.into();
             log.push(r);
         }
-        let kept: Vec<String> = log.snapshot().into_iter().map(|r| r.user_agent).collect();
+        let kept: Vec<String> = log
+            .snapshot()
+            .into_iter()
+            .map(|r| r.user_agent.to_string())
+            .collect();
         assert_eq!(kept, vec!["b", "c"], "the oldest goes first");
         log.clear();
         assert!(log.snapshot().is_empty());
+    }
+
+    #[test]
+    fn the_log_keeps_one_copy_of_each_string() {
+        let log = AuditLog::default();
+        for _ in 0..2 {
+            let mut r = d(Method::PATCH, "/api/v1/namespaces/ns/pods/p-1/status", &[]).unwrap();
+            r.user = String::from("system:node:n1").into();
+            log.push(r);
+        }
+        let [a, b] = <[AuditRecord; 2]>::try_from(log.snapshot()).unwrap();
+        assert!(Arc::ptr_eq(&a.user.0, &b.user.0), "one copy of the user");
+        assert!(Arc::ptr_eq(&a.verb.0, &b.verb.0));
+        let (an, bn) = (a.name.unwrap(), b.name.unwrap());
+        assert!(Arc::ptr_eq(&an.0, &bn.0), "one copy of the name");
+        assert_eq!(an, "p-1");
+        assert_eq!(a.subresource.as_deref(), Some("status"));
     }
 }

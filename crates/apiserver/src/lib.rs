@@ -28,7 +28,7 @@ mod watch;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-pub use audit::AuditRecord;
+pub use audit::{AuditRecord, Sym};
 pub use auth::{ADMIN_USER, UserInfo};
 pub use server::{ApiServer, Config, RunningApiServer};
 

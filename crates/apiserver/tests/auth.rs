@@ -249,7 +249,7 @@ async fn each_user_has_its_own_token_and_the_audit_names_it() {
         .audit()
         .into_iter()
         .filter(|r| r.verb == "create" && r.resource == "namespaces")
-        .map(|r| r.user)
+        .map(|r| r.user.to_string())
         .collect();
     creators.sort();
     assert_eq!(creators, vec![apiserver::ADMIN_USER, "system:node:n1"]);
@@ -365,7 +365,7 @@ async fn a_user_minted_with_groups_keeps_them_across_a_restart() {
         .audit()
         .into_iter()
         .filter(|r| r.verb == "create" && r.resource == "namespaces")
-        .map(|r| r.user)
+        .map(|r| r.user.to_string())
         .collect();
     assert_eq!(creators, vec!["system:node:n1"]);
 }
@@ -396,7 +396,7 @@ async fn token_auth_file_users_authenticate() {
         .audit()
         .into_iter()
         .filter(|r| r.verb == "create")
-        .map(|r| r.user)
+        .map(|r| r.user.to_string())
         .collect();
     assert_eq!(users, vec!["alice".to_string()]);
 }

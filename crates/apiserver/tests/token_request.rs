@@ -76,7 +76,7 @@ async fn who(target: &Target, token: &str) -> Option<String> {
                 .rev()
                 .find(|r| r.name.as_deref() == Some("whoami-probe"))
                 .expect("the probe was audited");
-            Some(rec.user)
+            Some(rec.user.to_string())
         }
         (403, Server::Real(_)) => {
             let msg = v["message"].as_str().unwrap();

@@ -83,7 +83,7 @@ pub(crate) fn tally(records: &[AuditRecord], own_agent: &str) -> Tally {
             t.own.add(r);
         } else {
             t.attacher.add(r);
-            t.attacher_agents.insert(r.user_agent.clone());
+            t.attacher_agents.insert(r.user_agent.to_string());
         }
     }
     t
@@ -95,7 +95,7 @@ mod tests {
 
     fn rec(agent: &str, verb: &str, resource: &str, sub: Option<&str>, code: u16) -> AuditRecord {
         AuditRecord {
-            user: String::new(),
+            user: Default::default(),
             user_agent: agent.into(),
             verb: verb.into(),
             group: "storage.k8s.io".into(),

@@ -85,7 +85,7 @@ async fn who(env: &Env, token: &str) -> Option<String> {
         .into_iter()
         .rev()
         .find(|r| r.name.as_deref() == Some(probe.as_str()))
-        .map(|r| r.user)
+        .map(|r| r.user.to_string())
 }
 
 fn expires_in(status: &Value) -> i64 {

@@ -82,7 +82,7 @@ pub fn tally(records: &[AuditRecord], agents: &Agents) -> PhaseWrites {
             Who::PvController => t.pv_controller.add(r),
             Who::Other => {
                 t.other.add(r);
-                t.other_agents.insert(r.user_agent.clone());
+                t.other_agents.insert(r.user_agent.to_string());
             }
         }
     }
@@ -115,10 +115,10 @@ mod tests {
 
     fn rec(agent: &str, verb: &str, resource: &str, sub: Option<&str>, code: u16) -> AuditRecord {
         AuditRecord {
-            user: String::new(),
+            user: Default::default(),
             user_agent: agent.into(),
             verb: verb.into(),
-            group: String::new(),
+            group: Default::default(),
             version: "v1".into(),
             resource: resource.into(),
             subresource: sub.map(Into::into),

@@ -732,7 +732,7 @@ async fn without_an_attacher_the_attach_times_out_saying_so() {
         .iter()
         .filter(|r| r.resource == "volumeattachments")
         .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
-        .map(|r| r.verb.clone())
+        .map(|r| r.verb.to_string())
         .collect();
     assert_eq!(writes, ["create"]);
     env.shutdown().await;

@@ -175,8 +175,8 @@ pub(crate) async fn dispatch(State(app): State<Arc<App>>, request: Request) -> R
     let code = resp.status().as_u16();
     app.metrics.request(&verb, resource_label(&path), code);
     if let Some(mut record) = audit {
-        record.user_agent = user_agent;
-        record.user = user.name;
+        record.user_agent = user_agent.into();
+        record.user = user.name.into();
         record.code = code;
         record.took = record.received.elapsed();
         app.audit.push(record);

@@ -164,13 +164,13 @@ mod tests {
 
     fn rec(ua: &str, verb: &str, resource: &str, sub: Option<&str>, code: u16) -> AuditRecord {
         AuditRecord {
-            user: String::new(),
+            user: Default::default(),
             user_agent: ua.into(),
             verb: verb.into(),
-            group: String::new(),
+            group: Default::default(),
             version: "v1".into(),
             resource: resource.into(),
-            subresource: sub.map(str::to_string),
+            subresource: sub.map(Into::into),
             namespace: None,
             name: None,
             code,

@@ -218,13 +218,13 @@ mod tests {
 
     fn rec(ua: &str, verb: &str, resource: &str, sub: Option<&str>, name: &str) -> AuditRecord {
         AuditRecord {
-            user: String::new(),
-            user_agent: format!("{ua}/0.1"),
+            user: Default::default(),
+            user_agent: format!("{ua}/0.1").into(),
             verb: verb.into(),
-            group: String::new(),
+            group: Default::default(),
             version: "v1".into(),
             resource: resource.into(),
-            subresource: sub.map(str::to_string),
+            subresource: sub.map(Into::into),
             namespace: Some("default".into()),
             name: Some(name.into()),
             code: 200,

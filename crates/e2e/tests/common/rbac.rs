@@ -90,13 +90,13 @@ pub fn calls_of(server: &apiserver::RunningApiServer, user_agent: &str) -> BTree
         .map(|r| {
             let resource = match &r.subresource {
                 Some(s) => format!("{}/{s}", r.resource),
-                None => r.resource.clone(),
+                None => r.resource.to_string(),
             };
             (
-                r.namespace.clone(),
-                r.group.clone(),
+                r.namespace.as_deref().map(str::to_string),
+                r.group.to_string(),
                 resource,
-                r.verb.clone(),
+                r.verb.to_string(),
             )
         })
         .collect()
