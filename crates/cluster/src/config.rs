@@ -127,10 +127,17 @@ pub struct UpFlags {
     #[arg(long, value_name = "PORT")]
     pub port: Option<u16>,
 
+    /// Pods each node can run (its `status.capacity.pods`), as the kubelet's --max-pods.
+    #[arg(long, default_value_t = DEFAULT_MAX_PODS, value_name = "N")]
+    pub max_pods: u32,
+
     /// Log verbosity of the components (klog levels: 4 debug, 5 trace).
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
     pub v: u8,
 }
+
+/// The kubelet's default --max-pods.
+pub const DEFAULT_MAX_PODS: u32 = 110;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct DownFlags {
@@ -283,6 +290,8 @@ pub struct UpConfig {
     /// `None`: [`DEFAULT_PORT`] if free, else any; `Some(0)`: any.
     pub port: Option<u16>,
     pub verbosity: u8,
+    /// Each node's pod capacity (the node agents' --max-pods).
+    pub max_pods: u32,
     /// `csi-cluster chaos`: a fault proxy ([`csi_spec::faults`]) in front of every driver
     /// socket, failing what this plan names; `None` (the default) leaves the sockets direct.
     pub csi_faults: Option<csi_spec::faults::FaultPlan>,
@@ -305,6 +314,11 @@ impl UpFlags {
         }
         crate::require_real_timing(self.timing)?;
         crate::external::parse_all(&self.drivers)?;
+        if self.max_pods == 0 {
+            return Err(Error::Config(
+                "--max-pods must be at least 1: a node that can run no pod is not a node".into(),
+            ));
+        }
         if self.drivers.is_empty() {
             for (set, flag) in [
                 (self.attach_required, "--attach-required"),
@@ -334,6 +348,7 @@ impl UpFlags {
             kubeconfig_out: self.kubeconfig_out.clone(),
             port: self.port,
             verbosity: self.v,
+            max_pods: self.max_pods,
             csi_faults: None,
         })
     }
@@ -359,6 +374,7 @@ impl UpConfig {
             kubeconfig_out: None,
             port: None,
             verbosity: 0,
+            max_pods: DEFAULT_MAX_PODS,
             csi_faults: None,
         }
     }

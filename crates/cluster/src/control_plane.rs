@@ -39,6 +39,11 @@ pub(crate) async fn start_api_server(
     config: &UpConfig,
     data_dir: &Path,
 ) -> Result<apiserver::RunningApiServer, Error> {
+    // The events kept for watches that resume from a resourceVersion: kube-apiserver's watch
+    // cache keeps 100 per resource to start with, and answers an older one 410 Gone (the
+    // client lists again). apiserver-lite's default of 10,000 held ~80 MiB of superseded
+    // object versions at 1,000 pods (docs/benchmarks.md); 2,000 cost no time there.
+    const EVENT_WINDOW: usize = 2_000;
     let server_config = |port: u16| apiserver::Config {
         listen: SocketAddr::from(([127, 0, 0, 1], port)),
         data_dir: Some(data_dir.join("apiserver")),
@@ -46,6 +51,7 @@ pub(crate) async fn start_api_server(
         audit: config.audit,
         // The pv-controller runs kcm's pvc-protection and pv-protection controllers.
         storage_object_in_use_protection: true,
+        event_window: EVENT_WINDOW,
         ..apiserver::Config::default()
     };
     let server = match config.port {
@@ -485,13 +491,15 @@ fn controller_plugins(gates: &SharedMigration) -> Result<volume_plugins::Migrate
         .map_err(|e| e.to_string())
 }
 
-/// A csi-provisioner for `driver` at `endpoint`: central, or `--node-deployment` for `node`.
+/// A csi-provisioner for `driver` at `endpoint`: central, or `--node-deployment` for `node`;
+/// reading the cluster from `informers` shared with the driver's other provisioners when given.
 pub(crate) async fn spawn_provisioner(
     sup: &Supervisor,
     kubeconfigs: &Kubeconfigs<'_>,
     driver: &str,
     endpoint: &str,
     node: Option<&str>,
+    informers: Option<&provisioner::Informers>,
 ) -> Result<(), Error> {
     let name = crate::external::external_provisioner(node, driver);
     let client = kubeconfigs
@@ -505,18 +513,30 @@ pub(crate) async fn spawn_provisioner(
         None => Vec::new(),
     };
     let config = provisioner_config(endpoint, &extra)?;
+    let informers = informers.cloned();
     sup.spawn(
         name,
         Stage::Controllers,
-        Arc::new(move |stop| {
-            supervisor::run(provisioner::run_with_client(
+        Arc::new(move |stop| match &informers {
+            Some(shared) => supervisor::run(provisioner::run_with_informers(
+                config.clone(),
+                client.clone(),
+                shared.clone(),
+                stop,
+            )),
+            None => supervisor::run(provisioner::run_with_client(
                 config.clone(),
                 client.clone(),
                 stop,
-            ))
+            )),
         }),
     );
     Ok(())
+}
+
+/// The user agent of the watches a driver's node-deployment provisioners share.
+pub(crate) fn provisioner_informers_agent(driver: &str) -> String {
+    format!("csi-provisioner/csi-cluster informers {driver}")
 }
 
 /// csi-provisioner's flags for the driver at `endpoint`, as deploy/ runs it (topology on,

@@ -291,7 +291,15 @@ pub(crate) async fn start(
             )?;
         }
         if !config.driver_node_deployment {
-            spawn_provisioner(sup, kubeconfigs, &driver.name, &controller_endpoint, None).await?;
+            spawn_provisioner(
+                sup,
+                kubeconfigs,
+                &driver.name,
+                &controller_endpoint,
+                None,
+                None,
+            )
+            .await?;
         }
         for node in specs {
             let root = node.root_dir(data_dir);
@@ -306,8 +314,15 @@ pub(crate) async fn start(
             );
             if config.driver_node_deployment {
                 let endpoint = format!("unix://{}", socket.display());
-                spawn_provisioner(sup, kubeconfigs, &driver.name, &endpoint, Some(&node.name))
-                    .await?;
+                spawn_provisioner(
+                    sup,
+                    kubeconfigs,
+                    &driver.name,
+                    &endpoint,
+                    Some(&node.name),
+                    None,
+                )
+                .await?;
             }
         }
     }

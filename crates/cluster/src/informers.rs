@@ -6,6 +6,10 @@
 //! finds them warm, as a controller restarted inside a running kube-controller-manager would;
 //! they list and watch as `system:kube-controller-manager`. Each component run as its own
 //! binary keeps caches of its own.
+//!
+//! The per-node csi-provisioners (`--node-deployment`) of one driver share theirs the same way
+//! ([`Informers::provisioners`]): each would otherwise cache every claim and volume of the
+//! cluster.
 
 use tokio_util::sync::CancellationToken;
 use volume_plugins::SharedCaches;
@@ -15,6 +19,7 @@ use crate::Error;
 /// Stops the caches and their thread when dropped.
 pub(crate) struct Informers {
     caches: SharedCaches,
+    runtime: tokio::runtime::Handle,
     stop: CancellationToken,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -47,7 +52,8 @@ impl Informers {
             .map_err(|e| Error::start("the shared informers' runtime", e))?
             .map_err(|e| Error::start("the shared informers' runtime", e))?;
         Ok(Self {
-            caches: SharedCaches::new(client, runtime, stop.clone()),
+            caches: SharedCaches::new(client, runtime.clone(), stop.clone()),
+            runtime,
             stop,
             thread: Some(thread),
         })
@@ -55,6 +61,12 @@ impl Informers {
 
     pub(crate) fn caches(&self) -> SharedCaches {
         self.caches.clone()
+    }
+
+    /// Watch caches for the node-deployment csi-provisioners of one driver, read through
+    /// `client` (that driver's provisioner identity), on this thread.
+    pub(crate) fn provisioners(&self, client: &kube::Client) -> provisioner::Informers {
+        provisioner::Informers::spawn(client, &self.runtime, &self.stop)
     }
 }
 

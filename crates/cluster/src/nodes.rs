@@ -92,16 +92,45 @@ pub(crate) fn spawn_registrar(
     );
 }
 
-/// Starts everything of `node`, the `index`-th node (its migration gate in `migration`).
+/// The hostpath driver's capacity on a node that runs up to `max_pods` pods: the driver's
+/// 100 GiB at the kubelet's default of 110 pods or fewer; above that, room for a 1 GiB volume
+/// per pod (`csi-cluster bench` gives each pod a 1 GiB claim, and capacity tracking would stop
+/// it at 100 pods a node).
+fn hostpath_capacity(max_pods: u32) -> u64 {
+    if max_pods <= crate::config::DEFAULT_MAX_PODS {
+        hostpath_driver::DEFAULT_CAPACITY
+    } else {
+        hostpath_driver::DEFAULT_CAPACITY.max(u64::from(max_pods) << 30)
+    }
+}
+
+/// What every node's components are started with.
+#[derive(Clone, Copy)]
+pub(crate) struct NodeEnv<'a, 'k> {
+    pub sup: &'a Supervisor,
+    pub data_dir: &'a Path,
+    pub kubeconfigs: &'a Kubeconfigs<'k>,
+    /// Each node's migration gate.
+    pub migration: &'a SharedMigration,
+    pub config: &'a UpConfig,
+    /// The watches the nodes' hostpath provisioners share.
+    pub hostpath_informers: &'a provisioner::Informers,
+}
+
+/// Starts everything of `node`, the `index`-th node (its migration gate in `env.migration`).
 pub(crate) async fn start_node(
-    sup: &Supervisor,
+    env: NodeEnv<'_, '_>,
     node: &NodeSpec,
     index: usize,
-    data_dir: &Path,
-    kubeconfigs: &Kubeconfigs<'_>,
-    migration: &SharedMigration,
-    config: &UpConfig,
 ) -> Result<(), Error> {
+    let NodeEnv {
+        sup,
+        data_dir,
+        kubeconfigs,
+        migration,
+        config,
+        hostpath_informers,
+    } = env;
     let skip_attach = config.skip_attach;
     let root = node.root_dir(data_dir);
     let registry = root.join("plugins_registry");
@@ -151,6 +180,7 @@ pub(crate) async fn start_node(
         node_id: node.name.clone(),
         state_dir: node.dir(data_dir).join("hostpath"),
         enable_attach: config.hostpath_attach_required,
+        capacity_bytes: hostpath_capacity(config.max_pods),
         ..hostpath_driver::Config::default()
     };
     let factory = driver_factory(
@@ -186,6 +216,7 @@ pub(crate) async fn start_node(
     options.provider_id = Some(format!("aws:///{}/{}", node.zone, node.instance_id));
     options.dev_root = node.dev_root.clone();
     options.skip_attach = skip_attach;
+    options.max_pods = config.max_pods;
     // The well-known labels a cloud node has; the in-tree provisioner picks the zone from them.
     options.node_labels = [
         ("topology.kubernetes.io/zone", node.zone.as_str()),
@@ -225,7 +256,21 @@ pub(crate) async fn start_node(
         HOSTPATH_DRIVER,
         &hostpath_endpoint,
         Some(&node.name),
+        Some(hostpath_informers),
     )
     .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostpath_capacity_follows_max_pods_above_the_default() {
+        assert_eq!(hostpath_capacity(100), hostpath_driver::DEFAULT_CAPACITY);
+        assert_eq!(hostpath_capacity(110), hostpath_driver::DEFAULT_CAPACITY);
+        assert_eq!(hostpath_capacity(125), 125 << 30);
+        assert_eq!(hostpath_capacity(312), 312 << 30);
+    }
 }

@@ -254,6 +254,11 @@ fn supervise(
     })
 }
 
+/// Blocking calls (mounts, mkfs, file reads) a component runs at once; more wait their turn.
+/// tokio's default is 512 per runtime: at 1,000 pods the ten node agents held ~235 threads,
+/// each with its stack and a share of malloc's arenas, for work two cores do a few at a time.
+const MAX_BLOCKING_THREADS: usize = 32;
+
 /// One run of a component on its own thread and current-thread runtime. Dropping the returned
 /// future (the supervisor's task aborted by a kill) ends the runtime and drops every task the
 /// component spawned on it; blocking calls already under way (a mount) finish on their own,
@@ -271,6 +276,7 @@ async fn run_isolated(name: &str, factory: &Factory, stop: CancellationToken) ->
             // then say which component the time is spent for.
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .thread_name(thread_name)
+                .max_blocking_threads(MAX_BLOCKING_THREADS)
                 .enable_all()
                 .build()
             {

@@ -115,6 +115,14 @@ impl RunningCluster {
                 .await?,
         )?;
         let shared = informers.caches();
+        let hostpath_informers = informers.provisioners(
+            &kubeconfigs
+                .client(
+                    &Identity::provisioner(HOSTPATH_DRIVER),
+                    &control_plane::provisioner_informers_agent(HOSTPATH_DRIVER),
+                )
+                .await?,
+        );
         let sup = Supervisor::new();
         let components = async {
             let ebs_endpoint = control_plane::start_ebs_controller(&sup, &cloud, &data_dir)?;
@@ -151,8 +159,15 @@ impl RunningCluster {
                     dev_root: cloud.sim.node_dev_root(instance_id),
                     ebs_metrics: ebs_driver::DriverMetrics::default(),
                 };
-                nodes::start_node(&sup, &spec, i, &data_dir, &kubeconfigs, &migration, &config)
-                    .await?;
+                let env = nodes::NodeEnv {
+                    sup: &sup,
+                    data_dir: &data_dir,
+                    kubeconfigs: &kubeconfigs,
+                    migration: &migration,
+                    config: &config,
+                    hostpath_informers: &hostpath_informers,
+                };
+                nodes::start_node(env, &spec, i).await?;
                 specs.push(spec);
             }
             external::start(&sup, &drivers, &config, &data_dir, &kubeconfigs, &specs).await?;

@@ -124,6 +124,11 @@ pub struct Flags {
     #[arg(long, default_value = "/dev", value_name = "DIR")]
     pub dev_root: PathBuf,
 
+    /// Pods this node can run: the node's `status.capacity.pods` and `allocatable.pods`, which
+    /// the scheduler fits pods against (the kubelet's --max-pods, default 110).
+    #[arg(long, default_value_t = 110, value_name = "N")]
+    pub max_pods: u32,
+
     /// Log verbosity (klog levels): 0-3 info, 4 debug, 5 and above trace. RUST_LOG overrides.
     #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
     pub v: u8,
@@ -164,6 +169,8 @@ pub struct Options {
     pub volume_stats_period: Duration,
     /// Where the in-tree aws-ebs plugin finds devices.
     pub dev_root: PathBuf,
+    /// The node's pod capacity (`--max-pods`).
+    pub max_pods: u32,
 }
 
 impl Options {
@@ -189,6 +196,7 @@ impl Options {
             stuck_event_after: Duration::from_secs(15),
             volume_stats_period: Duration::from_secs(60),
             dev_root: PathBuf::from("/dev"),
+            max_pods: 110,
         }
     }
 
@@ -284,6 +292,12 @@ impl Flags {
         options.sync_frequency = self.sync_frequency;
         options.volume_stats_period = self.volume_stats_agg_period;
         options.dev_root = self.dev_root.clone();
+        if self.max_pods == 0 {
+            return Err(Error::Config(
+                "--max-pods must be at least 1: a node that can run no pod is not a node".into(),
+            ));
+        }
+        options.max_pods = self.max_pods;
         Ok(Config {
             kubeconfig: self
                 .kubeconfig
@@ -327,6 +341,19 @@ mod tests {
         assert_eq!(o.node_lease_duration_seconds, 40);
         assert_eq!((c.kube_api_qps, c.kube_api_burst), (50.0, 100));
         assert!(c.kubeconfig.is_none() && c.http_endpoint.is_none());
+        assert_eq!(o.max_pods, 110, "the kubelet's --max-pods default");
+    }
+
+    #[test]
+    fn max_pods_is_read_and_zero_is_refused() {
+        let c = parse(&["--node-name=n1", "--max-pods=600"]).unwrap();
+        assert_eq!(c.config().unwrap().options.max_pods, 600);
+        let err = parse(&["--node-name=n1", "--max-pods=0"])
+            .unwrap()
+            .config()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("--max-pods"), "{err}");
     }
 
     #[test]

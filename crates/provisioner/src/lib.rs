@@ -34,9 +34,9 @@ mod startup;
 pub mod topology;
 
 pub use config::{Config, FeatureGates, Options};
-pub use controller::Controller;
+pub use controller::{Controller, Informers, SharedWatch, Subscription};
 pub use csi::{Capabilities, Driver};
-pub use startup::{connect_driver, run, run_with_client};
+pub use startup::{connect_driver, run, run_with_client, run_with_informers};
 
 /// Annotation naming the provisioner that should provision a claim (set by the PV controller).
 pub const STORAGE_PROVISIONER_ANNOTATION: &str = "volume.kubernetes.io/storage-provisioner";

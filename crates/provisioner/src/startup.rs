@@ -38,7 +38,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         0,
     )
     .await?;
-    run_with_clients(config, client, election_client, shutdown).await
+    run_with_clients(config, client, election_client, None, shutdown).await
 }
 
 /// [`run`] on an existing client (csi-cluster runs the provisioner in-process). The same client
@@ -48,13 +48,25 @@ pub async fn run_with_client(
     client: kube::Client,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    run_with_clients(config, client.clone(), client, shutdown).await
+    run_with_clients(config, client.clone(), client, None, shutdown).await
+}
+
+/// [`run_with_client`], reading the cluster from `informers` shared with the other
+/// provisioners of this process (`csi-cluster` runs one per node) instead of its own watches.
+pub async fn run_with_informers(
+    config: Config,
+    client: kube::Client,
+    informers: crate::Informers,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    run_with_clients(config, client.clone(), client, Some(informers), shutdown).await
 }
 
 async fn run_with_clients(
     config: Config,
     client: kube::Client,
     election_client: kube::Client,
+    informers: Option<crate::Informers>,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
     let options = config.options()?;
@@ -69,7 +81,10 @@ async fn run_with_clients(
     let mut registry = Registry::default();
     let operations = sidecar::OperationMetrics::register(&mut registry, &driver.name);
     let driver_name = driver.name.clone();
-    let controller = Controller::new(client, driver, options, &mut registry, Some(operations));
+    let mut controller = Controller::new(client, driver, options, &mut registry, Some(operations));
+    if let Some(informers) = informers {
+        controller = controller.with_informers(informers);
+    }
 
     // The Go sidecar's Lease: the driver name, sanitized (ebs.csi.aws.com → ebs-csi-aws-com).
     let lease = common

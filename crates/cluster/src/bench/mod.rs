@@ -370,13 +370,14 @@ async fn run_scenario(s: Scenario, plan: &Plan, dir: &Path) -> ScenarioReport {
     );
     measure::reset_peak();
     let started = Instant::now();
-    let cluster = match RunningCluster::start(s.up_config(plan.nodes, dir, plan.timing)).await {
-        Ok(c) => c,
-        Err(e) => {
-            report.note = Some(format!("failed: starting the cluster: {e}"));
-            return report;
-        }
-    };
+    let cluster =
+        match RunningCluster::start(s.up_config(plan.nodes, plan.pods, dir, plan.timing)).await {
+            Ok(c) => c,
+            Err(e) => {
+                report.note = Some(format!("failed: starting the cluster: {e}"));
+                return report;
+            }
+        };
     let outcome = measure_on(&cluster, s, plan, started, &mut report).await;
     let stopped = cluster.stop().await;
     report.memory.peak_mib = measure::memory().1;

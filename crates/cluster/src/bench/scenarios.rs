@@ -69,14 +69,17 @@ impl Scenario {
     }
 
     /// The cluster this scenario runs on: `nodes` nodes in one zone (an EBS volume may then
-    /// go to any node the scheduler picks), the audit record on.
+    /// go to any node the scheduler picks), the audit record on, and room on the nodes for
+    /// `pods` pods with a quarter to spare (the scheduler spreads them, but not evenly).
     pub(crate) fn up_config(
         self,
         nodes: usize,
+        pods: usize,
         data_dir: &Path,
         timing: ec2_sim::Timing,
     ) -> UpConfig {
         let mut c = UpConfig::new(nodes, data_dir);
+        c.max_pods = max_pods_for(nodes, pods);
         c.zones = 1;
         c.timing = timing;
         c.audit = true;
@@ -89,6 +92,16 @@ impl Scenario {
         c.hostpath_attach_required = self == Scenario::HostpathAttach;
         c
     }
+}
+
+/// Each node's --max-pods for `pods` pods on `nodes` nodes: the kubelet's 110, or more when
+/// the pods would not fit, with 25% headroom.
+fn max_pods_for(nodes: usize, pods: usize) -> u32 {
+    let per_node = pods.div_ceil(nodes.max(1));
+    let wanted = per_node + per_node / 4;
+    u32::try_from(wanted)
+        .unwrap_or(u32::MAX)
+        .max(crate::config::DEFAULT_MAX_PODS)
 }
 
 impl FromStr for Scenario {
@@ -158,13 +171,24 @@ mod tests {
     #[test]
     fn each_scenario_gets_its_cluster() {
         let dir = Path::new("/var/tmp/b");
-        let through = Scenario::HostpathThroughAdc.up_config(3, dir, ec2_sim::Timing::Fast);
+        let through = Scenario::HostpathThroughAdc.up_config(3, 20, dir, ec2_sim::Timing::Fast);
         assert_eq!(through.skip_attach, SkipAttachMode::ThroughAdc);
         assert!(through.audit && !through.hostpath_attach_required);
-        let attach = Scenario::HostpathAttach.up_config(1, dir, ec2_sim::Timing::Fast);
+        let attach = Scenario::HostpathAttach.up_config(1, 20, dir, ec2_sim::Timing::Fast);
         assert!(attach.hostpath_attach_required);
         assert_eq!(attach.skip_attach, SkipAttachMode::BypassAdc);
         assert_eq!(attach.nodes, 1);
+        assert_eq!(attach.max_pods, 110, "20 pods fit the kubelet's default");
         assert_eq!(attach.zones, 1);
+    }
+
+    #[test]
+    fn nodes_get_room_for_the_pods() {
+        assert_eq!(max_pods_for(10, 1000), 125);
+        assert_eq!(max_pods_for(20, 5000), 312);
+        assert_eq!(max_pods_for(3, 7), 110);
+        let dir = Path::new("/var/tmp/b");
+        let c = Scenario::HostpathBypassAdc.up_config(20, 5000, dir, ec2_sim::Timing::Fast);
+        assert!(c.max_pods as usize * 20 >= 5000, "{}", c.max_pods);
     }
 }

@@ -141,6 +141,7 @@ fn now() -> String {
 async fn post_status(
     nodes: &Api<Node>,
     name: &str,
+    max_pods: u32,
     ready: &Result<(), String>,
     transition: &str,
 ) -> Result<(), kube::Error> {
@@ -170,8 +171,8 @@ async fn post_status(
             {"type": "InternalIP", "address": "127.0.0.1"},
             {"type": "Hostname", "address": name},
         ],
-        "capacity": {"pods": "110", "cpu": "2", "memory": "4Gi"},
-        "allocatable": {"pods": "110", "cpu": "2", "memory": "4Gi"},
+        "capacity": {"pods": max_pods.to_string(), "cpu": "2", "memory": "4Gi"},
+        "allocatable": {"pods": max_pods.to_string(), "cpu": "2", "memory": "4Gi"},
         "nodeInfo": {
             "kubeletVersion": concat!("v1.34.0-csi-rs-", env!("CARGO_PKG_VERSION")),
             "operatingSystem": "linux",
@@ -219,7 +220,7 @@ pub async fn run_status(
             {
                 transition = now();
             }
-            match post_status(&nodes, &name, &ready, &transition).await {
+            match post_status(&nodes, &name, options.max_pods, &ready, &transition).await {
                 Ok(()) => {
                     match &ready {
                         Ok(()) => tracing::info!(node = %name, "node status: Ready"),

@@ -3,6 +3,7 @@
 
 mod data_source;
 mod delete_volume;
+mod informers;
 mod kube_io;
 mod provision;
 mod remembered;
@@ -24,6 +25,7 @@ use crate::config::Options;
 use crate::csi::{Driver, Observer};
 use crate::metrics::ControllerMetrics;
 use crate::{Error, claim};
+pub use informers::{Informers, SharedWatch, Subscription};
 use remembered::Remembered;
 use sidecar::workqueue::{Backoff, Outcome, SINGLE_LANE, WorkQueue};
 
@@ -106,6 +108,8 @@ pub struct Controller {
     metrics: ControllerMetrics,
     observer: Option<Observer>,
     queue: Arc<WorkQueue>,
+    /// Watch caches shared with other provisioners of this process; `None`: its own.
+    informers: Option<Informers>,
 }
 
 impl std::fmt::Debug for Controller {
@@ -141,6 +145,7 @@ impl Controller {
             }) as Observer
         });
         Self {
+            informers: None,
             client,
             driver,
             options,
@@ -148,6 +153,13 @@ impl Controller {
             observer,
             queue,
         }
+    }
+
+    /// Reads the claims, volumes, classes, CSINodes and Nodes from `informers`, shared with
+    /// the other provisioners of this process, instead of watching them itself.
+    pub fn with_informers(mut self, informers: Informers) -> Self {
+        self.informers = Some(informers);
+        self
     }
 
     /// The driver's name.
@@ -163,11 +175,41 @@ impl Controller {
                 reason: "it does not announce the CREATE_DELETE_VOLUME controller capability; there is nothing to provision".into(),
             });
         }
-        let (pvcs, pvc_writer) = reflector::store();
-        let (pvs, pv_writer) = reflector::store();
-        let (classes, class_writer) = reflector::store();
-        let (csinodes, csinode_writer) = reflector::store();
-        let (nodes, node_writer) = reflector::store();
+        let (stores, own) = match self.informers {
+            Some(shared) => (
+                Stores {
+                    pvcs: shared.pvcs.store(),
+                    pvs: shared.pvs.store(),
+                    classes: shared.classes.store(),
+                    csinodes: shared.csinodes.store(),
+                    nodes: shared.nodes.store(),
+                },
+                Err(shared),
+            ),
+            None => {
+                let (pvcs, pvc_writer) = reflector::store();
+                let (pvs, pv_writer) = reflector::store();
+                let (classes, class_writer) = reflector::store();
+                let (csinodes, csinode_writer) = reflector::store();
+                let (nodes, node_writer) = reflector::store();
+                (
+                    Stores {
+                        pvcs,
+                        pvs,
+                        classes,
+                        csinodes,
+                        nodes,
+                    },
+                    Ok((
+                        pvc_writer,
+                        pv_writer,
+                        class_writer,
+                        csinode_writer,
+                        node_writer,
+                    )),
+                )
+            }
+        };
         let component = format!("{}_{}", self.driver.name, sidecar::default_identity());
         let identity = crate::pv::identity(&self.driver.name);
         let ctx = Arc::new(Ctx {
@@ -178,11 +220,11 @@ impl Controller {
             options: self.options,
             metrics: self.metrics,
             observer: self.observer,
-            pvcs,
-            pvs,
-            classes,
-            csinodes,
-            nodes,
+            pvcs: stores.pvcs,
+            pvs: stores.pvs,
+            classes: stores.classes,
+            csinodes: stores.csinodes,
+            nodes: stores.nodes,
             identity,
             in_progress: Mutex::new(HashMap::new()),
             deleted: Remembered::default(),
@@ -190,51 +232,68 @@ impl Controller {
             created_not_seen: Remembered::default(),
             rescheduled: Mutex::default(),
         });
+        let c = ctx.clone();
+        let on_claim = move |pvc: &PersistentVolumeClaim| c.queue.add(&claim_key(pvc), SINGLE_LANE);
+        let c = ctx.clone();
+        let on_volume = move |pv: &PersistentVolume| {
+            let name = pv.metadata.name.as_deref().unwrap_or_default();
+            // The store has the PV now: claim syncs find it there.
+            c.created_not_seen.remove(name);
+            c.queue.add(&format!("{VOLUME_PREFIX}{name}"), SINGLE_LANE);
+        };
+        let c = ctx.clone();
+        let on_class = move |class: &StorageClass| requeue_claims_of(&c, class);
         let stop = shutdown.child_token();
         let mut watches = JoinSet::new();
-        let c = ctx.clone();
-        watches.spawn(watch::watch_loop(
-            Api::<PersistentVolumeClaim>::all(ctx.client.clone()),
-            pvc_writer,
-            ctx.pvcs.clone(),
-            stop.clone(),
-            move |pvc: &PersistentVolumeClaim| c.queue.add(&claim_key(pvc), SINGLE_LANE),
-        ));
-        let c = ctx.clone();
-        watches.spawn(watch::watch_loop(
-            Api::<PersistentVolume>::all(ctx.client.clone()),
-            pv_writer,
-            ctx.pvs.clone(),
-            stop.clone(),
-            move |pv: &PersistentVolume| {
-                let name = pv.metadata.name.as_deref().unwrap_or_default();
-                // The store has the PV now: claim syncs find it there.
-                c.created_not_seen.remove(name);
-                c.queue.add(&format!("{VOLUME_PREFIX}{name}"), SINGLE_LANE);
-            },
-        ));
-        let c = ctx.clone();
-        watches.spawn(watch::watch_loop(
-            Api::<StorageClass>::all(ctx.client.clone()),
-            class_writer,
-            ctx.classes.clone(),
-            stop.clone(),
-            move |class: &StorageClass| requeue_claims_of(&c, class),
-        ));
-        watches.spawn(watch::watch_loop(
-            Api::<CSINode>::all(ctx.client.clone()),
-            csinode_writer,
-            ctx.csinodes.clone(),
-            stop.clone(),
-            |_: &CSINode| {},
-        ));
-        watches.spawn(watch::watch_loop(
-            Api::<Node>::all(ctx.client.clone()),
-            node_writer,
-            ctx.nodes.clone(),
-            stop.clone(),
-            |_: &Node| {},
-        ));
+        // Held until this run ends: dropping them unsubscribes.
+        let mut _subscriptions = Vec::new();
+        match own {
+            Ok((pvc_writer, pv_writer, class_writer, csinode_writer, node_writer)) => {
+                let client = &ctx.client;
+                watches.spawn(watch::watch_loop(
+                    Api::<PersistentVolumeClaim>::all(client.clone()),
+                    pvc_writer,
+                    ctx.pvcs.clone(),
+                    stop.clone(),
+                    on_claim,
+                ));
+                watches.spawn(watch::watch_loop(
+                    Api::<PersistentVolume>::all(client.clone()),
+                    pv_writer,
+                    ctx.pvs.clone(),
+                    stop.clone(),
+                    on_volume,
+                ));
+                watches.spawn(watch::watch_loop(
+                    Api::<StorageClass>::all(client.clone()),
+                    class_writer,
+                    ctx.classes.clone(),
+                    stop.clone(),
+                    on_class,
+                ));
+                watches.spawn(watch::watch_loop(
+                    Api::<CSINode>::all(client.clone()),
+                    csinode_writer,
+                    ctx.csinodes.clone(),
+                    stop.clone(),
+                    |_: &CSINode| {},
+                ));
+                watches.spawn(watch::watch_loop(
+                    Api::<Node>::all(client.clone()),
+                    node_writer,
+                    ctx.nodes.clone(),
+                    stop.clone(),
+                    |_: &Node| {},
+                ));
+            }
+            Err(shared) => {
+                _subscriptions = vec![
+                    shared.pvcs.subscribe(on_claim),
+                    shared.pvs.subscribe(on_volume),
+                    shared.classes.subscribe(on_class),
+                ];
+            }
+        }
         let ready = async {
             ctx.pvcs.wait_until_ready().await?;
             ctx.pvs.wait_until_ready().await?;
@@ -275,6 +334,15 @@ impl Controller {
         watches.shutdown().await;
         Ok(())
     }
+}
+
+/// The five stores a run reads.
+struct Stores {
+    pvcs: Store<PersistentVolumeClaim>,
+    pvs: Store<PersistentVolume>,
+    classes: Store<StorageClass>,
+    csinodes: Store<CSINode>,
+    nodes: Store<Node>,
 }
 
 pub(crate) fn claim_key(pvc: &PersistentVolumeClaim) -> String {
