@@ -276,12 +276,21 @@ async fn step(
         now.get(action).copied().unwrap_or(0) - calls_before.get(action).copied().unwrap_or(0)
     };
     let recreated = Arc::new(AtomicUsize::new(0));
+    // Deletes the API server has accepted: a pod being deleted is a moment that can pass
+    // between two looks at the pods (unmounting 15 pods takes a fraction of a second), so
+    // `When::Deleting` also counts these.
+    let deletes_accepted = Arc::new(AtomicUsize::new(0));
     let mut moves = tokio::task::JoinSet::new();
     for &i in batch {
         let to = (placement[&i].node + 1) % NODES;
-        let (client, recreated) = (client.clone(), recreated.clone());
+        let (client, recreated, accepted) =
+            (client.clone(), recreated.clone(), deletes_accepted.clone());
         moves.spawn(async move {
-            delete_pod(&client, i, deadline).await;
+            faults_support::ask_to_delete_pod(&client, i, deadline).await;
+            accepted.fetch_add(1, Ordering::SeqCst);
+            let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+                kube::Api::default_namespaced(client.clone());
+            faults_support::wait_gone(&pods, &faults_support::pod_name(i), deadline).await;
             create_pod(&client, i, &node(to), deadline).await;
             recreated.fetch_add(1, Ordering::SeqCst);
             (i, to, wait_ready(&client, i, &node(to), deadline).await)
@@ -313,7 +322,7 @@ async fn step(
                 match when {
                     When::Ec2Call(action) | When::Ec2Answered(action) => calls_since(action) > 0,
                     When::Recreated => recreated.load(Ordering::SeqCst) > 0,
-                    When::Deleting => f.deleting > 0,
+                    When::Deleting => f.deleting > 0 || deletes_accepted.load(Ordering::SeqCst) > 0,
                     When::Staging(n) => f.staging.contains_key(*n),
                 }
             })

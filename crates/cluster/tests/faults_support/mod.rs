@@ -231,6 +231,14 @@ pub async fn wait_ready(client: &Client, i: usize, node: &str, deadline: Instant
 /// Deletes pod `app-<i>` (gracefully: the node agent unpublishes and unstages, then confirms)
 /// and waits until it is gone.
 pub async fn delete_pod(client: &Client, i: usize, deadline: Instant) {
+    ask_to_delete_pod(client, i, deadline).await;
+    let api: Api<Pod> = Api::default_namespaced(client.clone());
+    wait_gone(&api, &pod_name(i), deadline).await;
+}
+
+/// Deletes pod `app-<i>` without waiting for it to go: on return the API server has accepted
+/// the delete (the pod has its deletionTimestamp, or is gone).
+pub async fn ask_to_delete_pod(client: &Client, i: usize, deadline: Instant) {
     let api: Api<Pod> = Api::default_namespaced(client.clone());
     let name = pod_name(i);
     retry(&format!("deleting pod {name}"), deadline, || async {
@@ -240,7 +248,6 @@ pub async fn delete_pod(client: &Client, i: usize, deadline: Instant) {
         }
     })
     .await;
-    wait_gone(&api, &name, deadline).await;
 }
 
 /// Waits until `name` is gone from `api`.
