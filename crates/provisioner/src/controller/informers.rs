@@ -34,6 +34,8 @@ where
 {
     store: Store<K>,
     subscribers: Arc<Mutex<Subscribers<K>>>,
+    /// True once the first list is in the store.
+    ready: tokio::sync::watch::Receiver<bool>,
 }
 
 impl<K> Clone for SharedWatch<K>
@@ -44,6 +46,7 @@ where
         Self {
             store: self.store.clone(),
             subscribers: self.subscribers.clone(),
+            ready: self.ready.clone(),
         }
     }
 }
@@ -64,7 +67,7 @@ where
             api,
             writer,
             store.clone(),
-            stop,
+            stop.clone(),
             move |obj: &K| {
                 let mut subs = subs.lock().unwrap_or_else(PoisonError::into_inner);
                 for (_, callback) in &mut subs.callbacks {
@@ -72,7 +75,35 @@ where
                 }
             },
         ));
-        Self { store, subscribers }
+        // The store's own wait wakes only the last of several waiters (one oneshot receiver
+        // underneath), and every subscriber waits: one task waits there and tells them all.
+        let (ready_tx, ready) = tokio::sync::watch::channel(false);
+        let waiting = store.clone();
+        runtime.spawn(async move {
+            tokio::select! {
+                r = waiting.wait_until_ready() => {
+                    if r.is_ok() {
+                        let _ = ready_tx.send(true);
+                    }
+                }
+                () = stop.cancelled() => {}
+            }
+        });
+        Self {
+            store,
+            subscribers,
+            ready,
+        }
+    }
+
+    /// Waits until the first list is in the store; `Err` when the watch stopped first.
+    pub async fn wait_until_ready(&self) -> Result<(), String> {
+        let mut ready = self.ready.clone();
+        ready
+            .wait_for(|r| *r)
+            .await
+            .map(|_| ())
+            .map_err(|_| format!("the shared watch of {} stopped", K::kind(&())))
     }
 
     /// The shared store.
@@ -150,6 +181,15 @@ impl std::fmt::Debug for Informers {
 }
 
 impl Informers {
+    /// Waits until every watch has its first list in.
+    pub async fn wait_until_ready(&self) -> Result<(), String> {
+        self.pvcs.wait_until_ready().await?;
+        self.pvs.wait_until_ready().await?;
+        self.classes.wait_until_ready().await?;
+        self.csinodes.wait_until_ready().await?;
+        self.nodes.wait_until_ready().await
+    }
+
     /// The claims' watch.
     pub fn claims(&self) -> &SharedWatch<PersistentVolumeClaim> {
         &self.pvcs

@@ -247,6 +247,7 @@ impl Controller {
         let mut watches = JoinSet::new();
         // Held until this run ends: dropping them unsubscribes.
         let mut _subscriptions = Vec::new();
+        let mut shared_informers: Option<Informers> = None;
         match own {
             Ok((pvc_writer, pv_writer, class_writer, csinode_writer, node_writer)) => {
                 let client = &ctx.client;
@@ -287,6 +288,7 @@ impl Controller {
                 ));
             }
             Err(shared) => {
+                shared_informers = Some(shared.clone());
                 _subscriptions = vec![
                     shared.pvcs.subscribe(on_claim),
                     shared.pvs.subscribe(on_volume),
@@ -295,11 +297,17 @@ impl Controller {
             }
         }
         let ready = async {
-            ctx.pvcs.wait_until_ready().await?;
-            ctx.pvs.wait_until_ready().await?;
-            ctx.classes.wait_until_ready().await?;
-            ctx.csinodes.wait_until_ready().await?;
-            ctx.nodes.wait_until_ready().await
+            if let Some(shared) = &shared_informers {
+                return shared.wait_until_ready().await;
+            }
+            let own = async {
+                ctx.pvcs.wait_until_ready().await?;
+                ctx.pvs.wait_until_ready().await?;
+                ctx.classes.wait_until_ready().await?;
+                ctx.csinodes.wait_until_ready().await?;
+                ctx.nodes.wait_until_ready().await
+            };
+            own.await.map_err(|e| e.to_string())
         };
         tokio::select! {
             () = stop.cancelled() => {}
