@@ -5,8 +5,8 @@
 //! volume of the cluster, like the Go sidecar (it cannot know which claims will pick its node).
 //! `csi-cluster` runs one per node in one process: ten copies of every PV and PVC were ~95 MiB
 //! at 1,000 pods (docs/benchmarks.md). With [`Informers`], one watch per kind fills one store,
-//! and each provisioner subscribes to its changes; a provisioner run alone keeps its own
-//! watches, exactly as before.
+//! and each provisioner subscribes to its changes. A provisioner run alone starts its own
+//! `Informers` and is their only subscriber: one code path either way.
 
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex, PoisonError};

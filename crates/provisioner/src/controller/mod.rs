@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use csi_spec::v1::CreateVolumeRequest;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, SecretReference};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::{Api, Client};
+use kube::Client;
+use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -108,7 +108,8 @@ pub struct Controller {
     metrics: ControllerMetrics,
     observer: Option<Observer>,
     queue: Arc<WorkQueue>,
-    /// Watch caches shared with other provisioners of this process; `None`: its own.
+    /// Watch caches shared with other provisioners of this process; `None`: its own, started
+    /// by `run`.
     informers: Option<Informers>,
 }
 
@@ -175,40 +176,13 @@ impl Controller {
                 reason: "it does not announce the CREATE_DELETE_VOLUME controller capability; there is nothing to provision".into(),
             });
         }
-        let (stores, own) = match self.informers {
-            Some(shared) => (
-                Stores {
-                    pvcs: shared.pvcs.store(),
-                    pvs: shared.pvs.store(),
-                    classes: shared.classes.store(),
-                    csinodes: shared.csinodes.store(),
-                    nodes: shared.nodes.store(),
-                },
-                Err(shared),
-            ),
-            None => {
-                let (pvcs, pvc_writer) = reflector::store();
-                let (pvs, pv_writer) = reflector::store();
-                let (classes, class_writer) = reflector::store();
-                let (csinodes, csinode_writer) = reflector::store();
-                let (nodes, node_writer) = reflector::store();
-                (
-                    Stores {
-                        pvcs,
-                        pvs,
-                        classes,
-                        csinodes,
-                        nodes,
-                    },
-                    Ok((
-                        pvc_writer,
-                        pv_writer,
-                        class_writer,
-                        csinode_writer,
-                        node_writer,
-                    )),
-                )
-            }
+        // Everything this run starts stops with it, also when it returns early with an error.
+        let stop = shutdown.child_token();
+        let _stop_on_return = stop.clone().drop_guard();
+        // A provisioner run alone watches for itself: the same informers, with one subscriber.
+        let informers = match self.informers {
+            Some(shared) => shared,
+            None => Informers::spawn(&self.client, &tokio::runtime::Handle::current(), &stop),
         };
         let component = format!("{}_{}", self.driver.name, sidecar::default_identity());
         let identity = crate::pv::identity(&self.driver.name);
@@ -220,11 +194,11 @@ impl Controller {
             options: self.options,
             metrics: self.metrics,
             observer: self.observer,
-            pvcs: stores.pvcs,
-            pvs: stores.pvs,
-            classes: stores.classes,
-            csinodes: stores.csinodes,
-            nodes: stores.nodes,
+            pvcs: informers.pvcs.store(),
+            pvs: informers.pvs.store(),
+            classes: informers.classes.store(),
+            csinodes: informers.csinodes.store(),
+            nodes: informers.nodes.store(),
             identity,
             in_progress: Mutex::new(HashMap::new()),
             deleted: Remembered::default(),
@@ -243,72 +217,13 @@ impl Controller {
         };
         let c = ctx.clone();
         let on_class = move |class: &StorageClass| requeue_claims_of(&c, class);
-        let stop = shutdown.child_token();
-        let mut watches = JoinSet::new();
         // Held until this run ends: dropping them unsubscribes.
-        let mut _subscriptions = Vec::new();
-        let mut shared_informers: Option<Informers> = None;
-        match own {
-            Ok((pvc_writer, pv_writer, class_writer, csinode_writer, node_writer)) => {
-                let client = &ctx.client;
-                watches.spawn(watch::watch_loop(
-                    Api::<PersistentVolumeClaim>::all(client.clone()),
-                    pvc_writer,
-                    ctx.pvcs.clone(),
-                    stop.clone(),
-                    on_claim,
-                ));
-                watches.spawn(watch::watch_loop(
-                    Api::<PersistentVolume>::all(client.clone()),
-                    pv_writer,
-                    ctx.pvs.clone(),
-                    stop.clone(),
-                    on_volume,
-                ));
-                watches.spawn(watch::watch_loop(
-                    Api::<StorageClass>::all(client.clone()),
-                    class_writer,
-                    ctx.classes.clone(),
-                    stop.clone(),
-                    on_class,
-                ));
-                watches.spawn(watch::watch_loop(
-                    Api::<CSINode>::all(client.clone()),
-                    csinode_writer,
-                    ctx.csinodes.clone(),
-                    stop.clone(),
-                    |_: &CSINode| {},
-                ));
-                watches.spawn(watch::watch_loop(
-                    Api::<Node>::all(client.clone()),
-                    node_writer,
-                    ctx.nodes.clone(),
-                    stop.clone(),
-                    |_: &Node| {},
-                ));
-            }
-            Err(shared) => {
-                shared_informers = Some(shared.clone());
-                _subscriptions = vec![
-                    shared.pvcs.subscribe(on_claim),
-                    shared.pvs.subscribe(on_volume),
-                    shared.classes.subscribe(on_class),
-                ];
-            }
-        }
-        let ready = async {
-            if let Some(shared) = &shared_informers {
-                return shared.wait_until_ready().await;
-            }
-            let own = async {
-                ctx.pvcs.wait_until_ready().await?;
-                ctx.pvs.wait_until_ready().await?;
-                ctx.classes.wait_until_ready().await?;
-                ctx.csinodes.wait_until_ready().await?;
-                ctx.nodes.wait_until_ready().await
-            };
-            own.await.map_err(|e| e.to_string())
-        };
+        let _subscriptions = [
+            informers.pvcs.subscribe(on_claim),
+            informers.pvs.subscribe(on_volume),
+            informers.classes.subscribe(on_class),
+        ];
+        let ready = informers.wait_until_ready();
         tokio::select! {
             () = stop.cancelled() => {}
             r = ready => {
@@ -339,18 +254,8 @@ impl Controller {
         stop.cancelled().await;
         ctx.queue.shut_down();
         while workers.join_next().await.is_some() {}
-        watches.shutdown().await;
         Ok(())
     }
-}
-
-/// The five stores a run reads.
-struct Stores {
-    pvcs: Store<PersistentVolumeClaim>,
-    pvs: Store<PersistentVolume>,
-    classes: Store<StorageClass>,
-    csinodes: Store<CSINode>,
-    nodes: Store<Node>,
 }
 
 pub(crate) fn claim_key(pvc: &PersistentVolumeClaim) -> String {
