@@ -96,6 +96,9 @@ struct World<'a> {
     /// A sabotage was just done: check before the schedule's next operation can remove what
     /// it broke (a pod deleted right after its volume was unmounted under it).
     check_now: bool,
+    /// The claim (UID) whose file `Sabotage::Corrupt` overwrote, until the data check has read
+    /// it back. A claim deleted first takes the chance away: the sabotage is armed again.
+    corrupted: Option<String>,
 }
 
 pub(super) async fn run(
@@ -192,6 +195,7 @@ async fn drive(
         ec2_armed: 0,
         sabotage: flags.sabotage.clone(),
         check_now: false,
+        corrupted: None,
     };
     let end = start + flags.duration;
     let (mut next_check, mut next_history) = (start, start);
@@ -270,6 +274,20 @@ impl World<'_> {
         self.report.violations = std::mem::take(&mut self.checker.violations);
         self.report.elapsed = start.elapsed();
         self.report.sabotage_left = self.sabotage.clone();
+        if self.corrupted.is_some() {
+            // Done, but never read back: the data check had no chance to see it.
+            self.report.sabotage_left.push(Sabotage::Corrupt);
+        }
+    }
+
+    /// Arms `Sabotage::Corrupt` again when the claim it corrupted is gone unread.
+    fn rearm_corrupt_if_unread(&mut self, claims: &[PersistentVolumeClaim]) {
+        let Some(uid) = &self.corrupted else { return };
+        if !claims.iter().any(|c| c.metadata.uid.as_ref() == Some(uid)) {
+            eprintln!("chaos: the corrupted claim went before its file was read back; again");
+            self.corrupted = None;
+            self.sabotage.insert(0, Sabotage::Corrupt);
+        }
     }
 
     fn op(&mut self) {
@@ -610,6 +628,7 @@ impl World<'_> {
     /// Every Ready pod not looked at yet: the file its claim's last pod wrote must be there;
     /// then a new one is written.
     async fn data(&mut self, pods: &[Pod], claims: &[PersistentVolumeClaim]) {
+        self.rearm_corrupt_if_unread(claims);
         for pod in pods.iter().filter(|p| check::is_ready(p)) {
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
@@ -638,6 +657,9 @@ impl World<'_> {
             let file = path.join(FILE);
             if let Some(want) = self.expected.get(&claim_uid).cloned() {
                 self.checker.checks += 1;
+                if self.corrupted.as_ref() == Some(&claim_uid) {
+                    self.corrupted = None;
+                }
                 let got = std::fs::read(&file);
                 if got.as_ref().is_ok_and(|g| *g == want) {
                     self.report.files_verified += 1;
@@ -660,14 +682,19 @@ impl World<'_> {
                     continue;
                 }
             }
-            self.verified.insert(uid);
+            self.verified.insert(uid.clone());
             let content = self.content(&claim_uid);
             if write_synced(&file, &content).is_ok()
                 && self.still_ready_and_mounted(pod, &path).await
             {
-                self.expected.insert(claim_uid, content);
+                self.expected.insert(claim_uid.clone(), content);
                 self.report.files_written += 1;
                 self.sabotage(slot, &path, &file, claims);
+                if self.corrupted.as_ref() == Some(&claim_uid) {
+                    // Read it back through this pod on the next pass, not only when a later
+                    // pod of the claim is Ready: the schedule may delete the claim first.
+                    self.verified.remove(&uid);
+                }
             } else {
                 // Whether it reached the volume is unknown: nothing to expect.
                 self.expected.remove(&claim_uid);
@@ -692,7 +719,16 @@ impl World<'_> {
                 .arg(path)
                 .status()
                 .is_ok_and(|s| s.success()),
-            Sabotage::Corrupt => write_synced(file, b"not what was written").is_ok(),
+            Sabotage::Corrupt => {
+                let done = write_synced(file, b"not what was written").is_ok();
+                if done {
+                    self.corrupted = claims
+                        .iter()
+                        .find(|c| c.metadata.name.as_deref() == Some(claim_name(slot).as_str()))
+                        .and_then(|c| c.metadata.uid.clone());
+                }
+                done
+            }
             Sabotage::DeleteVolume => {
                 let Some(handle) = claims
                     .iter()
@@ -785,13 +821,17 @@ impl World<'_> {
                 let stuck = stuck(&pods, &claims);
                 if stuck.is_empty() {
                     self.check(&pods, &claims).await;
-                    if self.sabotage.is_empty() {
+                    if self.sabotage.is_empty() && self.corrupted.is_none() {
                         break;
                     }
                     // `--sabotage` left to do (a loaded machine gave it no chance in the
                     // schedule): every file is written again, each write a chance.
                     self.verified.clear();
-                    last = format!("sabotage {:?} not done yet", self.sabotage);
+                    last = format!(
+                        "sabotage {:?} not done yet (corrupted file read back: {})",
+                        self.sabotage,
+                        self.corrupted.is_none()
+                    );
                 } else {
                     last = stuck.join("; ");
                 }
