@@ -30,6 +30,73 @@ where
     by_name: Arc<NameNotifiers>,
     /// Scoped caches ([`ObjectCache::spawn_scoped`]) only: the objects asked for.
     interest: Option<Arc<Interest>>,
+    /// Told of each change of a watch-fed cache ([`ObjectCache::subscribe`]).
+    subscribers: Arc<Subscribers<K>>,
+}
+
+/// A change a subscriber ([`ObjectCache::subscribe`]) is told of, after the cache applied it.
+#[derive(Debug)]
+pub enum Change<'a, K> {
+    /// Added or modified: the new copy.
+    Applied(&'a K),
+    /// Deleted: its last copy.
+    Deleted(&'a K),
+    /// A re-list replaced the whole cache (after a watch error): anything may have changed.
+    Relisted,
+}
+
+// Not derived: that would ask K to be Clone/Copy, and only references are copied.
+impl<K> Clone for Change<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Change<'_, K> {}
+
+type Callback<K> = Box<dyn FnMut(Change<'_, K>) + Send>;
+
+/// The next id, and each subscriber with the id it was given.
+type SubscriberList<K> = (u64, Vec<(u64, Callback<K>)>);
+
+/// The subscribers of one cache.
+struct Subscribers<K>(Mutex<SubscriberList<K>>);
+
+impl<K> Default for Subscribers<K> {
+    fn default() -> Self {
+        Self(Mutex::new((0, Vec::new())))
+    }
+}
+
+impl<K> Subscribers<K> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SubscriberList<K>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn tell(&self, change: Change<'_, K>) {
+        let mut subs = self.lock();
+        for (_, callback) in &mut subs.1 {
+            callback(change);
+        }
+    }
+}
+
+/// Unsubscribes when dropped.
+#[must_use = "dropping the subscription unsubscribes"]
+pub struct Subscription(Option<Box<dyn FnOnce() + Send>>);
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.0.take() {
+            cancel();
+        }
+    }
+}
+
+impl Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Subscription")
+    }
 }
 
 /// Who waits for which object, by name: a waiter for one VolumeAttachment among thousands is
@@ -111,12 +178,18 @@ where
         let (store, writer) = reflector::store();
         let (tx, generation) = watch::channel(0u64);
         let by_name = Arc::new(NameNotifiers::default());
-        runtime.spawn(feed(api, config, writer, tx, by_name.clone(), stop));
+        let subscribers = Arc::new(Subscribers::default());
+        let told = Told {
+            by_name: by_name.clone(),
+            subscribers: subscribers.clone(),
+        };
+        runtime.spawn(feed(api, config, writer, tx, told, stop));
         Self {
             store,
             generation,
             by_name,
             interest: None,
+            subscribers,
         }
     }
 
@@ -155,6 +228,7 @@ where
             generation,
             by_name,
             interest: Some(interest),
+            subscribers: Arc::default(),
         }
     }
 
@@ -312,6 +386,24 @@ where
         n
     }
 
+    /// Calls `on_change` after each change the watch applies, from the watch's task, until the
+    /// returned guard is dropped: a controller learns *which* objects changed (client-go's
+    /// event handlers) and syncs only those. It runs while the cache is locked for the next
+    /// change, so it must only note what changed. Changes before the first full list are not
+    /// told (read the cache once it is ready). A scoped cache tells nobody.
+    pub fn subscribe(&self, on_change: impl FnMut(Change<'_, K>) + Send + 'static) -> Subscription {
+        let mut subs = self.subscribers.lock();
+        let id = subs.0;
+        subs.0 += 1;
+        subs.1.push((id, Box::new(on_change)));
+        let weak = Arc::downgrade(&self.subscribers);
+        Subscription(Some(Box::new(move || {
+            if let Some(subs) = weak.upgrade() {
+                subs.lock().1.retain(|(i, _)| *i != id);
+            }
+        })))
+    }
+
     /// A cache over a fixed set of objects that never changes: for unit tests of code that
     /// reads a cache.
     pub fn from_objects(objects: impl IntoIterator<Item = K>) -> Self {
@@ -327,8 +419,15 @@ where
             generation,
             by_name: Arc::default(),
             interest: None,
+            subscribers: Arc::default(),
         }
     }
+}
+
+/// Who a watch-fed cache tells of its changes.
+struct Told<K> {
+    by_name: Arc<NameNotifiers>,
+    subscribers: Arc<Subscribers<K>>,
 }
 
 async fn feed<K>(
@@ -336,7 +435,7 @@ async fn feed<K>(
     config: watcher::Config,
     mut writer: reflector::store::Writer<K>,
     generation: watch::Sender<u64>,
-    by_name: Arc<NameNotifiers>,
+    told: Told<K>,
     stop: CancellationToken,
 ) where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -369,14 +468,20 @@ async fn feed<K>(
             Event::Apply(_) | Event::Delete(_) => listed,
         };
         if announce {
+            // Subscribers first: a controller woken by the generation finds its changes noted.
+            match &event {
+                Event::Apply(obj) => told.subscribers.tell(Change::Applied(obj)),
+                Event::Delete(obj) => told.subscribers.tell(Change::Deleted(obj)),
+                _ => told.subscribers.tell(Change::Relisted),
+            }
             generation.send_modify(|g| *g += 1);
             match &event {
                 Event::Apply(obj) | Event::Delete(obj) => {
                     if let Some(name) = obj.meta().name.as_deref() {
-                        by_name.notify(name);
+                        told.by_name.notify(name);
                     }
                 }
-                _ => by_name.notify_all(),
+                _ => told.by_name.notify_all(),
             }
         }
     }

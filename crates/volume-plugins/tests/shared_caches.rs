@@ -101,3 +101,69 @@ async fn every_concurrent_waiter_for_the_first_list_is_woken() {
         .expect("every waiter woken by the first list, not by its timeout");
     stop.cancel();
 }
+
+/// A subscriber is told of each change after the cache has it, with the object (the deleted
+/// one's last copy), and stops being told once its subscription is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_is_told_which_object_changed_until_it_unsubscribes() {
+    use std::sync::{Arc, Mutex};
+    use volume_plugins::object_cache::Change;
+
+    let (server, api) = server_with_claims(&["a"]).await;
+    let stop = CancellationToken::new();
+    let cache: ObjectCache<PersistentVolumeClaim> = ObjectCache::spawn(
+        kube::Api::all(server.client()),
+        kube::runtime::watcher::Config::default(),
+        stop.clone(),
+    );
+    assert!(cache.wait_until_ready(Duration::from_secs(10)).await);
+    let told: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (t, c) = (told.clone(), cache.clone());
+    let subscription = cache.subscribe(move |change: Change<'_, PersistentVolumeClaim>| {
+        let line = match change {
+            Change::Applied(pvc) => {
+                let name = pvc.metadata.name.clone().unwrap_or_default();
+                // Told after the cache applied it.
+                assert!(
+                    c.get_namespaced("default", &name).is_some(),
+                    "{name} not in the cache yet"
+                );
+                format!("applied {name}")
+            }
+            Change::Deleted(pvc) => {
+                format!("deleted {}", pvc.metadata.name.clone().unwrap_or_default())
+            }
+            Change::Relisted => "relisted".to_string(),
+        };
+        t.lock().unwrap().push(line);
+    });
+    api.create(&PostParams::default(), &claim("b", "1Gi"))
+        .await
+        .unwrap();
+    api.delete("a", &Default::default()).await.unwrap();
+    until("b applied and a deleted told", || {
+        let t = told.lock().unwrap();
+        t.contains(&"applied b".to_string()) && t.contains(&"deleted a".to_string())
+    })
+    .await;
+    assert!(
+        !told.lock().unwrap().contains(&"applied a".to_string()),
+        "a was there before: not told"
+    );
+
+    drop(subscription);
+    let before = told.lock().unwrap().len();
+    api.create(&PostParams::default(), &claim("c", "1Gi"))
+        .await
+        .unwrap();
+    until("c in the cache", || {
+        cache.get_namespaced("default", "c").is_some()
+    })
+    .await;
+    assert_eq!(
+        told.lock().unwrap().len(),
+        before,
+        "nothing told after unsubscribing"
+    );
+    stop.cancel();
+}

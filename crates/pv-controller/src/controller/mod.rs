@@ -10,6 +10,7 @@
 //! repeats the write nor acts on a stale view.
 
 pub(crate) mod bind;
+mod changed;
 pub(crate) mod index;
 mod provision;
 mod reclaim;
@@ -261,6 +262,16 @@ impl Ctx {
         );
     }
 
+    /// The keys whose backoff has passed: an incremental pass tries them again.
+    fn due_retries(&self) -> Vec<String> {
+        let now = Instant::now();
+        self.failures()
+            .iter()
+            .filter(|(_, f)| f.retry_at <= now)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// The earliest time a backed-off key may be retried.
     fn next_retry(&self) -> Option<Instant> {
         self.failures().values().map(|f| f.retry_at).min()
@@ -338,6 +349,8 @@ impl Controller {
             .clone()
             .unwrap_or_else(|| SharedCaches::private(self.client.clone(), stop.clone()));
         let caches = Caches::spawn(&source);
+        // Before the first pass, which syncs everything: no change falls between the two.
+        let changed = changed::Changed::subscribe(&caches);
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             r = caches.wait_until_ready(self.options.cache_sync_timeout) => r?,
@@ -368,21 +381,38 @@ impl Controller {
             ctx.caches.classes.changed(),
             ctx.caches.pods.changed(),
         ];
+        // Everything at start, every sync period (kcm's resync) and after an operation ended
+        // (its outcome may concern any object); otherwise what changed and what is due a retry.
+        let mut next_full = Instant::now();
+        let mut operation_ended = false;
         loop {
             for rx in &mut changes {
                 rx.borrow_and_update();
             }
-            pass(&ctx).await;
-            let retry = ctx
+            let dirty = changed.take();
+            let due = ctx.due_retries();
+            // An operation's retry is started by the sync of its object, which its name does
+            // not say: those take a full pass, as every pass was before.
+            let operation_due = due
+                .iter()
+                .any(|k| !k.starts_with("pv/") && !k.starts_with("pvc/"));
+            if dirty.everything || operation_ended || operation_due || Instant::now() >= next_full {
+                next_full = Instant::now() + ctx.options.sync_period;
+                pass(&ctx, None).await;
+            } else if !dirty.is_empty() || !due.is_empty() {
+                pass(&ctx, Some(dirty)).await;
+            }
+            operation_ended = false;
+            let now = Instant::now();
+            let wait = ctx
                 .next_retry()
-                .map(|at| at.saturating_duration_since(Instant::now()))
-                .unwrap_or(ctx.options.sync_period)
-                .min(ctx.options.sync_period);
+                .map_or(next_full, |at| at.min(next_full))
+                .saturating_duration_since(now);
             let [a, b, c, d] = &mut changes;
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                () = tokio::time::sleep(retry.max(Duration::from_millis(10))) => {}
-                () = ctx.wake.notified() => {}
+                () = tokio::time::sleep(wait.max(Duration::from_millis(10))) => {}
+                () = ctx.wake.notified() => operation_ended = true,
                 _ = a.changed() => {}
                 _ = b.changed() => {}
                 _ = c.changed() => {}
@@ -410,12 +440,26 @@ pub(crate) struct PassView {
     pub unscheduled: HashMap<(String, String), Vec<String>>,
 }
 
-/// One pass: protection and sync of every volume, then of every claim; then the gauges.
-async fn pass(ctx: &Arc<Ctx>) {
+/// One pass: protection and sync of the volumes, then of the claims (`None`: every one; else
+/// those `changed` names or concerns, and those due a retry); then the gauges.
+async fn pass(ctx: &Arc<Ctx>, changed: Option<changed::Dirty>) {
     let pods = ctx.caches.pods.list();
     let in_use = protection::pvc::claims_in_use(&pods);
     let mut counts = Counts::default();
-    stream::iter(ctx.volumes())
+    let all_volumes = ctx.volumes();
+    let scope = changed.map(|d| Scope::of(ctx, d, &all_volumes));
+    let volumes: Vec<_> = match &scope {
+        None => all_volumes,
+        Some(scope) => all_volumes
+            .into_iter()
+            .filter(|v| {
+                scope
+                    .volumes
+                    .contains(v.metadata.name.as_deref().unwrap_or_default())
+            })
+            .collect(),
+    };
+    stream::iter(volumes)
         .for_each_concurrent(SYNCS_IN_FLIGHT, |volume| async move {
             let name = volume.metadata.name.clone().unwrap_or_default();
             let key = format!("pv/{name}");
@@ -441,7 +485,11 @@ async fn pass(ctx: &Arc<Ctx>) {
     };
     drop(pods);
     let (view, in_use) = (&view, &in_use);
-    stream::iter(ctx.caches.claims.list())
+    let mut claims = ctx.caches.claims.list();
+    if let Some(scope) = &scope {
+        claims.retain(|c| scope.has_claim(c));
+    }
+    stream::iter(claims)
         .for_each_concurrent(SYNCS_IN_FLIGHT, |claim| async move {
             let namespace = claim.metadata.namespace.clone().unwrap_or_default();
             let name = claim.metadata.name.clone().unwrap_or_default();
@@ -493,6 +541,68 @@ async fn pass(ctx: &Arc<Ctx>) {
         let (namespace, name) = key.split_once('/').unwrap_or_default();
         ctx.caches.claims.get_namespaced(namespace, name).is_some()
     });
+}
+
+/// The objects an incremental pass syncs.
+struct Scope {
+    volumes: HashSet<String>,
+    claims: HashSet<(String, String)>,
+    /// Every claim not bound yet, too.
+    pending_claims: bool,
+}
+
+impl Scope {
+    /// What `dirty` names or concerns, and the keys whose retry is due.
+    fn of(ctx: &Ctx, dirty: changed::Dirty, volumes: &[Arc<PersistentVolume>]) -> Self {
+        let mut scope = Scope {
+            volumes: dirty.volumes,
+            claims: dirty.claims,
+            pending_claims: dirty.unbound_volume,
+        };
+        for key in ctx.due_retries() {
+            if let Some(name) = key.strip_prefix("pv/") {
+                scope.volumes.insert(name.to_string());
+            } else if let Some((namespace, name)) =
+                key.strip_prefix("pvc/").and_then(|k| k.split_once('/'))
+            {
+                scope
+                    .claims
+                    .insert((namespace.to_string(), name.to_string()));
+            }
+        }
+        // A claim's change concerns the volumes that name it (one pre-bound by a provisioner
+        // is released when the claim goes before binding).
+        for v in volumes {
+            if let Some(r) = v.spec.as_ref().and_then(|s| s.claim_ref.as_ref()) {
+                let key = (
+                    r.namespace.clone().unwrap_or_default(),
+                    r.name.clone().unwrap_or_default(),
+                );
+                if scope.claims.contains(&key) {
+                    scope
+                        .volumes
+                        .insert(v.metadata.name.clone().unwrap_or_default());
+                }
+            }
+        }
+        scope
+    }
+
+    fn has_claim(&self, claim: &PersistentVolumeClaim) -> bool {
+        let key = (
+            claim.metadata.namespace.clone().unwrap_or_default(),
+            claim.metadata.name.clone().unwrap_or_default(),
+        );
+        if self.claims.contains(&key) {
+            return true;
+        }
+        self.pending_claims
+            && claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.as_deref())
+                .is_none_or(str::is_empty)
+    }
 }
 
 fn report(ctx: &Ctx, key: &str, result: Result<(), Error>) {

@@ -25,7 +25,7 @@ fn pod_holds_claims(pod: &Pod) -> bool {
 
 /// The claims a pod names: its `persistentVolumeClaim` volumes and the claims
 /// `<pod>-<volume>` of its generic ephemeral volumes.
-fn claims_of(pod: &Pod) -> impl Iterator<Item = (String, String)> + '_ {
+pub(crate) fn claims_of(pod: &Pod) -> impl Iterator<Item = (String, String)> + '_ {
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     let pod_name = pod.metadata.name.clone().unwrap_or_default();
     pod.spec
