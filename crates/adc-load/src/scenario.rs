@@ -200,7 +200,7 @@ pub(crate) async fn run_one(
     ];
     adc_args.extend(config.adc_args.iter().cloned());
     let agents = Agents::new(USER_AGENT, attacher_bin);
-    let mark_start = api.audit().len();
+    let mark_start = api.audit_len();
     let started = Instant::now();
     let adc = spawn(ADC, &config.adc_bin, &adc_args, &log("adc"))?;
     let mut attacher_args = Vec::new();
@@ -266,7 +266,7 @@ pub(crate) async fn run_one(
     }
     let done = tracker.now();
     tracing::info!(%scenario, seconds = ?since(t0, done.all_at), "all listed");
-    let mark_done = api.audit().len();
+    let mark_done = api.audit_len();
 
     // 4. settle
     let settle_started = Instant::now();

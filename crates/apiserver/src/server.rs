@@ -291,6 +291,11 @@ impl RunningApiServer {
         self.app.audit.snapshot()
     }
 
+    /// How many requests the audit record holds (`audit().len()` without copying it).
+    pub fn audit_len(&self) -> usize {
+        self.app.audit.len()
+    }
+
     /// Forgets the records so far (e.g. after a test's setup, before the part it measures).
     pub fn audit_clear(&self) {
         self.app.audit.clear();

@@ -229,7 +229,7 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
         "--v=2".to_owned(),
     ];
     args.extend(config.attacher_args.iter().cloned());
-    let mut marks = vec![api.audit().len()];
+    let mut marks = vec![api.audit_len()];
 
     let mut attacher = AttacherProcess::spawn(&config.attacher_bin, &args, &log)?;
     let started = Instant::now();
@@ -249,7 +249,7 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
     )
     .await?;
     let attach_seconds = started.elapsed().as_secs_f64();
-    marks.push(api.audit().len());
+    marks.push(api.audit_len());
     tracing::info!(seconds = attach_seconds, "all attached");
 
     let started = Instant::now();
@@ -262,7 +262,7 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
     )
     .await?;
     let detach_seconds = started.elapsed().as_secs_f64();
-    marks.push(api.audit().len());
+    marks.push(api.audit_len());
     tracing::info!(seconds = detach_seconds, "all detached");
 
     let started = Instant::now();

@@ -453,6 +453,11 @@ impl Env {
         self.server.as_ref().map(|s| s.audit()).unwrap_or_default()
     }
 
+    /// How many requests the audit trail holds.
+    pub(crate) fn audit_len(&self) -> usize {
+        self.server.as_ref().map_or(0, |s| s.audit_len())
+    }
+
     fn server(&self) -> Result<&apiserver::RunningApiServer, Error> {
         self.server
             .as_ref()

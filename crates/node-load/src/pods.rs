@@ -182,7 +182,7 @@ pub(crate) async fn measure(
     for node in &env.nodes {
         idle_rss.push(node.agent_memory()?.rss);
     }
-    let audit_start = env.audit().len();
+    let audit_start = env.audit_len();
     let cpu_start = env.cpu_split();
 
     // The timed phase: every pod at once (parallelism in flight), round robin over the nodes;
@@ -237,7 +237,7 @@ pub(crate) async fn measure(
         |c| format!("{} of {n} pods Ready", c.ready),
     )
     .await?;
-    let audit_ready = env.audit().len();
+    let audit_ready = env.audit_len();
     let cpu_ready = env.cpu_split().since(cpu_start);
 
     // Memory once every volume is mounted.

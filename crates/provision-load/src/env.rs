@@ -335,7 +335,7 @@ impl Env {
     }
 
     pub(crate) fn audit_len(&self) -> usize {
-        self.server.as_ref().map_or(0, |s| s.audit().len())
+        self.server.as_ref().map_or(0, |s| s.audit_len())
     }
 
     /// Stops the provisioner, then the driver (SIGTERM), the PV controller, ec2-sim and the

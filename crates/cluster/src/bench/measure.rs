@@ -131,6 +131,56 @@ pub(crate) fn writes(records: &[AuditRecord], n: usize) -> Writes {
     w
 }
 
+/// The stack's API reads in a window: gets, lists and watches started, the bench's own left
+/// out. Each costs the API server a lookup and an encode, and a real kube-apiserver its
+/// priority-and-fairness seats; watches should be a few per component, gets near 0 per pod
+/// once the caches are warm.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Reads {
+    /// Gets and lists, / N.
+    pub per_pod: f64,
+    pub total: usize,
+    /// Watches started (resumed ones included).
+    pub watches: usize,
+    /// Gets, lists and watches by component and request ("node-agent get persistentvolumes").
+    pub by_request: BTreeMap<String, usize>,
+}
+
+/// Tallies the reads of `records`, leaving out the bench's own.
+pub(crate) fn reads(records: &[AuditRecord], n: usize) -> Reads {
+    let mut r = Reads::default();
+    for rec in records
+        .iter()
+        .filter(|r| matches!(r.verb.as_str(), "get" | "list" | "watch"))
+    {
+        if rec.user_agent.starts_with(BENCH_USER_AGENT) {
+            continue;
+        }
+        if rec.verb == "watch" {
+            r.watches += 1;
+        } else {
+            r.total += 1;
+        }
+        let what = match &rec.subresource {
+            Some(sub) => format!(
+                "{} {} {}/{sub}",
+                component(&rec.user_agent),
+                rec.verb,
+                rec.resource
+            ),
+            None => format!(
+                "{} {} {}",
+                component(&rec.user_agent),
+                rec.verb,
+                rec.resource
+            ),
+        };
+        *r.by_request.entry(what).or_default() += 1;
+    }
+    r.per_pod = r.total as f64 / n.max(1) as f64;
+    r
+}
+
 /// This process's memory now, in MiB: (VmRSS, VmHWM).
 pub(crate) fn memory() -> (f64, f64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

@@ -453,6 +453,7 @@ async fn measure_on(
     // One copy of the window's audit record for every number drawn from it.
     let audit = cluster.audit();
     report.writes = measure::writes(&audit, plan.pods);
+    report.reads = measure::reads(&audit, plan.pods);
     report.server = timeline::server_time(&audit);
     if let Some(pods) = report.pods.as_mut() {
         pods.stages = timeline::stages(&audit, &trails);

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
 
-use super::measure::{Latency, Writes};
+use super::measure::{Latency, Reads, Writes};
 use super::timeline::{ServerTime, Stage};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -41,6 +41,10 @@ pub(crate) struct ScenarioReport {
     pub provisioning: Option<ProvisionNumbers>,
     /// From the first create until all Ready (all Bound for provisioning), / N.
     pub writes: Writes,
+    /// The same window's gets, lists and watches (absent in reports from before they were
+    /// counted).
+    #[serde(default)]
+    pub reads: Reads,
     /// apiserver-lite's time on those writes.
     pub server: ServerTime,
     pub memory: Memory,
