@@ -39,7 +39,7 @@ impl Env {
         .expect("api server");
         let kube = server.client();
         let config = statefulset::Config {
-            resync_period: Duration::from_secs(1),
+            resync_period: Duration::from_secs(600),
             cache_sync_timeout: Duration::from_secs(30),
             ..statefulset::Config::default()
         };

@@ -83,7 +83,7 @@ impl<K> Subscribers<K> {
 
 /// Unsubscribes when dropped.
 #[must_use = "dropping the subscription unsubscribes"]
-pub struct Subscription(Option<Box<dyn FnOnce() + Send>>);
+pub struct Subscription(Option<Box<dyn FnOnce() + Send + Sync>>);
 
 impl Drop for Subscription {
     fn drop(&mut self) {
