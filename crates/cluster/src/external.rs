@@ -244,6 +244,7 @@ pub(crate) async fn start(
     data_dir: &Path,
     kubeconfigs: &Kubeconfigs<'_>,
     specs: &[NodeSpec],
+    informers: &crate::informers::Informers,
 ) -> Result<(), Error> {
     let sockets = data_dir.join("sockets");
     std::fs::create_dir_all(&sockets).map_err(|e| Error::io("creating", &sockets, e))?;
@@ -301,6 +302,18 @@ pub(crate) async fn start(
             )
             .await?;
         }
+        // The driver's per-node provisioners read one set of watches, as the hostpath ones do.
+        let node_provisioners = if config.driver_node_deployment {
+            let client = kubeconfigs
+                .client(
+                    &Identity::provisioner(&driver.name),
+                    &control_plane::provisioner_informers_agent(&driver.name),
+                )
+                .await?;
+            Some(informers.provisioners(&client))
+        } else {
+            None
+        };
         for node in specs {
             let root = node.root_dir(data_dir);
             let socket = nodes::driver_socket(&root, &driver.name)?;
@@ -312,7 +325,7 @@ pub(crate) async fn start(
                 &socket,
                 &root.join("plugins_registry"),
             );
-            if config.driver_node_deployment {
+            if let Some(shared) = &node_provisioners {
                 let endpoint = format!("unix://{}", socket.display());
                 spawn_provisioner(
                     sup,
@@ -320,7 +333,7 @@ pub(crate) async fn start(
                     &driver.name,
                     &endpoint,
                     Some(&node.name),
-                    None,
+                    Some(shared),
                 )
                 .await?;
             }

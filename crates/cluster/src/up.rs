@@ -170,7 +170,16 @@ impl RunningCluster {
                 nodes::start_node(env, &spec, i).await?;
                 specs.push(spec);
             }
-            external::start(&sup, &drivers, &config, &data_dir, &kubeconfigs, &specs).await?;
+            external::start(
+                &sup,
+                &drivers,
+                &config,
+                &data_dir,
+                &kubeconfigs,
+                &specs,
+                &informers,
+            )
+            .await?;
             let workload_controllers = workloads::start(&sup, &kubeconfigs, &shared).await?;
             Ok::<_, Error>((specs, workload_controllers))
         }
