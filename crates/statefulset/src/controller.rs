@@ -62,6 +62,18 @@ fn concerns_a_set(sets: &ObjectCache<StatefulSet>, meta: &kube::api::ObjectMeta)
             .any(|o| o.kind == "StatefulSet")
 }
 
+/// A subscriber that sets `concerned` when a changed pod or claim concerns a StatefulSet.
+fn mark_if_concerned<K: kube::Resource>(
+    concerned: &Arc<AtomicBool>,
+    sets: &ObjectCache<StatefulSet>,
+) -> impl FnMut(Change<'_, K>) + Send + 'static {
+    let (concerned, sets) = (concerned.clone(), sets.clone());
+    move |change| match change {
+        Change::Applied(obj) | Change::Deleted(obj) if !concerns_a_set(&sets, obj.meta()) => {}
+        _ => concerned.store(true, Ordering::Release),
+    }
+}
+
 fn key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
@@ -107,22 +119,12 @@ impl Controller {
         let on_set = caches.sets.subscribe(move |_: Change<'_, StatefulSet>| {
             c.store(true, Ordering::Release);
         });
-        let (c, sets) = (concerned.clone(), caches.sets.clone());
         let on_pod = caches
             .pods
-            .subscribe(move |change: Change<'_, Pod>| match change {
-                Change::Applied(p) | Change::Deleted(p) if !concerns_a_set(&sets, &p.metadata) => {}
-                _ => c.store(true, Ordering::Release),
-            });
-        let (c, sets) = (concerned.clone(), caches.sets.clone());
-        let on_claim =
-            caches.claims.subscribe(
-                move |change: Change<'_, PersistentVolumeClaim>| match change {
-                    Change::Applied(p) | Change::Deleted(p)
-                        if !concerns_a_set(&sets, &p.metadata) => {}
-                    _ => c.store(true, Ordering::Release),
-                },
-            );
+            .subscribe(mark_if_concerned(&concerned, &caches.sets));
+        let on_claim = caches
+            .claims
+            .subscribe(mark_if_concerned(&concerned, &caches.sets));
         Ok(Some(Self {
             events: EventRecorder::new(client.clone(), COMPONENT),
             client,

@@ -88,6 +88,14 @@ pub(crate) fn component(user_agent: &str) -> String {
     .to_string()
 }
 
+/// A request as the tables name it: "attacher patch volumeattachments/status".
+fn request_name(who: &str, r: &AuditRecord) -> String {
+    match &r.subresource {
+        Some(sub) => format!("{who} {} {}/{sub}", r.verb, r.resource),
+        None => format!("{who} {} {}", r.verb, r.resource),
+    }
+}
+
 /// Tallies the writes of `records` (the window's audit record), leaving out the bench's own.
 pub(crate) fn writes(records: &[AuditRecord], n: usize) -> Writes {
     let mut w = Writes::default();
@@ -102,10 +110,7 @@ pub(crate) fn writes(records: &[AuditRecord], n: usize) -> Writes {
         }
         w.total += 1;
         let who = component(&r.user_agent);
-        let what = match &r.subresource {
-            Some(sub) => format!("{who} {} {}/{sub}", r.verb, r.resource),
-            None => format!("{who} {} {}", r.verb, r.resource),
-        };
+        let what = request_name(&who, r);
         if r.code >= 400 {
             w.failed += 1;
             *w.failed_by_request
@@ -161,21 +166,9 @@ pub(crate) fn reads(records: &[AuditRecord], n: usize) -> Reads {
         } else {
             r.total += 1;
         }
-        let what = match &rec.subresource {
-            Some(sub) => format!(
-                "{} {} {}/{sub}",
-                component(&rec.user_agent),
-                rec.verb,
-                rec.resource
-            ),
-            None => format!(
-                "{} {} {}",
-                component(&rec.user_agent),
-                rec.verb,
-                rec.resource
-            ),
-        };
-        *r.by_request.entry(what).or_default() += 1;
+        *r.by_request
+            .entry(request_name(&component(&rec.user_agent), rec))
+            .or_default() += 1;
     }
     r.per_pod = r.total as f64 / n.max(1) as f64;
     r

@@ -53,39 +53,28 @@ fn lock(dirty: &Mutex<Dirty>) -> MutexGuard<'_, Dirty> {
     dirty.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A subscriber that notes an applied or deleted object with `note`, and a re-list as
+/// everything.
+fn noting<K: 'static>(
+    dirty: &Arc<Mutex<Dirty>>,
+    note: fn(&mut Dirty, &K),
+) -> impl FnMut(Change<'_, K>) + Send + 'static {
+    let dirty = dirty.clone();
+    move |change| {
+        let mut d = lock(&dirty);
+        match change {
+            Change::Applied(obj) | Change::Deleted(obj) => note(&mut d, obj),
+            Change::Relisted => d.everything = true,
+        }
+    }
+}
+
 impl Changed {
     pub(crate) fn subscribe(caches: &Caches) -> Self {
         let dirty = Arc::new(Mutex::new(Dirty::default()));
-        let d = dirty.clone();
-        let volumes = caches
-            .volumes
-            .subscribe(move |change: Change<'_, PersistentVolume>| {
-                let mut d = lock(&d);
-                match change {
-                    Change::Applied(pv) | Change::Deleted(pv) => note_volume(&mut d, pv),
-                    Change::Relisted => d.everything = true,
-                }
-            });
-        let d = dirty.clone();
-        let claims = caches
-            .claims
-            .subscribe(move |change: Change<'_, PersistentVolumeClaim>| {
-                let mut d = lock(&d);
-                match change {
-                    Change::Applied(pvc) | Change::Deleted(pvc) => note_claim(&mut d, pvc),
-                    Change::Relisted => d.everything = true,
-                }
-            });
-        let d = dirty.clone();
-        let pods = caches.pods.subscribe(move |change: Change<'_, Pod>| {
-            let mut d = lock(&d);
-            match change {
-                Change::Applied(pod) | Change::Deleted(pod) => {
-                    d.claims.extend(protection::pvc::claims_of(pod));
-                }
-                Change::Relisted => d.everything = true,
-            }
-        });
+        let volumes = caches.volumes.subscribe(noting(&dirty, note_volume));
+        let claims = caches.claims.subscribe(noting(&dirty, note_claim));
+        let pods = caches.pods.subscribe(noting(&dirty, note_pod));
         let d = dirty.clone();
         let classes = caches
             .classes
@@ -115,6 +104,10 @@ fn note_volume(d: &mut Dirty, pv: &PersistentVolume) {
         }
         None => d.unbound_volume = true,
     }
+}
+
+fn note_pod(d: &mut Dirty, pod: &Pod) {
+    d.claims.extend(protection::pvc::claims_of(pod));
 }
 
 fn note_claim(d: &mut Dirty, pvc: &PersistentVolumeClaim) {

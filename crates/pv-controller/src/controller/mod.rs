@@ -400,7 +400,7 @@ impl Controller {
                 next_full = Instant::now() + ctx.options.sync_period;
                 pass(&ctx, None).await;
             } else if !dirty.is_empty() || !due.is_empty() {
-                pass(&ctx, Some(dirty)).await;
+                pass(&ctx, Some((dirty, due))).await;
             }
             operation_ended = false;
             let now = Instant::now();
@@ -441,13 +441,13 @@ pub(crate) struct PassView {
 }
 
 /// One pass: protection and sync of the volumes, then of the claims (`None`: every one; else
-/// those `changed` names or concerns, and those due a retry); then the gauges.
-async fn pass(ctx: &Arc<Ctx>, changed: Option<changed::Dirty>) {
+/// those `changed` names or concerns, and the keys due a retry with it); then the gauges.
+async fn pass(ctx: &Arc<Ctx>, changed: Option<(changed::Dirty, Vec<String>)>) {
     let pods = ctx.caches.pods.list();
     let in_use = protection::pvc::claims_in_use(&pods);
     let mut counts = Counts::default();
     let all_volumes = ctx.volumes();
-    let scope = changed.map(|d| Scope::of(ctx, d, &all_volumes));
+    let scope = changed.map(|(dirty, due)| Scope::of(dirty, due, &all_volumes));
     let volumes: Vec<_> = match &scope {
         None => all_volumes,
         Some(scope) => all_volumes
@@ -552,14 +552,14 @@ struct Scope {
 }
 
 impl Scope {
-    /// What `dirty` names or concerns, and the keys whose retry is due.
-    fn of(ctx: &Ctx, dirty: changed::Dirty, volumes: &[Arc<PersistentVolume>]) -> Self {
+    /// What `dirty` names or concerns, and the keys whose retry is `due`.
+    fn of(dirty: changed::Dirty, due: Vec<String>, volumes: &[Arc<PersistentVolume>]) -> Self {
         let mut scope = Scope {
             volumes: dirty.volumes,
             claims: dirty.claims,
             pending_claims: dirty.unbound_volume,
         };
-        for key in ctx.due_retries() {
+        for key in due {
             if let Some(name) = key.strip_prefix("pv/") {
                 scope.volumes.insert(name.to_string());
             } else if let Some((namespace, name)) =
