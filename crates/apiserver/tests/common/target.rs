@@ -123,10 +123,22 @@ impl Target {
             },
             ..Default::default()
         };
-        match sas.create(&PostParams::default(), &sa).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(e) => panic!("creating {namespace}/default ServiceAccount: {e}"),
+        // The real kube-apiserver's bootstrap controller creates `default` (and
+        // the other system namespaces) a moment after the server starts serving,
+        // so a 404 for the namespace right after start-up is retried until it
+        // shows up.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            match sas.create(&PostParams::default(), &sa).await {
+                Ok(_) => return,
+                Err(kube::Error::Api(s)) if s.code == 409 => return,
+                Err(kube::Error::Api(s))
+                    if s.code == 404 && std::time::Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                Err(e) => panic!("creating {namespace}/default ServiceAccount: {e}"),
+            }
         }
     }
 }
