@@ -9,10 +9,10 @@ use axum::response::{IntoResponse, Response};
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
 
-use crate::handlers::Req;
+use crate::app::App;
 use crate::http_util::json_response;
+use crate::request::Req;
 use crate::resources::{self, RESOURCES};
-use crate::server::App;
 use crate::status::{ApiError, ApiResult};
 
 /// The Kubernetes version this server claims (the API it mirrors is 1.34's).
@@ -82,7 +82,7 @@ fn resource_list(group: &str, version: &str) -> Option<Value> {
                 "verbs": ["get", "patch", "update"],
             }));
         }
-        if crate::handlers::has_scale(r) {
+        if crate::resources::has_scale(r) {
             out.push(json!({
                 "name": format!("{}/scale", r.plural),
                 "singularName": "",

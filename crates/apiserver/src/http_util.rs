@@ -5,7 +5,7 @@ use axum::response::Response;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::Value;
 
-pub(crate) fn json_response(code: StatusCode, body: &Value) -> Response {
+pub(crate) fn json_response<T: serde::Serialize + ?Sized>(code: StatusCode, body: &T) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut resp = Response::new(Body::from(bytes));
     *resp.status_mut() = code;

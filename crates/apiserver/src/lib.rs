@@ -9,13 +9,16 @@
 //! recorded for [`RunningApiServer::audit`] (who called what, as the real audit log names it).
 //! `docs/apiserver.md` lists exactly what is served and how it differs from kube-apiserver.
 
+mod app;
 mod audit;
 mod auth;
+mod config;
 mod discovery;
 mod handlers;
 mod http_util;
 mod metrics;
 mod protobuf;
+mod request;
 mod resources;
 mod selectors;
 mod server;
@@ -30,7 +33,8 @@ use std::path::PathBuf;
 
 pub use audit::{AuditRecord, Sym};
 pub use auth::{ADMIN_USER, UserInfo};
-pub use server::{ApiServer, Config, RunningApiServer};
+pub use config::Config;
+pub use server::{ApiServer, RunningApiServer};
 
 /// Installs rustls' `ring` provider as the process-wide default, once; later calls do nothing.
 ///

@@ -349,6 +349,11 @@ pub(crate) fn groups() -> Vec<&'static str> {
     out
 }
 
+/// Whether `def` has a scale subresource here.
+pub(crate) fn has_scale(def: &ResourceDef) -> bool {
+    def.group == "apps" && matches!(def.plural, "deployments" | "statefulsets")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -191,6 +191,26 @@ impl FieldSelector {
             .map(|(_, _, v)| v.as_str())
     }
 
+    /// Decided by the name and namespace alone: `Some(false)` when a requirement on them fails,
+    /// `Some(true)` when they are all it asks about, `None` when the object must be looked at.
+    fn by_key(&self, namespace: &str, name: &str) -> Option<bool> {
+        let mut rest = false;
+        for (k, eq, v) in &self.0 {
+            let actual = match k.as_str() {
+                "metadata.name" => name,
+                "metadata.namespace" => namespace,
+                _ => {
+                    rest = true;
+                    continue;
+                }
+            };
+            if (actual == v) != *eq {
+                return Some(false);
+            }
+        }
+        (!rest).then_some(true)
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(k, eq, v)| {
             // `source` on core events means `source.component`, as the real server maps it.
@@ -212,6 +232,21 @@ pub(crate) struct Selectors {
 }
 
 impl Selectors {
+    /// True when nothing is selected against: every object matches.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
+    /// [`FieldSelector::by_key`] for both selectors: `None` when the object must be parsed
+    /// to decide (a label or a field past its name and namespace).
+    pub fn by_key(&self, namespace: &str, name: &str) -> Option<bool> {
+        match self.fields.by_key(namespace, name) {
+            Some(false) => Some(false),
+            Some(true) if self.labels.is_empty() => Some(true),
+            _ => None,
+        }
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         (self.labels.is_empty() || self.labels.matches(obj))
             && (self.fields.is_empty() || self.fields.matches(obj))
@@ -274,5 +309,45 @@ mod tests {
         assert!(err.contains("field label not supported: spec.foo"), "{err}");
         let pvs = resources::get(resources::find("", "v1", "persistentvolumes").unwrap());
         assert!(FieldSelector::parse("spec.nodeName=x", pvs).is_err());
+    }
+
+    #[test]
+    fn a_selector_on_name_and_namespace_only_is_decided_without_the_object() {
+        let pods = resources::get(resources::find("", "v1", "pods").unwrap());
+        let sel = |fields: &str, labels: &str| Selectors {
+            labels: LabelSelector::parse(labels).unwrap(),
+            fields: FieldSelector::parse(fields, pods).unwrap(),
+        };
+        assert_eq!(sel("", "").by_key("ns", "a"), Some(true));
+        assert_eq!(sel("metadata.name=a", "").by_key("ns", "a"), Some(true));
+        assert_eq!(sel("metadata.name=a", "").by_key("ns", "b"), Some(false));
+        assert_eq!(sel("metadata.name!=a", "").by_key("ns", "a"), Some(false));
+        assert_eq!(
+            sel("metadata.namespace=ns,metadata.name=a", "").by_key("ns", "a"),
+            Some(true)
+        );
+        assert_eq!(
+            sel("metadata.namespace=other", "").by_key("ns", "a"),
+            Some(false)
+        );
+        // Anything past the key needs the object, unless the key already rules it out.
+        assert_eq!(sel("spec.nodeName=n1", "").by_key("ns", "a"), None);
+        assert_eq!(sel("metadata.name=a", "app=web").by_key("ns", "a"), None);
+        assert_eq!(
+            sel("metadata.name=b", "app=web").by_key("ns", "a"),
+            Some(false)
+        );
+        // Where it decides, it decides as the full match does.
+        let o = obj(json!({"app": "web"}));
+        for (f, l) in [
+            ("metadata.name=a", ""),
+            ("metadata.name=b", ""),
+            ("metadata.name=b", "app=web"),
+        ] {
+            let s = sel(f, l);
+            if let Some(d) = s.by_key("ns", "a") {
+                assert_eq!(d, s.matches(&o), "{f} {l}");
+            }
+        }
     }
 }

@@ -1,12 +1,10 @@
 //! Server-side printing: `meta.k8s.io/v1` Tables for `kubectl get`, with the columns the real
 //! server prints for each type.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
-use crate::handlers::Req;
 use crate::http_util::path_str;
+use crate::request::Req;
 use crate::resources::ResourceDef;
 
 mod workloads;
@@ -350,7 +348,7 @@ fn columns(def: &ResourceDef) -> Vec<Column> {
 /// rows only, as the real server sends them.
 pub(crate) fn build(
     def: &ResourceDef,
-    objs: &[Arc<Value>],
+    objs: &[Value],
     list_meta: Value,
     req: &Req,
     with_columns: bool,
@@ -382,7 +380,7 @@ pub(crate) fn build(
             let cells: Vec<Value> = cols.iter().map(|c| (c.cell)(o)).collect();
             let object = match include {
                 "None" => Value::Null,
-                "Object" => (**o).clone(),
+                "Object" => o.clone(),
                 _ => json!({
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",
@@ -420,11 +418,11 @@ mod tests {
     fn volume_attachment_table() {
         let def =
             resources::get(resources::find("storage.k8s.io", "v1", "volumeattachments").unwrap());
-        let va = Arc::new(json!({
+        let va = json!({
             "metadata": {"name": "va1", "creationTimestamp": "2020-01-01T00:00:00Z"},
             "spec": {"attacher": "ebs.csi.aws.com", "nodeName": "n1", "source": {"persistentVolumeName": "pv1"}},
             "status": {"attached": true}
-        }));
+        });
         let req = Req {
             method: http::Method::GET,
             query: Default::default(),

@@ -10,27 +10,28 @@ use axum::response::Response;
 use bytes::Bytes;
 use http::{HeaderValue, header};
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::handlers::{Req, Target, parse_rv, selectors};
+use crate::app::App;
+use crate::request::{Req, Target, parse_rv, selectors};
 use crate::resources::ResourceDef;
-use crate::server::App;
 use crate::status::{ApiError, ApiResult, FieldError};
-use crate::store::{Event, EventType, WatchFilter, WatchStart};
+use crate::store::{Event, EventType, Stored, WatchFilter, WatchStart};
 use crate::table;
 
 /// Without `timeoutSeconds` a watch ends after the real server's default minimum request timeout.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 
 #[derive(Serialize)]
-struct Line<'a> {
+struct Line<'a, T: ?Sized> {
     #[serde(rename = "type")]
     kind: &'a str,
-    object: &'a Value,
+    object: &'a T,
 }
 
-fn encode(kind: &str, object: &Value) -> Bytes {
+/// One line; a stored object goes in as its text ([`crate::store::Stored`] serializes verbatim).
+fn encode<T: Serialize + ?Sized>(kind: &str, object: &T) -> Bytes {
     let mut v = serde_json::to_vec(&Line { kind, object }).unwrap_or_default();
     v.push(b'\n');
     Bytes::from(v)
@@ -47,21 +48,21 @@ struct Encoder {
 }
 
 impl Encoder {
-    fn object(&mut self, obj: &Value) -> Value {
+    fn line(&mut self, kind: EventType, obj: &Stored) -> Bytes {
         match &self.table {
             Some(req) => {
-                let rv = crate::handlers::rv_of(obj).to_string();
+                let rv = obj.rv().to_string();
                 let t = table::build(
                     self.def,
-                    &[Arc::new(obj.clone())],
+                    &[obj.value()],
                     json!({"resourceVersion": rv}),
                     req,
                     !self.sent_columns,
                 );
                 self.sent_columns = true;
-                t
+                encode(kind.as_str(), &t)
             }
-            None => obj.clone(),
+            None => encode(kind.as_str(), obj),
         }
     }
 
@@ -83,8 +84,7 @@ impl Encoder {
             _ => return None,
         };
         self.last_rv = self.last_rv.max(ev.rv);
-        let obj = self.object(&ev.object);
-        Some(encode(kind.as_str(), &obj))
+        Some(self.line(kind, &ev.object))
     }
 
     fn bookmark(&self, rv: u64, initial_end: bool) -> Bytes {

@@ -9,8 +9,8 @@
 
 use serde_json::{Value, json};
 
+use crate::app::App;
 use crate::resources::{self, ResourceDef};
-use crate::server::App;
 
 /// The annotations that mark a default class (GA and the beta one still honoured).
 const DEFAULT_CLASS_ANNOTATIONS: [&str; 2] = [
@@ -183,7 +183,8 @@ fn default_storage_class(app: &App, claim: &mut Value) {
     let Ok((_, classes)) = app.store.list(res, None, None, None) else {
         return;
     };
-    if let Some(name) = pick_default(classes.iter().map(|c| &**c)) {
+    let classes: Vec<Value> = classes.iter().map(|c| c.value()).collect();
+    if let Some(name) = pick_default(classes.iter()) {
         claim["spec"]["storageClassName"] = json!(name);
     }
 }

@@ -1,19 +1,18 @@
 //! The delete verbs: delete (finalizers, graceful pod deletion, preconditions), the namespace
 //! cascade, and deletecollection.
 
-use std::sync::Arc;
-
 use axum::response::Response;
 use http::StatusCode;
 use serde_json::{Value, json};
 
+use super::read::select_list;
 use super::write::finalizers;
-use super::{Req, Target, select_list};
+use crate::app::App;
 use crate::http_util::{json_response, meta_mut, meta_str};
+use crate::request::{Req, Target};
 use crate::resources::{self, ResourceDef};
-use crate::server::App;
 use crate::status::{ApiError, ApiResult};
-use crate::store::{EventType, Mutation, key_of};
+use crate::store::{EventType, Mutation};
 
 /// DeleteOptions from the body and the query, as the real server merges them.
 struct DeleteOpts {
@@ -170,8 +169,8 @@ fn delete_namespace_contents(app: &App, ns: &str) {
             continue;
         };
         for o in objs {
-            let key = key_of(&o);
-            let r = app.store.mutate(res, &key, false, |cur| match cur {
+            let key = o.key();
+            let r = app.store.mutate(res, key, false, |cur| match cur {
                 Some(old) => prepare_delete(app, def, old, &opts),
                 None => Ok(Mutation::Unchanged),
             });
@@ -186,12 +185,11 @@ pub(super) fn delete_collection(app: &App, t: &Target, req: &Req) -> ApiResult<R
     let def = t.def();
     let opts = delete_opts(req)?;
     let (items, _) = select_list(app, t, req)?;
-    let mut out: Vec<Arc<Value>> = Vec::new();
+    let mut out: Vec<Value> = Vec::new();
     for o in items {
-        let key = key_of(&o);
         let r = app
             .store
-            .mutate(t.res, &key, req.dry_run(), |cur| match cur {
+            .mutate(t.res, o.key(), req.dry_run(), |cur| match cur {
                 Some(old) => prepare_delete(app, def, old, &opts),
                 None => Ok(Mutation::Unchanged),
             });
@@ -206,7 +204,7 @@ pub(super) fn delete_collection(app: &App, t: &Target, req: &Req) -> ApiResult<R
         "kind": format!("{}List", def.kind),
         "apiVersion": def.api_version(),
         "metadata": {"resourceVersion": app.store.current_rv().to_string()},
-        "items": out.iter().map(|o| (**o).clone()).collect::<Vec<_>>(),
+        "items": out,
     });
     Ok(json_response(StatusCode::OK, &list))
 }

@@ -6,18 +6,13 @@ use axum::response::Response;
 use http::StatusCode;
 use serde_json::{Value, json};
 
+use super::smp;
 use super::write::{PatchKind, parse_body, parse_patch};
-use super::{Req, Target, smp};
+use crate::app::App;
 use crate::http_util::{json_response, meta_str};
-use crate::resources::ResourceDef;
-use crate::server::App;
+use crate::request::{Req, Target};
 use crate::status::{ApiError, ApiResult, FieldError};
 use crate::store::Mutation;
-
-/// Whether `def` has a scale subresource here.
-pub(crate) fn has_scale(def: &ResourceDef) -> bool {
-    def.group == "apps" && matches!(def.plural, "deployments" | "statefulsets")
-}
 
 /// The Scale view of a Deployment or StatefulSet.
 fn scale_of(obj: &Value) -> Value {
@@ -80,7 +75,7 @@ pub(super) fn get(app: &App, t: &Target) -> ApiResult<Response> {
         .store
         .get(t.res, &t.key())
         .ok_or_else(|| ApiError::not_found(def, name))?;
-    Ok(json_response(StatusCode::OK, &scale_of(&obj)))
+    Ok(json_response(StatusCode::OK, &scale_of(&obj.value())))
 }
 
 /// `PUT .../NAME/scale` (a Scale body) and `PATCH .../NAME/scale` (a patch of the Scale).
@@ -138,7 +133,7 @@ pub(super) fn write(app: &App, t: &Target, req: &Req, is_patch: bool) -> ApiResu
                 )],
             ));
         };
-        let mut new = (**old).clone();
+        let mut new = old.clone();
         new["spec"]["replicas"] = json!(n);
         if new["spec"] != old["spec"] {
             let generation = old["metadata"]["generation"].as_i64().unwrap_or(1) + 1;

@@ -15,11 +15,11 @@ use http::StatusCode;
 use serde_json::{Value, json};
 
 use super::write::parse_body;
-use super::{Req, Target};
+use crate::app::App;
 use crate::auth::{API_AUDIENCES, BoundToken};
 use crate::http_util::{json_response, meta_str};
+use crate::request::{Req, Target};
 use crate::resources;
-use crate::server::App;
 use crate::status::{ApiError, ApiResult, FieldError};
 
 const GROUP: &str = "authentication.k8s.io";
@@ -55,7 +55,7 @@ pub(super) fn create(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
         .store
         .get(t.res, &t.key())
         .ok_or_else(|| ApiError::not_found(t.def(), &name))?;
-    let sa_uid = meta_str(&sa, "uid").unwrap_or_default().to_string();
+    let sa_uid = sa.uid().unwrap_or_default().to_string();
 
     let spec = body
         .get("spec")
@@ -195,7 +195,8 @@ fn bound_object(app: &App, ns: &str, sa: &str, r: &Value) -> ApiResult<(String, 
     let obj = app
         .store
         .get(res, &(ns.to_string(), obj_name.to_string()))
-        .ok_or_else(|| ApiError::not_found(resources::get(res), obj_name))?;
+        .ok_or_else(|| ApiError::not_found(resources::get(res), obj_name))?
+        .value();
     if kind == "Pod" {
         let runs_as = obj["spec"]["serviceAccountName"].as_str().unwrap_or("");
         if runs_as != sa {
@@ -224,7 +225,7 @@ pub(super) fn still_bound(app: &App, b: &BoundToken) -> bool {
     let exists = |plural: &str, name: &str, uid: &str| {
         resources::find("", "v1", plural)
             .and_then(|res| app.store.get(res, &(b.namespace.clone(), name.to_string())))
-            .is_some_and(|o| meta_str(&o, "uid") == Some(uid))
+            .is_some_and(|o| o.uid() == Some(uid))
     };
     exists(
         "serviceaccounts",

@@ -6,10 +6,11 @@ use http::StatusCode;
 use rand::Rng;
 use serde_json::{Map, Value, json};
 
-use super::{Req, Target, managed, smp};
+use super::{managed, smp};
+use crate::app::App;
 use crate::http_util::{json_response, meta_mut, meta_str, now_rfc3339};
+use crate::request::{Req, Target};
 use crate::resources::{self, ResourceDef};
-use crate::server::App;
 use crate::status::{ApiError, ApiResult, FieldError};
 use crate::store::{Mutation, key_of};
 use crate::validation;
@@ -139,7 +140,7 @@ fn ensure_namespace(app: &App, def: &ResourceDef, t: &Target, name: &str) -> Api
     let ns_res = app.namespaces;
     match app.store.get(ns_res, &(String::new(), ns.to_string())) {
         None => Err(ApiError::namespace_not_found(ns)),
-        Some(n) if being_deleted(&n) => Err(ApiError::forbidden(
+        Some(n) if being_deleted(&n.value()) => Err(ApiError::forbidden(
             def,
             name,
             &format!(
@@ -496,7 +497,7 @@ pub(super) fn patch(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
     }
     let committed = app.store.mutate(t.res, &t.key(), req.dry_run(), |cur| {
         let old = cur.ok_or_else(|| ApiError::not_found(def, &name))?;
-        let mut doc: Value = (**old).clone();
+        let mut doc: Value = old.clone();
         match &p {
             PatchKind::Merge(m) => json_patch::merge(&mut doc, m),
             // As the real server: a JSON patch that fails to apply (a failed `test` op, a
@@ -600,7 +601,7 @@ pub(super) fn bind(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
                 &format!("pod {name} is already assigned to node \"{current}\""),
             ));
         }
-        let mut new = (**old).clone();
+        let mut new = old.clone();
         new["spec"]["nodeName"] = json!(node);
         Ok(Mutation::Put(new))
     })?;

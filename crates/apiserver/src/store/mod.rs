@@ -1,4 +1,5 @@
-//! The object store: every object as JSON, one global resourceVersion counter (etcd's revision),
+//! The object store: every object as JSON text ([`Stored`]), one global resourceVersion counter
+//! (etcd's revision),
 //! a bounded log of recent events for watch resume and consistent paging, and the fan-out to
 //! watchers.
 //!
@@ -8,6 +9,7 @@
 //! real server closes a watch whose buffer overflows.
 
 mod persist;
+mod stored;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::Path;
@@ -16,19 +18,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::http_util::{meta_mut, name, namespace};
+use crate::http_util::meta_mut;
 use crate::resources::{RESOURCES, ResourceId};
 use crate::selectors::Selectors;
 use crate::status::{ApiError, ApiResult};
 
 pub(crate) use persist::Persister;
-
-/// An object's key within its resource: (namespace, name); namespace is empty when cluster-scoped.
-pub(crate) type Key = (String, String);
-
-pub(crate) fn key_of(obj: &Value) -> Key {
-    (namespace(obj).to_string(), name(obj).to_string())
-}
+pub(crate) use stored::{Key, Stored, key_of};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EventType {
@@ -54,8 +50,8 @@ pub(crate) struct Event {
     pub rv: u64,
     pub res: ResourceId,
     pub kind: EventType,
-    pub object: Arc<Value>,
-    pub old: Option<Arc<Value>>,
+    pub object: Arc<Stored>,
+    pub old: Option<Arc<Stored>>,
 }
 
 /// What a watcher wants to see.
@@ -67,20 +63,50 @@ pub(crate) struct WatchFilter {
 }
 
 impl WatchFilter {
-    fn in_scope(&self, obj: &Value) -> bool {
+    fn in_scope(&self, obj: &Stored) -> bool {
         self.namespace
             .as_deref()
-            .is_none_or(|ns| namespace(obj) == ns)
+            .is_none_or(|ns| obj.namespace() == ns)
     }
 
-    pub fn matches(&self, obj: &Value) -> bool {
-        self.in_scope(obj) && self.selectors.matches(obj)
+    /// Whether `obj` is in the selection; it is parsed only when a selector looks past its name
+    /// and namespace (a watch of one object by `metadata.name` parses nothing).
+    pub fn matches(&self, obj: &Stored) -> bool {
+        self.in_scope(obj)
+            && self
+                .selectors
+                .by_key(obj.namespace(), obj.name())
+                .unwrap_or_else(|| self.selectors.matches(&obj.value()))
     }
 
     /// Whether the event concerns this watcher at all (it matched before or matches after).
     pub fn wants(&self, ev: &Event) -> bool {
         ev.res == self.res
             && (self.matches(&ev.object) || ev.old.as_deref().is_some_and(|o| self.matches(o)))
+    }
+
+    /// [`Self::wants`] at commit time, with the new object's `Value` at hand and the old one
+    /// parsed at most once for all watchers (`old_value`).
+    fn wants_committed(&self, ev: &Event, new: &Value, old_value: &mut Option<Value>) -> bool {
+        if ev.res != self.res {
+            return false;
+        }
+        let by_key = |obj: &Stored| {
+            if !self.in_scope(obj) {
+                return Some(false);
+            }
+            self.selectors.by_key(obj.namespace(), obj.name())
+        };
+        if by_key(&ev.object).unwrap_or_else(|| self.selectors.matches(new)) {
+            return true;
+        }
+        let Some(old) = ev.old.as_deref() else {
+            return false;
+        };
+        by_key(old).unwrap_or_else(|| {
+            self.selectors
+                .matches(old_value.get_or_insert_with(|| old.value()))
+        })
     }
 }
 
@@ -118,7 +144,8 @@ pub(crate) enum Mutation {
 /// The result of a committed write.
 #[derive(Debug)]
 pub(crate) struct Committed {
-    pub object: Arc<Value>,
+    /// The object as written (its final state for a delete), for the answer.
+    pub object: Value,
     pub kind: Option<EventType>,
 }
 
@@ -139,7 +166,7 @@ struct State {
     rv: u64,
     /// The newest resourceVersion no longer in the log (0: nothing evicted yet).
     compacted: u64,
-    objects: Vec<BTreeMap<Key, Arc<Value>>>,
+    objects: Vec<BTreeMap<Key, Arc<Stored>>>,
     log: VecDeque<Arc<Event>>,
     watchers: Vec<Slot>,
 }
@@ -181,7 +208,7 @@ impl Store {
             let st = store.state.get_mut().unwrap_or_else(|e| e.into_inner());
             st.rv = st.rv.max(loaded.rv);
             for (res, obj) in loaded.objects {
-                st.objects[res].insert(key_of(&obj), Arc::new(obj));
+                st.objects[res].insert(key_of(&obj), Arc::new(Stored::new(&obj)));
             }
             // Versions before the restart are not in the log: a watch from one must re-list.
             st.compacted = st.rv;
@@ -200,7 +227,7 @@ impl Store {
         self.lock().rv
     }
 
-    pub fn get(&self, res: ResourceId, key: &Key) -> Option<Arc<Value>> {
+    pub fn get(&self, res: ResourceId, key: &Key) -> Option<Arc<Stored>> {
         self.lock().objects[res].get(key).cloned()
     }
 
@@ -212,7 +239,7 @@ impl Store {
         ns: Option<&str>,
         at: Option<u64>,
         after: Option<&Key>,
-    ) -> Result<(u64, Vec<Arc<Value>>), u64> {
+    ) -> Result<(u64, Vec<Arc<Stored>>), u64> {
         use std::ops::Bound;
         let st = self.lock();
         let in_ns = |k: &Key| ns.is_none_or(|n| k.0 == n);
@@ -237,7 +264,7 @@ impl Store {
             return Err(st.compacted);
         }
         // Roll the current objects back through the log to the state at `at`.
-        let mut map: BTreeMap<Key, Arc<Value>> = st.objects[res]
+        let mut map: BTreeMap<Key, Arc<Stored>> = st.objects[res]
             .iter()
             .filter(|(k, _)| in_ns(k))
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -246,16 +273,16 @@ impl Store {
             if ev.res != res {
                 continue;
             }
-            let key = key_of(&ev.object);
-            if !in_ns(&key) {
+            let key = ev.object.key();
+            if !in_ns(key) {
                 continue;
             }
             match (ev.kind, &ev.old) {
                 (EventType::Added, _) => {
-                    map.remove(&key);
+                    map.remove(key);
                 }
                 (_, Some(old)) => {
-                    map.insert(key, old.clone());
+                    map.insert(key.clone(), old.clone());
                 }
                 (_, None) => {}
             }
@@ -268,11 +295,11 @@ impl Store {
         Ok((at, items))
     }
 
-    /// Applies one write to the object at `key` atomically: `f` sees the current object and
-    /// the resourceVersion the write will get, and decides. With `dry_run` nothing is stored.
+    /// Applies one write to the object at `key` atomically: `f` sees the current object (parsed
+    /// from the store's text) and decides. With `dry_run` nothing is stored.
     pub fn mutate<F>(&self, res: ResourceId, key: &Key, dry_run: bool, f: F) -> ApiResult<Committed>
     where
-        F: FnOnce(Option<&Arc<Value>>) -> ApiResult<Mutation>,
+        F: FnOnce(Option<&Value>) -> ApiResult<Mutation>,
     {
         // A write that cannot be made durable is refused, not acknowledged and lost later
         // (kube-apiserver's answer when etcd is out of space: a 500).
@@ -283,19 +310,21 @@ impl Store {
         }
         let mut st = self.lock();
         let current = st.objects[res].get(key).cloned();
-        let mutation = f(current.as_ref())?;
+        let mut current_value = current.as_deref().map(Stored::value);
+        let mutation = f(current_value.as_ref())?;
         if dry_run {
             let object = match mutation {
-                Mutation::Put(v) | Mutation::PutThenDelete(v) | Mutation::Delete(v) => Arc::new(v),
-                Mutation::Unchanged => {
-                    current.ok_or_else(|| ApiError::internal("dry run of nothing"))?
-                }
+                Mutation::Put(v) | Mutation::PutThenDelete(v) | Mutation::Delete(v) => v,
+                Mutation::Unchanged => current_value
+                    .take()
+                    .ok_or_else(|| ApiError::internal("dry run of nothing"))?,
             };
             return Ok(Committed { object, kind: None });
         }
         match mutation {
             Mutation::Unchanged => {
-                let object = current
+                let object = current_value
+                    .take()
                     .ok_or_else(|| ApiError::internal("unchanged write of a missing object"))?;
                 Ok(Committed { object, kind: None })
             }
@@ -305,7 +334,7 @@ impl Store {
                 } else {
                     EventType::Added
                 };
-                let object = self.commit(&mut st, res, key, kind, obj, current);
+                let (_, object) = self.commit(&mut st, res, key, kind, obj, current);
                 Ok(Committed {
                     object,
                     kind: Some(kind),
@@ -317,16 +346,16 @@ impl Store {
                 } else {
                     EventType::Added
                 };
-                let stored = self.commit(&mut st, res, key, kind, obj, current);
-                let last = (*stored).clone();
-                let object = self.commit(&mut st, res, key, EventType::Deleted, last, Some(stored));
+                let (stored, last) = self.commit(&mut st, res, key, kind, obj, current);
+                let (_, object) =
+                    self.commit(&mut st, res, key, EventType::Deleted, last, Some(stored));
                 Ok(Committed {
                     object,
                     kind: Some(EventType::Deleted),
                 })
             }
             Mutation::Delete(obj) => {
-                let object = self.commit(&mut st, res, key, EventType::Deleted, obj, current);
+                let (_, object) = self.commit(&mut st, res, key, EventType::Deleted, obj, current);
                 Ok(Committed {
                     object,
                     kind: Some(EventType::Deleted),
@@ -335,6 +364,8 @@ impl Store {
         }
     }
 
+    /// Stores `obj` at the next resourceVersion and tells the watchers; returns what was
+    /// stored and `obj` with its new resourceVersion.
     fn commit(
         &self,
         st: &mut State,
@@ -342,12 +373,12 @@ impl Store {
         key: &Key,
         kind: EventType,
         mut obj: Value,
-        old: Option<Arc<Value>>,
-    ) -> Arc<Value> {
+        old: Option<Arc<Stored>>,
+    ) -> (Arc<Stored>, Value) {
         st.rv += 1;
         let rv = st.rv;
         meta_mut(&mut obj).insert("resourceVersion".into(), Value::String(rv.to_string()));
-        let object = Arc::new(obj);
+        let object = Arc::new(Stored::new(&obj));
         if kind == EventType::Deleted {
             st.objects[res].remove(key);
         } else {
@@ -363,8 +394,9 @@ impl Store {
             object: object.clone(),
             old,
         });
+        let mut old_value = None;
         st.watchers.retain(|w| {
-            if !w.filter.wants(&ev) {
+            if !w.filter.wants_committed(&ev, &obj, &mut old_value) {
                 return !w.tx.is_closed();
             }
             // Full or closed: the watcher is dropped; its stream ends and the client re-watches.
@@ -376,7 +408,7 @@ impl Store {
                 st.compacted = old.rv;
             }
         }
-        object
+        (object, obj)
     }
 
     /// Registers a watcher. Fails with the compacted resourceVersion when `After` is too old.
@@ -388,7 +420,7 @@ impl Store {
                 .filter(|o| filter.matches(o))
                 .map(|o| {
                     Arc::new(Event {
-                        rv: crate::handlers::rv_of(o),
+                        rv: o.rv(),
                         res: filter.res,
                         kind: EventType::Added,
                         object: o.clone(),
@@ -442,7 +474,7 @@ mod tests {
         }
     }
 
-    fn put(store: &Store, name: &str, label: &str) -> Arc<Value> {
+    fn put(store: &Store, name: &str, label: &str) -> Value {
         let obj = json!({"metadata": {"name": name, "labels": {"l": label}}});
         store
             .mutate(0, &("".into(), name.into()), false, |_| {
@@ -474,10 +506,55 @@ mod tests {
         let (rv, now) = s.list(0, None, None, None).unwrap();
         assert_eq!(rv, rv_a + 2);
         assert_eq!(now.len(), 2);
-        assert_eq!(now[0]["metadata"]["labels"]["l"], "2");
+        assert_eq!(now[0].value()["metadata"]["labels"]["l"], "2");
         let (_, then) = s.list(0, None, Some(rv_a), None).unwrap();
         assert_eq!(then.len(), 1);
-        assert_eq!(then[0]["metadata"]["labels"]["l"], "1");
+        assert_eq!(then[0].value()["metadata"]["labels"]["l"], "1");
+    }
+
+    #[test]
+    fn a_filtered_watcher_is_told_of_changes_into_and_out_of_its_selection() {
+        use crate::selectors::LabelSelector;
+        let s = Store::new(cfg(100));
+        let mut sub = s
+            .watch(
+                WatchFilter {
+                    selectors: Selectors {
+                        labels: LabelSelector::parse("l=1").unwrap(),
+                        ..Selectors::default()
+                    },
+                    ..filter()
+                },
+                WatchStart::After(s.current_rv()),
+            )
+            .unwrap();
+        put(&s, "a", "1"); // into the selection
+        put(&s, "b", "2"); // never in it
+        put(&s, "a", "2"); // out of it: only the old version matched
+        put(&s, "a", "3"); // neither version matches
+        let mut got = Vec::new();
+        while let Ok(ev) = sub.rx.try_recv() {
+            got.push((
+                ev.object.name().to_string(),
+                ev.object.value()["metadata"]["labels"]["l"].clone(),
+            ));
+        }
+        assert_eq!(
+            got,
+            vec![("a".to_string(), json!("1")), ("a".to_string(), json!("2"))]
+        );
+        // A watch resumed from the log chooses the same events.
+        let resumed = s.watch(
+            WatchFilter {
+                selectors: Selectors {
+                    labels: LabelSelector::parse("l=1").unwrap(),
+                    ..Selectors::default()
+                },
+                ..filter()
+            },
+            WatchStart::After(1),
+        );
+        assert_eq!(resumed.unwrap().backlog.len(), 2);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use super::stored::{Stored, key_of};
 use crate::Error;
 use crate::resources::{self, RESOURCES, ResourceId};
 
@@ -126,13 +127,12 @@ impl Persister {
         Ok((Self { tx, failing }, loaded))
     }
 
-    pub fn record(&self, res: ResourceId, rv: u64, obj: &Value, deleted: bool) {
-        let entry = if deleted {
-            json!({"rv": rv, "res": resource_key(res), "delete": obj})
-        } else {
-            json!({"rv": rv, "res": resource_key(res), "object": obj})
-        };
-        let _ = self.tx.send(Msg::Line(entry.to_string()));
+    /// Appends one committed write; the object goes in as the store's text, not re-serialized.
+    pub fn record(&self, res: ResourceId, rv: u64, obj: &Stored, deleted: bool) {
+        let field = if deleted { "delete" } else { "object" };
+        let res = Value::String(resource_key(res));
+        let line = format!(r#"{{"rv":{rv},"res":{res},"{field}":{}}}"#, obj.json());
+        let _ = self.tx.send(Msg::Line(line));
     }
 
     /// Why writes cannot be made durable now (the store refuses them meanwhile).
@@ -156,10 +156,10 @@ fn apply(state: &mut [std::collections::BTreeMap<(String, String), Value>], entr
         return;
     };
     if let Some(obj) = entry.get("object") {
-        let key = crate::store::key_of(obj);
+        let key = key_of(obj);
         state[res].insert(key, obj.clone());
     } else if let Some(obj) = entry.get("delete") {
-        state[res].remove(&crate::store::key_of(obj));
+        state[res].remove(&key_of(obj));
     }
 }
 
@@ -254,8 +254,8 @@ mod tests {
         {
             let (p, loaded) = Persister::open(dir.path()).unwrap();
             assert!(loaded.objects.is_empty());
-            let a = json!({"metadata": {"name": "a", "namespace": "d"}});
-            let b = json!({"metadata": {"name": "b", "namespace": "d"}});
+            let a = Stored::new(&json!({"metadata": {"name": "a", "namespace": "d"}}));
+            let b = Stored::new(&json!({"metadata": {"name": "b", "namespace": "d"}}));
             p.record(pods, 5, &a, false);
             p.record(pods, 6, &b, false);
             p.record(pods, 7, &a, true);
