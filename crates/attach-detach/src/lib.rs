@@ -25,11 +25,13 @@
 
 pub mod cache;
 pub mod config;
+mod context;
 mod controller;
 mod events;
 mod in_tree;
 pub mod metrics;
 mod operations;
+mod pending_operations;
 mod populator;
 mod reconciler;
 mod startup;

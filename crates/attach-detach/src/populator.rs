@@ -11,7 +11,7 @@ use volume_plugins::names::csi_unique_volume_name;
 
 use crate::CONTROLLER_MANAGED_ANNOTATION;
 use crate::cache::{ActualStateOfWorld, Attachment, DesiredStateOfWorld, DetachHow, PodRef};
-use crate::controller::Ctx;
+use crate::context::Ctx;
 use crate::in_tree::instance_of;
 use crate::volume_spec::{SpecContext, SpecOutcome, volume_to_attach};
 

@@ -17,7 +17,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::cache::{Attachment, DetachHow, PodRef, VolumeNode, VolumeToAttach};
-use crate::controller::{Ctx, State};
+use crate::context::{Ctx, State};
 use crate::events::{FAILED_ATTACH, FORCED_DETACH, attach_failed, multi_attach};
 use crate::metrics::{ACTUAL, DESIRED};
 use crate::operations::{attach_no_op, is_no_op, spawn_success_events, start_attach, start_detach};

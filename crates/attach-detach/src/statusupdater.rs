@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::Error;
 use crate::cache::ActualStateOfWorld;
-use crate::controller::Ctx;
+use crate::context::Ctx;
 use crate::populator::is_managed;
 
 /// What the node's list holds: (name, devicePath).

@@ -16,13 +16,16 @@ use crate::status::{ApiError, ApiResult};
 use crate::store::{Key, Stored};
 use crate::table;
 
+/// The object a request names, or the real server's 404 for it.
+pub(super) fn named(app: &App, t: &Target) -> ApiResult<Arc<Stored>> {
+    app.store
+        .get(t.res, &t.key())
+        .ok_or_else(|| ApiError::not_found(t.def(), t.name.as_deref().unwrap_or("")))
+}
+
 pub(super) fn get(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
     let def = t.def();
-    let name = t.name.as_deref().unwrap_or("");
-    let obj = app
-        .store
-        .get(t.res, &t.key())
-        .ok_or_else(|| ApiError::not_found(def, name))?;
+    let obj = named(app, t)?;
     if req.wants_table() {
         let rv = obj.rv().to_string();
         let t = table::build(

@@ -69,12 +69,7 @@ fn selector_string(sel: &Value) -> String {
 
 /// `GET .../NAME/scale`.
 pub(super) fn get(app: &App, t: &Target) -> ApiResult<Response> {
-    let def = t.def();
-    let name = t.name.as_deref().unwrap_or("");
-    let obj = app
-        .store
-        .get(t.res, &t.key())
-        .ok_or_else(|| ApiError::not_found(def, name))?;
+    let obj = super::read::named(app, t)?;
     Ok(json_response(StatusCode::OK, &scale_of(&obj.value())))
 }
 

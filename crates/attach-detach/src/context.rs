@@ -1,0 +1,123 @@
+//! What the reconciler, the populators, the status updater and the operations share: the
+//! watch caches, the CSI and in-tree plugins, the options, and the actual state with the
+//! running operations under one lock. A leaf below all of them (the controller builds it,
+//! they only read it), as kube-controller-manager passes its caches, actual state and
+//! operation executor into the reconciler rather than the reconciler reaching back up.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, VolumeAttachment};
+use kube::Client;
+use volume_plugins::{CsiPlugin, ObjectCache, SharedCaches};
+
+use crate::Error;
+use crate::cache::ActualStateOfWorld;
+use crate::config::Options;
+use crate::events::EventRecorder;
+use crate::in_tree::InTree;
+use crate::metrics::Metrics;
+use crate::pending_operations::OperationTable;
+
+/// The reflectors (client-go informers) of the seven kinds the controller reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Caches {
+    pub pods: ObjectCache<Pod>,
+    pub nodes: ObjectCache<Node>,
+    pub pvs: ObjectCache<PersistentVolume>,
+    pub pvcs: ObjectCache<PersistentVolumeClaim>,
+    pub csidrivers: ObjectCache<CSIDriver>,
+    pub csinodes: ObjectCache<CSINode>,
+    pub vas: ObjectCache<VolumeAttachment>,
+}
+
+impl Caches {
+    pub(crate) fn spawn(source: &SharedCaches) -> Self {
+        Self {
+            pods: source.all(),
+            nodes: source.all(),
+            pvs: source.all(),
+            pvcs: source.all(),
+            csidrivers: source.all(),
+            csinodes: source.all(),
+            vas: source.all(),
+        }
+    }
+
+    pub(crate) async fn wait_until_ready(&self, timeout: Duration) -> Result<(), Error> {
+        let not_ready = |kind| Error::CacheNotReady {
+            kind,
+            waited: timeout,
+        };
+        if !self.pods.wait_until_ready(timeout).await {
+            return Err(not_ready("Pod"));
+        }
+        if !self.nodes.wait_until_ready(timeout).await {
+            return Err(not_ready("Node"));
+        }
+        if !self.pvs.wait_until_ready(timeout).await {
+            return Err(not_ready("PersistentVolume"));
+        }
+        if !self.pvcs.wait_until_ready(timeout).await {
+            return Err(not_ready("PersistentVolumeClaim"));
+        }
+        if !self.csidrivers.wait_until_ready(timeout).await {
+            return Err(not_ready("CSIDriver"));
+        }
+        if !self.csinodes.wait_until_ready(timeout).await {
+            return Err(not_ready("CSINode"));
+        }
+        if !self.vas.wait_until_ready(timeout).await {
+            return Err(not_ready("VolumeAttachment"));
+        }
+        Ok(())
+    }
+}
+
+/// What operations share with the reconciler: the actual state and the running operations.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub asw: ActualStateOfWorld,
+    pub ops: OperationTable,
+}
+
+/// Everything the reconciler and the operations need.
+pub(crate) struct Ctx {
+    pub client: Client,
+    pub caches: Caches,
+    pub csi: CsiPlugin,
+    pub in_tree: InTree,
+    pub options: Options,
+    pub metrics: Arc<Metrics>,
+    pub events: EventRecorder,
+    state: Mutex<State>,
+}
+
+impl Ctx {
+    pub(crate) fn new(
+        events: EventRecorder,
+        client: Client,
+        caches: Caches,
+        csi: CsiPlugin,
+        in_tree: InTree,
+        options: Options,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            client,
+            caches,
+            csi,
+            in_tree,
+            options,
+            metrics,
+            events,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The shared state; never held across an await.
+    pub(crate) fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
