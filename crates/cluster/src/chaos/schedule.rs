@@ -99,6 +99,11 @@ struct World<'a> {
     /// The claim (UID) whose file `Sabotage::Corrupt` overwrote, until the data check has read
     /// it back. A claim deleted first takes the chance away: the sabotage is armed again.
     corrupted: Option<String>,
+    /// The claim (UID) whose EC2 volume `Sabotage::DeleteVolume` removed, until a check has
+    /// reported it. A check that could not look (an API error) or a claim deleted first leave
+    /// it unseen: the check runs again on every pass, and a claim gone unseen arms the
+    /// sabotage again.
+    volume_deleted: Option<String>,
 }
 
 pub(super) async fn run(
@@ -196,6 +201,7 @@ async fn drive(
         sabotage: flags.sabotage.clone(),
         check_now: false,
         corrupted: None,
+        volume_deleted: None,
     };
     let end = start + flags.duration;
     let (mut next_check, mut next_history) = (start, start);
@@ -278,6 +284,15 @@ impl World<'_> {
             // Done, but never read back: the data check had no chance to see it.
             self.report.sabotage_left.push(Sabotage::Corrupt);
         }
+        if self.volume_deleted.is_some() {
+            // Done, but no check saw it: it had no chance to report it.
+            self.report.sabotage_left.push(Sabotage::DeleteVolume);
+        }
+    }
+
+    /// A sabotage done and not yet seen by its check.
+    fn unseen_sabotage(&self) -> bool {
+        self.corrupted.is_some() || self.volume_deleted.is_some()
     }
 
     /// Arms `Sabotage::Corrupt` again when the claim it corrupted is gone unread.
@@ -288,6 +303,14 @@ impl World<'_> {
             self.corrupted = None;
             self.sabotage.insert(0, Sabotage::Corrupt);
         }
+    }
+
+    fn bound_volume_gone_reports(&self) -> usize {
+        self.checker
+            .violations
+            .iter()
+            .filter(|v| v.invariant == check::BOUND_VOLUME_GONE)
+            .count()
     }
 
     fn op(&mut self) {
@@ -745,7 +768,14 @@ impl World<'_> {
                     .join("ec2")
                     .join("volumes")
                     .join(format!("{handle}.img"));
-                std::fs::remove_file(img).is_ok()
+                let done = std::fs::remove_file(img).is_ok();
+                if done {
+                    self.volume_deleted = claims
+                        .iter()
+                        .find(|c| c.metadata.name.as_deref() == Some(claim_name(slot).as_str()))
+                        .and_then(|c| c.metadata.uid.clone());
+                }
+                done
             }
         };
         if done {
@@ -784,9 +814,24 @@ impl World<'_> {
 
     async fn check(&mut self, pods: &[Pod], claims: &[PersistentVolumeClaim]) {
         self.checker.ready_pods_mounted(&self.client, pods).await;
+        let gone_before = self.bound_volume_gone_reports();
         self.checker
             .bound_claims_have_volumes(&self.client, claims)
             .await;
+        if let Some(uid) = &self.volume_deleted {
+            if self.bound_volume_gone_reports() > gone_before {
+                self.volume_deleted = None;
+            } else if !claims.iter().any(|c| c.metadata.uid.as_ref() == Some(uid)) {
+                eprintln!(
+                    "chaos: the claim whose volume was deleted went before a check saw it; again"
+                );
+                self.volume_deleted = None;
+                self.sabotage.insert(0, Sabotage::DeleteVolume);
+            } else {
+                // Not seen yet (the check could not look): again on the next pass.
+                self.check_now = true;
+            }
+        }
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
         if let Ok(l) = pvs.list(&ListParams::default()).await {
             for pv in &l.items {
@@ -818,19 +863,25 @@ impl World<'_> {
         loop {
             if let Some((pods, claims)) = self.list().await {
                 self.data(&pods, &claims).await;
+                if std::mem::take(&mut self.check_now) {
+                    // A sabotage not seen yet: its check runs even while a pod is stuck
+                    // (a pod whose volume was deleted may never be Ready again).
+                    self.check(&pods, &claims).await;
+                }
                 let stuck = stuck(&pods, &claims);
                 if stuck.is_empty() {
                     self.check(&pods, &claims).await;
-                    if self.sabotage.is_empty() && self.corrupted.is_none() {
+                    if self.sabotage.is_empty() && !self.unseen_sabotage() {
                         break;
                     }
                     // `--sabotage` left to do (a loaded machine gave it no chance in the
                     // schedule): every file is written again, each write a chance.
                     self.verified.clear();
                     last = format!(
-                        "sabotage {:?} not done yet (corrupted file read back: {})",
+                        "sabotage {:?} not done yet (corrupted file read back: {}, deleted volume reported: {})",
                         self.sabotage,
-                        self.corrupted.is_none()
+                        self.corrupted.is_none(),
+                        self.volume_deleted.is_none()
                     );
                 } else {
                     last = stuck.join("; ");
