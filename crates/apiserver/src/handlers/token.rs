@@ -51,10 +51,7 @@ pub(super) fn create(app: &App, t: &Target, req: &Req) -> ApiResult<Response> {
         );
         return Err(ApiError::invalid_kind(GROUP, KIND, &name, &[e]));
     }
-    let sa = app
-        .store
-        .get(t.res, &t.key())
-        .ok_or_else(|| ApiError::not_found(t.def(), &name))?;
+    let sa = super::read::named(app, t)?;
     let sa_uid = sa.uid().unwrap_or_default().to_string();
 
     let spec = body

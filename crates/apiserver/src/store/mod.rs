@@ -69,44 +69,49 @@ impl WatchFilter {
             .is_none_or(|ns| obj.namespace() == ns)
     }
 
-    /// Whether `obj` is in the selection; it is parsed only when a selector looks past its name
-    /// and namespace (a watch of one object by `metadata.name` parses nothing).
+    /// Whether `obj` is in the selection, decided from its namespace and name alone when the
+    /// selectors ask nothing more (`None`: the object must be looked at).
+    fn by_key(&self, obj: &Stored) -> Option<bool> {
+        if !self.in_scope(obj) {
+            return Some(false);
+        }
+        self.selectors.by_key(obj.namespace(), obj.name())
+    }
+
+    /// Whether `obj` is in the selection; `value` is its parsed form, asked for only when a
+    /// selector looks past its name and namespace (a watch of one object by `metadata.name`
+    /// parses nothing).
+    fn selects<'v>(&self, obj: &Stored, value: impl FnOnce() -> &'v Value) -> bool {
+        self.by_key(obj)
+            .unwrap_or_else(|| self.selectors.matches(value()))
+    }
+
+    /// Whether `obj` is in the selection.
     pub fn matches(&self, obj: &Stored) -> bool {
-        self.in_scope(obj)
-            && self
-                .selectors
-                .by_key(obj.namespace(), obj.name())
-                .unwrap_or_else(|| self.selectors.matches(&obj.value()))
+        let mut parsed = None;
+        self.selects(obj, || parsed.insert(obj.value()))
     }
 
     /// Whether the event concerns this watcher at all (it matched before or matches after).
     pub fn wants(&self, ev: &Event) -> bool {
-        ev.res == self.res
-            && (self.matches(&ev.object) || ev.old.as_deref().is_some_and(|o| self.matches(o)))
+        self.wants_parsed(ev, None, &mut None)
     }
 
-    /// [`Self::wants`] at commit time, with the new object's `Value` at hand and the old one
-    /// parsed at most once for all watchers (`old_value`).
-    fn wants_committed(&self, ev: &Event, new: &Value, old_value: &mut Option<Value>) -> bool {
+    /// [`Self::wants`], with the new object's `Value` when at hand (at commit time) and the
+    /// old one parsed into `old_value` at most once (shared by all watchers of a commit).
+    fn wants_parsed(&self, ev: &Event, new: Option<&Value>, old_value: &mut Option<Value>) -> bool {
         if ev.res != self.res {
             return false;
         }
-        let by_key = |obj: &Stored| {
-            if !self.in_scope(obj) {
-                return Some(false);
-            }
-            self.selectors.by_key(obj.namespace(), obj.name())
-        };
-        if by_key(&ev.object).unwrap_or_else(|| self.selectors.matches(new)) {
-            return true;
-        }
-        let Some(old) = ev.old.as_deref() else {
-            return false;
-        };
-        by_key(old).unwrap_or_else(|| {
-            self.selectors
-                .matches(old_value.get_or_insert_with(|| old.value()))
-        })
+        let mut new_parsed = None;
+        let new_selected = self.selects(&ev.object, || match new {
+            Some(v) => v,
+            None => new_parsed.insert(ev.object.value()),
+        });
+        new_selected
+            || ev.old.as_deref().is_some_and(|old| {
+                self.selects(old, || old_value.get_or_insert_with(|| old.value()))
+            })
     }
 }
 
@@ -396,7 +401,7 @@ impl Store {
         });
         let mut old_value = None;
         st.watchers.retain(|w| {
-            if !w.filter.wants_committed(&ev, &obj, &mut old_value) {
+            if !w.filter.wants_parsed(&ev, Some(&obj), &mut old_value) {
                 return !w.tx.is_closed();
             }
             // Full or closed: the watcher is dropped; its stream ends and the client re-watches.

@@ -295,13 +295,19 @@ impl World<'_> {
         self.corrupted.is_some() || self.volume_deleted.is_some()
     }
 
-    /// Arms `Sabotage::Corrupt` again when the claim it corrupted is gone unread.
-    fn rearm_corrupt_if_unread(&mut self, claims: &[PersistentVolumeClaim]) {
-        let Some(uid) = &self.corrupted else { return };
+    /// Arms `kind` again when the claim it was done through went before its check saw it
+    /// (the schedule deleted the claim first, taking the check's chance away).
+    fn rearm_if_claim_gone(&mut self, kind: Sabotage, claims: &[PersistentVolumeClaim]) {
+        let unseen = match kind {
+            Sabotage::Corrupt => &mut self.corrupted,
+            Sabotage::DeleteVolume => &mut self.volume_deleted,
+            Sabotage::Unmount => return,
+        };
+        let Some(uid) = unseen.as_ref() else { return };
         if !claims.iter().any(|c| c.metadata.uid.as_ref() == Some(uid)) {
-            eprintln!("chaos: the corrupted claim went before its file was read back; again");
-            self.corrupted = None;
-            self.sabotage.insert(0, Sabotage::Corrupt);
+            eprintln!("chaos: the claim of sabotage {kind:?} went before its check saw it; again");
+            *unseen = None;
+            self.sabotage.insert(0, kind);
         }
     }
 
@@ -651,7 +657,7 @@ impl World<'_> {
     /// Every Ready pod not looked at yet: the file its claim's last pod wrote must be there;
     /// then a new one is written.
     async fn data(&mut self, pods: &[Pod], claims: &[PersistentVolumeClaim]) {
-        self.rearm_corrupt_if_unread(claims);
+        self.rearm_if_claim_gone(Sabotage::Corrupt, claims);
         for pod in pods.iter().filter(|p| check::is_ready(p)) {
             let Some(uid) = pod.metadata.uid.clone() else {
                 continue;
@@ -660,11 +666,13 @@ impl World<'_> {
                 continue;
             }
             let Some(slot) = slot_of(pod) else { continue };
-            let Some(claim_uid) = claims
+            let Some(claim) = claims
                 .iter()
                 .find(|c| c.metadata.name.as_deref() == Some(claim_name(slot).as_str()))
-                .and_then(|c| c.metadata.uid.clone())
             else {
+                continue;
+            };
+            let Some(claim_uid) = claim.metadata.uid.clone() else {
                 continue;
             };
             let Some(path) = check::volume_paths(pod)
@@ -712,7 +720,7 @@ impl World<'_> {
             {
                 self.expected.insert(claim_uid.clone(), content);
                 self.report.files_written += 1;
-                self.sabotage(slot, &path, &file, claims);
+                self.sabotage(slot, &path, &file, claim);
                 if self.corrupted.as_ref() == Some(&claim_uid) {
                     // Read it back through this pod on the next pass, not only when a later
                     // pod of the claim is Ready: the schedule may delete the claim first.
@@ -726,13 +734,7 @@ impl World<'_> {
     }
 
     /// `--sabotage`: breaks what the checks guard, once each.
-    fn sabotage(
-        &mut self,
-        slot: usize,
-        path: &Path,
-        file: &Path,
-        claims: &[PersistentVolumeClaim],
-    ) {
+    fn sabotage(&mut self, slot: usize, path: &Path, file: &Path, claim: &PersistentVolumeClaim) {
         let Some(kind) = self.sabotage.first().copied() else {
             return;
         };
@@ -745,18 +747,15 @@ impl World<'_> {
             Sabotage::Corrupt => {
                 let done = write_synced(file, b"not what was written").is_ok();
                 if done {
-                    self.corrupted = claims
-                        .iter()
-                        .find(|c| c.metadata.name.as_deref() == Some(claim_name(slot).as_str()))
-                        .and_then(|c| c.metadata.uid.clone());
+                    self.corrupted = claim.metadata.uid.clone();
                 }
                 done
             }
             Sabotage::DeleteVolume => {
-                let Some(handle) = claims
-                    .iter()
-                    .find(|c| c.metadata.name.as_deref() == Some(claim_name(slot).as_str()))
-                    .and_then(|c| c.spec.as_ref()?.volume_name.clone())
+                let Some(handle) = claim
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.volume_name.clone())
                     .filter(|_| slot % 2 == 0)
                     .and_then(|pv| self.pv_handles.get(&pv).cloned())
                 else {
@@ -770,10 +769,7 @@ impl World<'_> {
                     .join(format!("{handle}.img"));
                 let done = std::fs::remove_file(img).is_ok();
                 if done {
-                    self.volume_deleted = claims
-                        .iter()
-                        .find(|c| c.metadata.name.as_deref() == Some(claim_name(slot).as_str()))
-                        .and_then(|c| c.metadata.uid.clone());
+                    self.volume_deleted = claim.metadata.uid.clone();
                 }
                 done
             }
@@ -818,19 +814,13 @@ impl World<'_> {
         self.checker
             .bound_claims_have_volumes(&self.client, claims)
             .await;
-        if let Some(uid) = &self.volume_deleted {
-            if self.bound_volume_gone_reports() > gone_before {
-                self.volume_deleted = None;
-            } else if !claims.iter().any(|c| c.metadata.uid.as_ref() == Some(uid)) {
-                eprintln!(
-                    "chaos: the claim whose volume was deleted went before a check saw it; again"
-                );
-                self.volume_deleted = None;
-                self.sabotage.insert(0, Sabotage::DeleteVolume);
-            } else {
-                // Not seen yet (the check could not look): again on the next pass.
-                self.check_now = true;
-            }
+        if self.bound_volume_gone_reports() > gone_before {
+            self.volume_deleted = None;
+        }
+        self.rearm_if_claim_gone(Sabotage::DeleteVolume, claims);
+        if self.volume_deleted.is_some() {
+            // Not seen yet (the check could not look): again on the next pass.
+            self.check_now = true;
         }
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
         if let Ok(l) = pvs.list(&ListParams::default()).await {
@@ -863,14 +853,13 @@ impl World<'_> {
         loop {
             if let Some((pods, claims)) = self.list().await {
                 self.data(&pods, &claims).await;
-                if std::mem::take(&mut self.check_now) {
-                    // A sabotage not seen yet: its check runs even while a pod is stuck
-                    // (a pod whose volume was deleted may never be Ready again).
+                let stuck = stuck(&pods, &claims);
+                // A sabotage not seen yet has its check run even while a pod is stuck (a pod
+                // whose volume was deleted may never be Ready again).
+                if std::mem::take(&mut self.check_now) || stuck.is_empty() {
                     self.check(&pods, &claims).await;
                 }
-                let stuck = stuck(&pods, &claims);
                 if stuck.is_empty() {
-                    self.check(&pods, &claims).await;
                     if self.sabotage.is_empty() && !self.unseen_sabotage() {
                         break;
                     }
