@@ -22,9 +22,9 @@
 mod accounting;
 mod metrics;
 mod nodes;
-mod objects;
 mod report;
 mod rows;
+mod run_objects;
 mod scenario;
 mod supervise;
 
@@ -64,7 +64,7 @@ pub enum Error {
         source: kube::Error,
     },
     #[error("building adc-load's API client: {0}")]
-    Client(#[source] sidecar::Error),
+    Client(#[source] component_runtime::Error),
     #[error("starting the {component}: {source}")]
     Spawn {
         component: &'static str,

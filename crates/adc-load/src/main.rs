@@ -88,16 +88,16 @@ struct Flags {
     parallelism: usize,
 
     /// Limit for each phase, e.g. 10m, 90s.
-    #[arg(long, default_value = "10m", value_parser = sidecar::parse_go_duration)]
+    #[arg(long, default_value = "10m", value_parser = component_runtime::parse_go_duration)]
     timeout: Duration,
 
     /// How long the processes run on after the goal (bypass-adc: after the last pod create)
     /// so that late writes are counted.
-    #[arg(long, default_value = "3s", value_parser = sidecar::parse_go_duration)]
+    #[arg(long, default_value = "3s", value_parser = component_runtime::parse_go_duration)]
     settle: Duration,
 
     /// Delay the built-in csi-mock adds to every ControllerPublish/Unpublish, e.g. 10ms.
-    #[arg(long, default_value = "0s", value_parser = sidecar::parse_go_duration)]
+    #[arg(long, default_value = "0s", value_parser = component_runtime::parse_go_duration)]
     mock_delay: Duration,
 
     /// Keep the processes' logs in this directory (SCENARIO-adc.log, SCENARIO-attacher.log).
@@ -115,7 +115,7 @@ struct Flags {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    sidecar::init_logging(0);
+    component_runtime::init_logging(0);
     let f = Flags::parse();
     let config = adc_load::LoadConfig {
         adc_bin: f.adc_bin,
@@ -133,7 +133,7 @@ async fn main() -> anyhow::Result<()> {
         log_dir: f.log_dir,
     };
     // SIGINT/SIGTERM drops the run: every guard (processes, API server, temp dirs) cleans up.
-    let shutdown = sidecar::shutdown_on_signals();
+    let shutdown = component_runtime::shutdown_on_signals();
     let report = tokio::select! {
         r = adc_load::run(config) => r.context("adc-load")?,
         _ = shutdown.cancelled() => anyhow::bail!("interrupted"),

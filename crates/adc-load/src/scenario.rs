@@ -20,10 +20,10 @@ use kube::{Api, Client};
 
 use crate::accounting::{Agents, Tally, Who, missing_watches, tally};
 use crate::nodes::{Attached, AttachedTracker};
-use crate::objects::{LOAD_LABEL, LOAD_LABEL_VALUE, Objects};
 use crate::report::{Component, ScenarioReport};
+use crate::run_objects::{LOAD_LABEL, LOAD_LABEL_VALUE, Objects};
 use crate::supervise::{ADC, ATTACHER, Running, spawn};
-use crate::{Error, LoadConfig, Scenario, USER_AGENT, metrics, objects};
+use crate::{Error, LoadConfig, Scenario, USER_AGENT, metrics, run_objects};
 
 /// What the ADC must be watching before the pods come: the objects its desired state is made
 /// of. (CSIDrivers and CSINodes are read on demand through caches that may start later.)
@@ -41,7 +41,7 @@ const SETTLE_SLACK: Duration = Duration::from_secs(30);
 
 /// adc-load's own client: unthrottled, with its own User-Agent.
 fn own_client(api: &apiserver::RunningApiServer) -> Result<Client, Error> {
-    sidecar::rate_limited(api.kube_config()?, USER_AGENT, -1.0, 0).map_err(Error::Client)
+    component_runtime::rate_limited(api.kube_config()?, USER_AGENT, -1.0, 0).map_err(Error::Client)
 }
 
 fn io(op: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -175,7 +175,7 @@ pub(crate) async fn run_one(
     let tracker = AttachedTracker::spawn(
         Api::all(client.clone()),
         &format!("{LOAD_LABEL}={LOAD_LABEL_VALUE}"),
-        objects::expected(&driver, config.pods, config.nodes),
+        run_objects::expected(&driver, config.pods, config.nodes),
     );
     tokio::time::timeout(config.timeout, tracker.until(|a| a.synced))
         .await
@@ -309,7 +309,7 @@ pub(crate) async fn run_one(
         &agents,
     );
     let own_seen = tally(&audit, &agents).own.total;
-    let va_names = objects::va_names(&driver, config.pods, config.nodes);
+    let va_names = run_objects::va_names(&driver, config.pods, config.nodes);
 
     let report = ScenarioReport {
         scenario,

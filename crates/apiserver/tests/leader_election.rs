@@ -1,7 +1,7 @@
 //! Leader election with kube-lease-manager against the embedded server: a third-party client
 //! that relies on server-side apply conflicts and strategic merge patches of a Lease, which
 //! apiserver-lite must serve as kube-apiserver does. (Our sidecars do not use it:
-//! `sidecar::leader` writes the Lease with PUTs, as client-go does.)
+//! `component_runtime::leader` writes the Lease with PUTs, as client-go does.)
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -1,4 +1,4 @@
-//! Flags ([`Flags`], Go `flag` syntax through `sidecar::normalize_go_args`) and what the
+//! Flags ([`Flags`], Go `flag` syntax through `component_runtime::normalize_go_args`) and what the
 //! controller runs with ([`Config`], [`Options`]): tests and `crates/e2e` build those directly.
 //!
 //! Names follow kube-controller-manager where it has the flag (`--feature-gates`,
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use sidecar::{parse_go_bool, parse_go_duration};
+use component_runtime::{parse_go_bool, parse_go_duration};
 use volume_plugins::{MigratedPlugins, SkipAttachMode};
 
 use crate::Error;
@@ -30,11 +30,6 @@ fn any_string(s: &str) -> Result<String, String> {
     "Elect a leader on a Lease (named attachdetach-controller); only the leader works"
 )))]
 pub struct Flags {
-    /// Path to a kubeconfig file. Empty: in-cluster configuration, then $KUBECONFIG or
-    /// ~/.kube/config.
-    #[arg(long, value_name = "PATH", value_parser = any_string)]
-    pub kubeconfig: Option<String>,
-
     /// What happens to CSI volumes whose CSIDriver says attachRequired: false. bypass-adc
     /// (today's Kubernetes): this controller leaves them alone, no VolumeAttachment, not in
     /// node.status.volumesAttached. through-adc (the skip-attach design as written in 2018,
@@ -101,35 +96,17 @@ pub struct Flags {
     #[arg(long, env = "AWS_EC2_ENDPOINT", value_name = "URL", value_parser = any_string)]
     pub ec2_endpoint: Option<String>,
 
-    /// Queries per second to the API server (client-go semantics: a negative value means
-    /// unlimited). kube-controller-manager's default.
-    #[arg(
-        long,
-        default_value_t = 20.0,
-        allow_negative_numbers = true,
-        value_name = "QPS"
-    )]
-    pub kube_api_qps: f32,
-
-    /// Burst of queries to the API server above --kube-api-qps.
-    #[arg(long, default_value_t = 30, value_name = "N")]
-    pub kube_api_burst: u32,
-
     /// The `--leader-election*` flags (the lease: [`LEASE_NAME`]).
     #[command(flatten)]
-    pub election: sidecar::LeaderElectionFlags,
+    pub election: component_runtime::LeaderElectionFlags,
 
-    /// host:port (":8080": all interfaces) for /metrics, /healthz and /readyz. Empty: none.
-    #[arg(long, value_name = "ADDRESS", value_parser = any_string)]
-    pub http_endpoint: Option<String>,
+    /// How the controller reaches the API server.
+    #[command(flatten)]
+    pub client: component_runtime::KubeClientFlags,
 
-    /// Path the Prometheus metrics are served at on --http-endpoint.
-    #[arg(long, default_value = "/metrics", value_name = "PATH")]
-    pub metrics_path: String,
-
-    /// Log verbosity (klog levels): 0-3 info, 4 debug, 5 and above trace. RUST_LOG overrides.
-    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
-    pub v: u8,
+    /// `--http-endpoint`, `--metrics-path`, `-v`.
+    #[command(flatten)]
+    pub telemetry: component_runtime::TelemetryFlags,
 }
 
 /// The reconciler's settings.
@@ -174,17 +151,15 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     pub kube_api_qps: f32,
     pub kube_api_burst: u32,
-    /// `None`: no leader election.
-    pub leader_election: Option<sidecar::LeaderElectionConfig>,
-    pub http_endpoint: Option<String>,
-    pub metrics_path: String,
+    /// The metrics and health endpoint, and the Lease to work under.
+    pub serving: component_runtime::Serving,
     pub options: Options,
     /// EC2 for the in-tree `kubernetes.io/aws-ebs` plugin (`--cloud-provider=aws`); `None`: no
     /// cloud, in-tree volumes that are not migrated fail with an Event.
     pub cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
     /// Watch caches shared with the other controllers of the process (`csi-cluster`, as
     /// kube-controller-manager's informer factory); `None`: caches of its own.
-    pub shared_caches: Option<volume_plugins::SharedCaches>,
+    pub shared_caches: Option<component_runtime::SharedCaches>,
 }
 
 impl std::fmt::Debug for Config {
@@ -193,8 +168,7 @@ impl std::fmt::Debug for Config {
             .field("kubeconfig", &self.kubeconfig)
             .field("kube_api_qps", &self.kube_api_qps)
             .field("kube_api_burst", &self.kube_api_burst)
-            .field("leader_election", &self.leader_election)
-            .field("http_endpoint", &self.http_endpoint)
+            .field("serving", &self.serving)
             .field("options", &self.options)
             .field("cloud", &self.cloud.is_some())
             .finish()
@@ -209,9 +183,7 @@ impl Config {
             kubeconfig,
             kube_api_qps: -1.0,
             kube_api_burst: 0,
-            leader_election: None,
-            http_endpoint: None,
-            metrics_path: "/metrics".into(),
+            serving: component_runtime::Serving::default(),
             options,
             cloud: None,
             shared_caches: None,
@@ -255,16 +227,10 @@ impl Flags {
         }
         let leader_election = self.election.config(LEASE_NAME);
         Ok(Config {
-            kubeconfig: self
-                .kubeconfig
-                .clone()
-                .filter(|p| !p.is_empty())
-                .map(PathBuf::from),
-            kube_api_qps: self.kube_api_qps,
-            kube_api_burst: self.kube_api_burst,
-            leader_election,
-            http_endpoint: self.http_endpoint.clone().filter(|s| !s.is_empty()),
-            metrics_path: self.metrics_path.clone(),
+            kubeconfig: self.client.kubeconfig_path(),
+            kube_api_qps: self.client.kube_api_qps,
+            kube_api_burst: self.client.kube_api_burst,
+            serving: self.telemetry.serving(leader_election),
             options: Options {
                 skip_attach: self.skip_attach,
                 migrated,
@@ -289,7 +255,7 @@ mod tests {
         let argv = std::iter::once("attach-detach-controller")
             .chain(args.iter().copied())
             .map(std::ffi::OsString::from);
-        Flags::try_parse_from(sidecar::normalize_go_args(argv)).expect("parses")
+        Flags::try_parse_from(component_runtime::normalize_go_args(argv)).expect("parses")
     }
 
     #[test]
@@ -305,7 +271,7 @@ mod tests {
         assert!(!o.disable_force_detach_on_timeout);
         assert_eq!(o.attach_timeout, Duration::from_secs(120));
         assert_eq!((c.kube_api_qps, c.kube_api_burst), (20.0, 30));
-        assert!(c.leader_election.is_none() && c.http_endpoint.is_none());
+        assert!(c.serving.leader_election.is_none() && c.serving.http_endpoint.is_none());
         assert!(c.kubeconfig.is_none() && c.cloud.is_none());
     }
 
@@ -329,7 +295,7 @@ mod tests {
         ]);
         assert!(f.wants_aws_cloud().expect("valid"));
         assert_eq!(f.region.as_deref(), Some("us-east-1"));
-        assert_eq!(f.v, 4);
+        assert_eq!(f.telemetry.v, 4);
         let c = f.config(None).expect("valid");
         let o = &c.options;
         assert_eq!(o.skip_attach, SkipAttachMode::ThroughAdc);
@@ -339,10 +305,10 @@ mod tests {
         assert!(o.disable_force_detach_on_timeout);
         assert_eq!(o.attach_timeout, Duration::from_secs(5));
         assert_eq!(c.kubeconfig, Some(PathBuf::from("/etc/kubeconfig")));
-        let lease = c.leader_election.expect("leader election on");
+        let lease = c.serving.leader_election.expect("leader election on");
         assert_eq!(lease.lease_name, LEASE_NAME);
         assert_eq!(lease.namespace, "kube-system");
-        assert_eq!(c.http_endpoint.as_deref(), Some(":8080"));
+        assert_eq!(c.serving.http_endpoint.as_deref(), Some(":8080"));
     }
 
     #[test]

@@ -7,10 +7,11 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use component_runtime::{ObjectCache, SharedCaches};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, VolumeAttachment};
 use kube::Client;
-use volume_plugins::{CsiPlugin, ObjectCache, SharedCaches};
+use volume_plugins::CsiPlugin;
 
 use crate::Error;
 use crate::cache::ActualStateOfWorld;
@@ -46,31 +47,19 @@ impl Caches {
     }
 
     pub(crate) async fn wait_until_ready(&self, timeout: Duration) -> Result<(), Error> {
-        let not_ready = |kind| Error::CacheNotReady {
-            kind,
-            waited: timeout,
-        };
-        if !self.pods.wait_until_ready(timeout).await {
-            return Err(not_ready("Pod"));
-        }
-        if !self.nodes.wait_until_ready(timeout).await {
-            return Err(not_ready("Node"));
-        }
-        if !self.pvs.wait_until_ready(timeout).await {
-            return Err(not_ready("PersistentVolume"));
-        }
-        if !self.pvcs.wait_until_ready(timeout).await {
-            return Err(not_ready("PersistentVolumeClaim"));
-        }
-        if !self.csidrivers.wait_until_ready(timeout).await {
-            return Err(not_ready("CSIDriver"));
-        }
-        if !self.csinodes.wait_until_ready(timeout).await {
-            return Err(not_ready("CSINode"));
-        }
-        if !self.vas.wait_until_ready(timeout).await {
-            return Err(not_ready("VolumeAttachment"));
-        }
+        component_runtime::wait_all_ready(
+            [
+                self.pods.readiness(),
+                self.nodes.readiness(),
+                self.pvs.readiness(),
+                self.pvcs.readiness(),
+                self.csidrivers.readiness(),
+                self.csinodes.readiness(),
+                self.vas.readiness(),
+            ],
+            timeout,
+        )
+        .await?;
         Ok(())
     }
 }

@@ -6,11 +6,12 @@
 
 use std::sync::Arc;
 
+use component_runtime::SharedCaches;
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use volume_plugins::{CsiPlugin, SharedCaches};
+use volume_plugins::CsiPlugin;
 
 use crate::config::Options;
 use crate::context::{Caches, Ctx};

@@ -1,15 +1,15 @@
 //! Events on pods (core/v1, what `kubectl describe pod` shows), reported by
 //! `attachdetach-controller` with Kubernetes' reasons and wording. The shared
-//! [`sidecar::EventRecorder`] makes a repeat of the same reason and message for the same pod
+//! [`component_runtime::EventRecorder`] makes a repeat of the same reason and message for the same pod
 //! bump `count` and `lastTimestamp` of the first Event, as client-go's recorder does, so an
 //! attach retried for hours leaves one Event.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use component_runtime::EventType;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use sidecar::EventType;
 
 use crate::COMPONENT;
 use crate::cache::PodRef;
@@ -61,17 +61,17 @@ pub(crate) fn multi_attach(spec_name: &str, pod: &PodRef, others: &[PodRef]) -> 
     format!("Multi-Attach error for volume {spec_name:?} {detail}")
 }
 
-/// Events of this controller, through the shared [`sidecar::EventRecorder`]; every request it
+/// Events of this controller, through the shared [`component_runtime::EventRecorder`]; every request it
 /// sends counts in `attachdetach_controller_api_writes_total{resource="events"}`.
 pub(crate) struct EventRecorder {
-    recorder: sidecar::EventRecorder,
+    recorder: component_runtime::EventRecorder,
     metrics: Arc<Metrics>,
 }
 
 impl EventRecorder {
     pub(crate) fn new(client: Client, metrics: Arc<Metrics>) -> Self {
         Self {
-            recorder: sidecar::EventRecorder::new(client, COMPONENT),
+            recorder: component_runtime::EventRecorder::new(client, COMPONENT),
             metrics,
         }
     }
@@ -160,7 +160,7 @@ mod tests {
     }
 
     /// Every request to the events API counts, the failed ones too, as before the recorder
-    /// moved to `sidecar`.
+    /// moved to `component-runtime`.
     #[tokio::test]
     async fn event_writes_count_in_the_api_writes_metric() {
         apiserver::install_crypto_provider();

@@ -57,13 +57,8 @@ pub enum Error {
     Config(String),
 
     /// A watch cache never filled.
-    #[error(
-        "the {kind} cache did not fill within {waited:?} (can the controller list and watch {kind}?)"
-    )]
-    CacheNotReady {
-        kind: &'static str,
-        waited: std::time::Duration,
-    },
+    #[error(transparent)]
+    CacheNotReady(#[from] component_runtime::CacheNotReady),
 
     /// A Kubernetes API call failed.
     #[error("{action}: {source}")]
@@ -75,7 +70,7 @@ pub enum Error {
 
     /// Start-up and plumbing errors of the shared sidecar crate.
     #[error(transparent)]
-    Sidecar(#[from] sidecar::Error),
+    Sidecar(#[from] component_runtime::Error),
 }
 
 impl Error {
@@ -93,10 +88,10 @@ mod tests {
 
     #[test]
     fn errors_name_what_failed() {
-        let e = Error::CacheNotReady {
-            kind: "Node",
+        let e = Error::CacheNotReady(component_runtime::CacheNotReady {
+            kind: "Node".into(),
             waited: std::time::Duration::from_secs(60),
-        };
+        });
         assert!(e.to_string().contains("list and watch Node"), "{e}");
         let e = Error::Config("--cloud-provider=gce: want \"\" or \"aws\"".into());
         assert!(

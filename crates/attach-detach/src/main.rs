@@ -5,6 +5,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use attach_detach::Flags;
 use clap::Parser;
+use component_runtime::{RuntimeShape, normalize_go_args, run_component};
 
 /// EC2 for the in-tree aws-ebs plugin (`--cloud-provider=aws`), as the EBS driver builds it.
 #[cfg(feature = "aws")]
@@ -36,18 +37,15 @@ async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cl
 }
 
 fn main() -> anyhow::Result<()> {
-    let flags = Flags::parse_from(sidecar::normalize_go_args(std::env::args_os()));
-    sidecar::init_logging(flags.v);
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?
-        .block_on(async {
-            sidecar::install_crypto_provider();
+    let flags = Flags::parse_from(normalize_go_args(std::env::args_os()));
+    run_component(
+        flags.telemetry.v,
+        RuntimeShape::PerCore,
+        |shutdown| async move {
             let cloud = aws_cloud(&flags).await?;
             let config = flags.config(cloud)?;
-            let shutdown = sidecar::shutdown_on_signals();
             attach_detach::run(config, shutdown).await?;
             Ok(())
-        })
+        },
+    )
 }

@@ -15,6 +15,7 @@
 
 use std::sync::Arc;
 
+use component_runtime::ObjectCache;
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 use k8s_openapi::api::storage::v1::CSINode;
 use volume_plugins::claims::ClaimProblem;
@@ -23,7 +24,7 @@ use volume_plugins::names::{
 };
 use volume_plugins::{
     AttachSource, Backend as Decision, CsiPlugin, CsiVolume, MigratedPlugins, NodeMigrationInfo,
-    ObjectCache, decide,
+    decide,
 };
 
 use crate::cache::{Backend, VolumeToAttach};

@@ -14,9 +14,9 @@
 pub mod accounting;
 mod client;
 mod driver;
-mod objects;
 pub mod process;
 mod report;
+mod run_objects;
 mod wait;
 
 use std::path::PathBuf;
@@ -30,9 +30,9 @@ pub use accounting::Writes;
 pub use process::{cpu_time, peak_rss_bytes};
 pub use report::{CsiCalls, Phase, Report};
 
-use crate::objects::{LOAD_LABEL, LOAD_LABEL_VALUE, Objects, OwnWrites};
 use crate::process::AttacherProcess;
 use crate::report::per;
+use crate::run_objects::{LOAD_LABEL, LOAD_LABEL_VALUE, Objects, OwnWrites};
 use crate::wait::Tracker;
 
 /// The User-Agent of attacher-load's own API requests.

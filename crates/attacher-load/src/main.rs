@@ -50,7 +50,7 @@ struct Flags {
     nodes: usize,
 
     /// Limit for each phase, e.g. 30m, 90s.
-    #[arg(long, default_value = "30m", value_parser = sidecar::parse_go_duration)]
+    #[arg(long, default_value = "30m", value_parser = component_runtime::parse_go_duration)]
     timeout: Duration,
 
     /// API creates and deletes in flight at once.
@@ -58,7 +58,7 @@ struct Flags {
     parallelism: usize,
 
     /// Delay the built-in mock adds to every ControllerPublish/Unpublish, e.g. 10ms.
-    #[arg(long, default_value = "0s", value_parser = sidecar::parse_go_duration)]
+    #[arg(long, default_value = "0s", value_parser = component_runtime::parse_go_duration)]
     mock_delay: Duration,
 
     /// Keep the attacher's output in this file (default: a temp file removed afterwards).
@@ -73,7 +73,7 @@ struct Flags {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // Info to stderr, RUST_LOG overrides: the same set-up as the sidecars.
-    sidecar::init_logging(0);
+    component_runtime::init_logging(0);
     let f = Flags::parse();
     let config = attacher_load::LoadConfig {
         attacher_bin: f.attacher_bin,
@@ -89,7 +89,7 @@ async fn main() -> anyhow::Result<()> {
     };
     // SIGINT/SIGTERM drops the run: every guard (attacher process, API server, temp dir)
     // cleans up.
-    let shutdown = sidecar::shutdown_on_signals();
+    let shutdown = component_runtime::shutdown_on_signals();
     let report = tokio::select! {
         r = attacher_load::run(config) => r.context("attacher-load")?,
         _ = shutdown.cancelled() => anyhow::bail!("interrupted"),

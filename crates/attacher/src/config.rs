@@ -1,18 +1,18 @@
 //! Command-line flags, named and defaulted as the Go external-attacher's so existing manifests
 //! work unchanged (`-flag=value`, `--flag value`: run the arguments through
-//! `sidecar::normalize_go_args` first).
+//! `component_runtime::normalize_go_args` first).
 
 use std::time::Duration;
 
 use clap::Parser;
-use sidecar::{parse_go_bool, parse_go_duration};
+use component_runtime::{parse_go_bool, parse_go_duration};
 
 /// csi-attacher: attaches and detaches CSI volumes for VolumeAttachment objects.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "csi-attacher", version, about, long_about = None)]
 pub struct Config {
     #[command(flatten)]
-    pub common: sidecar::CommonFlags,
+    pub common: component_runtime::CommonFlags,
 
     /// Timeout of every CSI call (ControllerPublish/Unpublish, ListVolumes).
     #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
@@ -140,7 +140,7 @@ mod tests {
         let argv = std::iter::once("csi-attacher")
             .chain(args.iter().copied())
             .map(std::ffi::OsString::from);
-        Config::try_parse_from(sidecar::normalize_go_args(argv)).expect("parses")
+        Config::try_parse_from(component_runtime::normalize_go_args(argv)).expect("parses")
     }
 
     #[test]

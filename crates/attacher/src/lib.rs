@@ -21,8 +21,8 @@ mod handler;
 pub mod metrics;
 mod migration;
 pub mod names;
-mod objects;
 mod reconciler;
+mod slim_objects;
 mod startup;
 
 pub use config::{Config, Options};
@@ -96,7 +96,7 @@ pub enum Error {
     Conflict { action: String, attempts: u32 },
     /// Start-up and plumbing errors from the shared sidecar crate.
     #[error(transparent)]
-    Sidecar(#[from] sidecar::Error),
+    Sidecar(#[from] component_runtime::Error),
     /// A watch could not be kept up or the caches never filled.
     #[error("{0}")]
     Watch(String),

@@ -1,15 +1,15 @@
-//! Prometheus metrics: work queues (`sidecar::workqueue`'s client-go `workqueue_*` names, plus
+//! Prometheus metrics: work queues (`component_runtime::workqueue`'s client-go `workqueue_*` names, plus
 //! the age of the oldest queued item and the keys waiting out a backoff, which the Go sidecar
 //! does not expose) and `csi_sidecar_operations_seconds` for every CSI call.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use component_runtime::workqueue::{QueueGauges, QueueMetrics, register_queue_gauges};
 use prometheus_client::registry::Registry;
-use sidecar::workqueue::{QueueGauges, QueueMetrics, register_queue_gauges};
 
 /// Records one CSI call: full gRPC method path, status code, duration, migrated volume.
-/// `lib::run` plugs in `sidecar::OperationMetrics` (`csi_sidecar_operations_seconds`).
+/// `lib::run` plugs in `component_runtime::OperationMetrics` (`csi_sidecar_operations_seconds`).
 pub type CsiCallObserver = Arc<dyn Fn(&str, tonic::Code, Duration, bool) + Send + Sync>;
 
 /// Everything the controller records.
@@ -47,7 +47,7 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sidecar::workqueue::{Backoff, WorkQueue};
+    use component_runtime::workqueue::{Backoff, WorkQueue};
 
     #[test]
     fn queue_metrics_carry_the_attacher_queue_names() {

@@ -18,7 +18,7 @@ pub const DUMMY_DRIVER: &str = "csi/dummy";
 /// both.
 pub const DUMMY_DRIVER_VALID: &str = "csi-dummy";
 
-pub use sidecar::sanitize_driver_name;
+pub use component_runtime::sanitize_driver_name;
 
 /// The finalizer this attacher puts on VolumeAttachments and PVs:
 /// `external-attacher/<sanitized driver name>`, exactly as the Go sidecar names it, so the two

@@ -11,7 +11,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::objects::Va;
+use crate::slim_objects::Va;
 use kube::runtime::reflector::ObjectRef;
 use tokio_util::sync::CancellationToken;
 

@@ -25,14 +25,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     let options = config.options()?;
     let common = &config.common;
     let ua = user_agent();
-    let client = sidecar::build_client(
+    let client = component_runtime::build_client(
         common.kubeconfig_path(),
         &ua,
         common.kube_api_qps,
         common.kube_api_burst,
     )
     .await?;
-    let election_client = sidecar::build_client(
+    let election_client = component_runtime::build_client(
         common.kubeconfig_path(),
         &format!("{ua} leader-election"),
         -1.0,
@@ -51,7 +51,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     };
     let operations: Option<CsiCallObserver> = match &driver {
         Driver::Csi { name, .. } => {
-            let ops = sidecar::OperationMetrics::register(&mut registry, name);
+            let ops = component_runtime::OperationMetrics::register(&mut registry, name);
             Some(Arc::new(
                 move |method: &str, code, took: Duration, migrated| {
                     ops.observe(method, code, took, migrated);
@@ -64,18 +64,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     let controller = Controller::new(client, driver, options, &mut registry, operations);
     tracing::info!(driver = %driver_name, handler = controller.handler_kind(), "handler chosen");
 
-    let lease = common.election.config(sidecar::lease_name(
+    let serving = common.serving(component_runtime::lease_name(
         "external-attacher-leader",
         &driver_name,
     ));
-    sidecar::serve_and_run(
-        common,
-        registry,
-        lease,
-        election_client,
-        shutdown,
-        |token| controller.run(token),
-    )
+    component_runtime::serve_and_run(serving, registry, election_client, shutdown, |token| {
+        controller.run(token)
+    })
     .await
 }
 
@@ -88,10 +83,12 @@ async fn connect_driver(
 ) -> Result<Driver, Error> {
     let common = &config.common;
     let connect = async {
-        let channel = sidecar::connect(&common.csi_address, common.connection_timeout).await?;
-        sidecar::probe_until_ready(&channel, call_timeout, common.connection_timeout).await?;
-        let info = sidecar::driver_info(&channel, call_timeout).await?;
-        Ok::<_, sidecar::Error>((channel, info))
+        let channel =
+            component_runtime::connect(&common.csi_address, common.connection_timeout).await?;
+        component_runtime::probe_until_ready(&channel, call_timeout, common.connection_timeout)
+            .await?;
+        let info = component_runtime::driver_info(&channel, call_timeout).await?;
+        Ok::<_, component_runtime::Error>((channel, info))
     };
     let (channel, info) = tokio::select! {
         () = shutdown.cancelled() => {

@@ -5,7 +5,7 @@
 //! a csi-attacher for it.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,21 +17,15 @@ use ec2_sim::{Backing, DeviceLayout, SimConfig, Simulator, Timing};
 use tokio_util::sync::CancellationToken;
 
 use crate::HOSTPATH_DRIVER;
+use crate::component_names::{
+    ADC, ATTACHER, EBS_CONTROLLER, EPHEMERAL_VOLUME, HOSTPATH_CONTROLLER, PROVISIONER,
+    PV_CONTROLLER, attacher_name,
+};
 use crate::config::{DEFAULT_PORT, Migration, SharedMigration, UpConfig};
 use crate::identity::{self, Identity, Kubeconfigs};
+use crate::kubeconfig::{kubeconfig_path, write_private};
 use crate::supervisor::{self, Factory, Run, Stage, Supervisor};
 use crate::{CLUSTER_NAME, Error, REGION};
-
-/// The control plane's component names (`csi-cluster status`, logs, the fault tests).
-pub const EBS_CONTROLLER: &str = "ebs-csi-driver (controller)";
-pub const PV_CONTROLLER: &str = "PV controller";
-/// kcm's ephemeral-volume controller: the claims of generic ephemeral volumes.
-pub const EPHEMERAL_VOLUME: &str = "ephemeral volume controller";
-pub const ADC: &str = "attach/detach controller";
-pub const ATTACHER: &str = "csi-attacher (ebs.csi.aws.com)";
-/// The hostpath driver's controller-only instance (`--hostpath-attach-required`).
-pub const HOSTPATH_CONTROLLER: &str = "hostpath-csi-driver (controller)";
-pub const PROVISIONER: &str = "csi-provisioner (ebs.csi.aws.com)";
 
 /// apiserver-lite on 127.0.0.1, persistent under `<data-dir>/apiserver`, its kubeconfig
 /// written to `<data-dir>/kubeconfig` (and `--kubeconfig-out`).
@@ -70,24 +64,6 @@ pub(crate) async fn start_api_server(
             .map_err(|e| Error::io("writing the kubeconfig to", out, e))?;
     }
     Ok(server)
-}
-
-/// Writes `data` to `path` with mode 0600 (also when the file exists).
-pub(crate) fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    f.write_all(data)
-}
-
-pub(crate) fn kubeconfig_path(data_dir: &Path) -> PathBuf {
-    data_dir.join("kubeconfig")
 }
 
 /// The cloud: ec2-sim, an EC2 client, and the instances of the nodes.
@@ -305,7 +281,7 @@ pub(crate) async fn start_controllers(
     migration: &SharedMigration,
     skip_attach: volume_plugins::SkipAttachMode,
     ebs_endpoint: &str,
-    shared: &volume_plugins::SharedCaches,
+    shared: &component_runtime::SharedCaches,
 ) -> Result<(), Error> {
     let in_tree: Arc<dyn ebs_cloud::Cloud> = cloud.in_tree.clone();
 
@@ -416,7 +392,7 @@ pub(crate) fn spawn_attacher(
     endpoint: &str,
     kubeconfig: &Path,
 ) -> Result<(), Error> {
-    let attacher_config = attacher::Config::try_parse_from(sidecar::normalize_go_args(
+    let attacher_config = attacher::Config::try_parse_from(component_runtime::normalize_go_args(
         [
             "csi-attacher".to_string(),
             format!("--csi-address={endpoint}"),
@@ -436,11 +412,6 @@ pub(crate) fn spawn_attacher(
         Arc::new(move |stop| supervisor::run(attacher::run(attacher_config.clone(), stop))),
     );
     Ok(())
-}
-
-/// The csi-attacher of a driver: `csi-attacher (<driver>)`.
-pub fn attacher_name(driver: &str) -> String {
-    format!("csi-attacher ({driver})")
 }
 
 /// `--hostpath-attach-required`: a controller-only hostpath driver (`--enable-attach`, node ID
@@ -501,7 +472,7 @@ pub(crate) async fn spawn_provisioner(
     node: Option<&str>,
     informers: Option<&provisioner::Informers>,
 ) -> Result<(), Error> {
-    let name = crate::external::external_provisioner(node, driver);
+    let name = crate::component_names::external_provisioner(node, driver);
     let client = kubeconfigs
         .client(
             &Identity::provisioner(driver),
@@ -558,13 +529,6 @@ pub(crate) fn provisioner_config(
     .into_iter()
     .chain(extra.iter().cloned())
     .map(std::ffi::OsString::from);
-    provisioner::Config::try_parse_from(sidecar::normalize_go_args(args))
+    provisioner::Config::try_parse_from(component_runtime::normalize_go_args(args))
         .map_err(|e| Error::start("csi-provisioner", e))
-}
-
-/// A client with `user_agent` and no rate limit (everything runs on one machine).
-pub(crate) async fn client(kubeconfig: &Path, user_agent: &str) -> Result<kube::Client, Error> {
-    sidecar::build_client(Some(kubeconfig), user_agent, -1.0, 0)
-        .await
-        .map_err(|e| Error::start(format!("a client for {user_agent}"), e))
 }

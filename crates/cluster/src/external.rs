@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 use csi_spec::v1::GetPluginInfoRequest;
 use csi_spec::v1::identity_client::IdentityClient;
 
+use crate::component_names::{attacher_name, external_controller, external_node};
 use crate::config::UpConfig;
-use crate::control_plane::{self, attacher_name, spawn_provisioner};
+use crate::control_plane::{self, spawn_provisioner};
 use crate::external_process::{Child, child_factory};
 use crate::identity::{Identity, Kubeconfigs};
 use crate::nodes::{self, NodeSpec};
@@ -49,20 +50,6 @@ pub(crate) struct ExternalDriver {
     pub(crate) name: String,
     /// COMMAND with its placeholders still in.
     pub(crate) command: String,
-}
-
-/// The component names of an external driver's parts.
-pub fn external_controller(driver: &str) -> String {
-    format!("{driver} (controller plugin)")
-}
-pub fn external_node(node: &str, driver: &str) -> String {
-    format!("{node}: {driver} (node plugin)")
-}
-pub fn external_provisioner(node: Option<&str>, driver: &str) -> String {
-    match node {
-        Some(node) => format!("{node}: csi-provisioner ({driver})"),
-        None => format!("csi-provisioner ({driver})"),
-    }
 }
 
 /// Every `--driver`, checked: NAME=COMMAND, NAME a DNS subdomain and not used twice or by a
@@ -231,7 +218,7 @@ pub(crate) fn objects(
 ) -> Vec<(&'static str, serde_json::Value)> {
     drivers
         .iter()
-        .flat_map(|d| crate::objects::driver_objects(&d.name, attach_required))
+        .flat_map(|d| crate::bootstrap_objects::driver_objects(&d.name, attach_required))
         .collect()
 }
 

@@ -135,18 +135,18 @@ impl<'a> Kubeconfigs<'a> {
             .kubeconfig_yaml_for_member(&id.user, &groups)
             .map_err(|e| Error::start(format!("a kubeconfig for {}", id.user), e))?;
         let path = self.dir.join(format!("{}.kubeconfig", id.file));
-        crate::control_plane::write_private(&path, yaml.as_bytes())
+        crate::kubeconfig::write_private(&path, yaml.as_bytes())
             .map_err(|e| Error::io("writing the kubeconfig", &path, e))?;
         Ok(path)
     }
 
-    /// A client of `id` with `user_agent` (see [`crate::control_plane::client`]).
+    /// A client of `id` with `user_agent` (see [`crate::kubeconfig::client`]).
     pub(crate) async fn client(
         &self,
         id: &Identity,
         user_agent: &str,
     ) -> Result<kube::Client, Error> {
-        crate::control_plane::client(&self.path(id)?, user_agent).await
+        crate::kubeconfig::client(&self.path(id)?, user_agent).await
     }
 }
 

@@ -11,8 +11,8 @@
 //! ([`Informers::provisioners`]): each would otherwise cache every claim and volume of the
 //! cluster.
 
+use component_runtime::SharedCaches;
 use tokio_util::sync::CancellationToken;
-use volume_plugins::SharedCaches;
 
 use crate::Error;
 

@@ -12,16 +12,19 @@
 //! mount, loop device, socket or task behind. [`down`] stops a running `up` through its pid
 //! file; [`status`] prints what the cluster is doing.
 //!
-//! Modules: [`config`] (flags and what `up` runs with), `logs` (one log file per component),
+//! Modules: `cli` (the command line), [`config`] (what `up` runs with), `logs` (one log file per component),
 //! `control_plane`, `nodes`, [`identity`] (each component's own kubeconfig and API user),
-//! `objects` (CSIDrivers, StorageClasses), `external` and
+//! `bootstrap_objects` (CSIDrivers, StorageClasses), `external` and
 //! `external_process` (`--driver` plugins as child processes), `workloads` (scheduler,
 //! StatefulSet controller), `teardown` (mounts, loop devices, sockets), `pidfile`, [`status`].
 //! `docs/cluster.md` is the user's guide.
 
 pub mod background;
 pub mod bench;
+mod bootstrap_objects;
 pub mod chaos;
+mod cli;
+mod component_names;
 pub mod config;
 mod control_plane;
 pub mod demo;
@@ -29,9 +32,10 @@ mod external;
 mod external_process;
 pub mod identity;
 mod informers;
+pub mod kube_ops;
+mod kubeconfig;
 mod logs;
 mod nodes;
-mod objects;
 mod pidfile;
 pub mod status;
 mod supervisor;
@@ -41,18 +45,17 @@ mod workloads;
 
 use std::path::PathBuf;
 
-pub use config::MigrationState;
-pub use config::{Command, DownFlags, Flags, Migration, StatusFlags, UpConfig, UpFlags};
-pub use control_plane::{
+pub use cli::{Command, DownFlags, Flags, StatusFlags, UpFlags};
+pub use component_names::{
     ADC, ATTACHER, EBS_CONTROLLER, EPHEMERAL_VOLUME, HOSTPATH_CONTROLLER, PROVISIONER,
-    PV_CONTROLLER, attacher_name,
+    PV_CONTROLLER, SCHEDULER, STATEFULSET, attacher_name, ebs_node_driver, external_controller,
+    external_node, external_provisioner, hostpath_driver, hostpath_provisioner, node_agent,
+    registrar,
 };
-pub use external::{external_controller, external_node, external_provisioner};
-pub use nodes::{ebs_node_driver, hostpath_driver, hostpath_provisioner, node_agent, registrar};
+pub use config::{Migration, MigrationState, UpConfig};
 pub use pidfile::down;
 pub use status::status;
 pub use up::{READY_LINE, RunningCluster, up};
-pub use workloads::{SCHEDULER, STATEFULSET};
 
 /// The EBS CSI driver's name.
 pub const EBS_DRIVER: &str = "ebs.csi.aws.com";

@@ -21,7 +21,7 @@ fn main() -> anyhow::Result<()> {
                 if config.background {
                     cluster::background::start(&config).await?;
                 } else {
-                    let shutdown = sidecar::shutdown_on_signals();
+                    let shutdown = component_runtime::shutdown_on_signals();
                     cluster::up(config, shutdown).await?;
                 }
             }
@@ -44,7 +44,8 @@ fn main() -> anyhow::Result<()> {
             Command::Bench(bench) => cluster::bench::run(bench).await?,
             Command::Chaos(flags) => {
                 let report =
-                    cluster::chaos::run_until(&flags, sidecar::shutdown_on_signals()).await?;
+                    cluster::chaos::run_until(&flags, component_runtime::shutdown_on_signals())
+                        .await?;
                 for v in &report.violations {
                     println!("violation {v}");
                 }

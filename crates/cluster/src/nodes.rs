@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::component_names::{ebs_node_driver, hostpath_driver, node_agent, registrar};
 use crate::config::{Migration, SharedMigration, UpConfig};
 use crate::control_plane::{self, driver_factory};
 use crate::identity::{Identity, Kubeconfigs};
@@ -47,23 +48,6 @@ pub(crate) fn driver_socket(root_dir: &Path, driver: &str) -> Result<PathBuf, Er
     let dir = root_dir.join("plugins").join(driver);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io("creating", &dir, e))?;
     Ok(dir.join("csi.sock"))
-}
-
-/// The names of node `node`'s components (`csi-cluster status`, logs, the fault tests).
-pub fn ebs_node_driver(node: &str) -> String {
-    format!("{node}: ebs-csi-driver (node)")
-}
-pub fn hostpath_driver(node: &str) -> String {
-    format!("{node}: hostpath-csi-driver")
-}
-pub fn registrar(node: &str, driver: &str) -> String {
-    format!("{node}: csi-node-driver-registrar ({driver})")
-}
-pub fn node_agent(node: &str) -> String {
-    format!("{node}: node agent")
-}
-pub fn hostpath_provisioner(node: &str) -> String {
-    format!("{node}: csi-provisioner ({HOSTPATH_DRIVER})")
 }
 
 /// A node-driver-registrar for `driver` on `node`: the kubelet plugin registration path, as

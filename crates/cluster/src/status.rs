@@ -24,14 +24,14 @@ const WAIT_REASONS: &[&str] = &["FailedMount", "FailedAttachVolume", "FailedSche
 /// Reads the cluster on `data_dir` and renders the report (`json`: one JSON document, else
 /// text for people).
 pub async fn status(data_dir: &Path, json: bool) -> Result<String, Error> {
-    let kubeconfig = crate::control_plane::kubeconfig_path(data_dir);
+    let kubeconfig = crate::kubeconfig::kubeconfig_path(data_dir);
     if !kubeconfig.exists() {
         return Err(Error::NotRunning {
             data_dir: data_dir.to_path_buf(),
             reason: format!("no kubeconfig at {}", kubeconfig.display()),
         });
     }
-    let client = crate::control_plane::client(&kubeconfig, "csi-cluster-status").await?;
+    let client = crate::kubeconfig::client(&kubeconfig, "csi-cluster-status").await?;
     let report = collect(&client).await?;
     Ok(if json {
         serde_json::to_string_pretty(&report).unwrap_or_default()

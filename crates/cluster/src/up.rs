@@ -12,13 +12,15 @@ use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{MigrationState, SharedMigration, UpConfig};
-use crate::control_plane::{self, kubeconfig_path};
+use crate::control_plane;
 use crate::identity::{self, Identity, Kubeconfigs};
+use crate::kubeconfig::kubeconfig_path;
 use crate::nodes::{self, NodeSpec};
 use crate::supervisor::Supervisor;
 use crate::teardown::{self, Leftovers};
 use crate::{
-    EBS_DRIVER, Error, HOSTPATH_DRIVER, external, informers, logs, objects, pidfile, workloads,
+    EBS_DRIVER, Error, HOSTPATH_DRIVER, bootstrap_objects, external, informers, logs, pidfile,
+    workloads,
 };
 
 /// How long the nodes may take to register their drivers and become Ready.
@@ -82,7 +84,7 @@ impl RunningCluster {
         }
         let pid_file = pidfile::claim(&data_dir)?;
         logs::init(&data_dir.join("logs"), config.verbosity)?;
-        sidecar::install_crypto_provider();
+        component_runtime::install_crypto_provider();
         // A previous run killed with SIGKILL may have left mounts and sockets behind.
         teardown::unmount_below(&data_dir);
         teardown::remove_sockets_below(&data_dir);
@@ -97,7 +99,7 @@ impl RunningCluster {
         // Each component's own credential (identity.rs); `<data-dir>/kubeconfig` is the admin's.
         let kubeconfigs = Kubeconfigs::new(&server, &data_dir)?;
         let admin = server.client();
-        let created = objects::ensure(
+        let created = bootstrap_objects::ensure(
             &admin,
             config.hostpath_attach_required,
             external::objects(&drivers, config.attach_required),
@@ -349,7 +351,7 @@ impl RunningCluster {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .controller = on;
-        for c in [control_plane::PV_CONTROLLER, control_plane::ADC] {
+        for c in [crate::PV_CONTROLLER, crate::ADC] {
             self.sup.restart(c).await?;
         }
         Ok(())
@@ -368,7 +370,7 @@ impl RunningCluster {
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .nodes[i] = on;
-        self.sup.restart(&nodes::node_agent(node)).await
+        self.sup.restart(&crate::node_agent(node)).await
     }
 
     /// Stops apiserver-lite and starts it again from its data dir on the same port; every

@@ -5,18 +5,15 @@
 use std::sync::Arc;
 
 use crate::Error;
+use crate::component_names::{SCHEDULER, STATEFULSET};
 use crate::identity::{self, Identity, Kubeconfigs};
 use crate::supervisor::{self, Stage, Supervisor};
-
-/// The workload controllers' component names.
-pub const SCHEDULER: &str = "scheduler";
-pub const STATEFULSET: &str = "StatefulSet controller";
 
 /// Starts the scheduler and the StatefulSet controller; returns their names.
 pub(crate) async fn start(
     sup: &Supervisor,
     kubeconfigs: &Kubeconfigs<'_>,
-    shared: &volume_plugins::SharedCaches,
+    shared: &component_runtime::SharedCaches,
 ) -> Result<Vec<String>, Error> {
     let scheduler_client = kubeconfigs
         .client(&Identity::scheduler(), &scheduler::user_agent())

@@ -13,7 +13,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use cluster::demo::kube_ops;
+use cluster::kube_ops;
 use cluster::{RunningCluster, UpConfig};
 
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -62,7 +62,7 @@ async fn each_component_writes_as_its_own_user_and_none_as_the_admin() {
     let cluster = RunningCluster::start(config).await.unwrap();
     cluster.wait_ready().await.unwrap();
 
-    let client = sidecar::build_client(Some(&cluster.kubeconfig()), TEST_AGENT, -1.0, 0)
+    let client = component_runtime::build_client(Some(&cluster.kubeconfig()), TEST_AGENT, -1.0, 0)
         .await
         .unwrap();
     for (claim, class, pod) in [

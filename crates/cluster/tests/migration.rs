@@ -21,12 +21,12 @@ use std::path::{Path as FsPath, PathBuf};
 use std::time::{Duration, Instant};
 
 use cluster::config::Migration;
-use cluster::demo::kube_ops;
-use cluster::demo::kube_ops::delete_claim;
 use cluster::demo::migration::observe;
 use cluster::demo::migration::paths::{self, Counts, Op, Path};
 use cluster::demo::migration::walkthrough;
 use cluster::demo::narrator::Narrator;
+use cluster::kube_ops;
+use cluster::kube_ops::delete_claim;
 use cluster::{RunningCluster, UpConfig};
 use ebs_cloud::Cloud as _;
 use k8s_openapi::api::core::v1::PersistentVolume;

@@ -36,14 +36,14 @@ struct Flags {
     no_controller_service: bool,
 
     /// Added to every Publish and Unpublish, e.g. 10ms, 1.5s, 1m.
-    #[arg(long, default_value = "0s", value_parser = sidecar::parse_go_duration)]
+    #[arg(long, default_value = "0s", value_parser = component_runtime::parse_go_duration)]
     delay: Duration,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // Info to stderr, RUST_LOG overrides: what every sidecar does.
-    sidecar::init_logging(0);
+    component_runtime::init_logging(0);
     let f = Flags::parse();
     let config = MockConfig {
         name: f.name,
@@ -55,7 +55,7 @@ async fn main() -> anyhow::Result<()> {
         ..MockConfig::default()
     };
     // Handlers first, so a SIGTERM right after start-up is not lost.
-    let shutdown = sidecar::shutdown_on_signals();
+    let shutdown = component_runtime::shutdown_on_signals();
     let driver = csi_mock::start_at(&f.endpoint, config)
         .await
         .with_context(|| format!("csi-mock-driver: starting on {}", f.endpoint))?;

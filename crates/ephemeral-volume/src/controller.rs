@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use component_runtime::{ObjectCache, SharedCaches};
 use k8s_openapi::api::core::v1::{
     EphemeralVolumeSource, ObjectReference, PersistentVolumeClaim, Pod, Volume,
 };
@@ -17,7 +18,6 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use volume_plugins::{ObjectCache, SharedCaches};
 
 use crate::config::Options;
 use crate::metrics::Metrics;
@@ -45,7 +45,7 @@ pub(crate) struct Ctx {
     pub caches: Caches,
     pub options: Options,
     pub metrics: Metrics,
-    events: sidecar::EventRecorder,
+    events: component_runtime::EventRecorder,
     /// Claims this controller created that the claim cache has not shown yet, by
     /// `namespace/name`, with when: a pass before the watch delivers them must not create
     /// them again. An entry goes when the cache has the claim, when this controller deletes
@@ -144,7 +144,7 @@ impl Ctx {
             .record(
                 &namespace,
                 involved,
-                sidecar::EventType::Warning,
+                component_runtime::EventType::Warning,
                 reason,
                 message,
             )
@@ -189,28 +189,16 @@ impl Controller {
             pods: source.all(),
             claims: source.all(),
         };
-        let timeout = self.options.cache_sync_timeout;
-        let ready = async {
-            if !caches.pods.wait_until_ready(timeout).await {
-                return Err(Error::CacheNotReady {
-                    kind: "Pod",
-                    waited: timeout,
-                });
-            }
-            if !caches.claims.wait_until_ready(timeout).await {
-                return Err(Error::CacheNotReady {
-                    kind: "PersistentVolumeClaim",
-                    waited: timeout,
-                });
-            }
-            Ok(())
-        };
+        let ready = component_runtime::wait_all_ready(
+            [caches.pods.readiness(), caches.claims.readiness()],
+            self.options.cache_sync_timeout,
+        );
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             r = ready => r?,
         }
         let ctx = Ctx {
-            events: sidecar::EventRecorder::new(self.client.clone(), COMPONENT),
+            events: component_runtime::EventRecorder::new(self.client.clone(), COMPONENT),
             client: self.client,
             caches,
             options: self.options,

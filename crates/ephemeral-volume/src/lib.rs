@@ -49,13 +49,8 @@ pub enum Error {
     Config(String),
 
     /// A watch cache never filled.
-    #[error(
-        "the {kind} cache did not fill within {waited:?} (can the controller list and watch {kind}?)"
-    )]
-    CacheNotReady {
-        kind: &'static str,
-        waited: std::time::Duration,
-    },
+    #[error(transparent)]
+    CacheNotReady(#[from] component_runtime::CacheNotReady),
 
     /// A Kubernetes API call failed.
     #[error("{action}: {source}")]
@@ -72,7 +67,7 @@ pub enum Error {
 
     /// Start-up and plumbing errors of the shared sidecar crate.
     #[error(transparent)]
-    Sidecar(#[from] sidecar::Error),
+    Sidecar(#[from] component_runtime::Error),
 }
 
 impl Error {
@@ -91,10 +86,10 @@ mod tests {
     #[test]
     fn claim_names_and_errors() {
         assert_eq!(claim_name("web-0", "scratch"), "web-0-scratch");
-        let e = Error::CacheNotReady {
-            kind: "Pod",
+        let e = Error::CacheNotReady(component_runtime::CacheNotReady {
+            kind: "Pod".into(),
             waited: std::time::Duration::from_secs(60),
-        };
+        });
         assert!(e.to_string().contains("list and watch Pod"), "{e}");
     }
 }

@@ -1,28 +1,19 @@
 //! `csi-ephemeral-volume-controller`: flags in, `ephemeral_volume::run` until SIGTERM/SIGINT.
 
-use anyhow::Context as _;
 use clap::Parser;
+use component_runtime::{RuntimeShape, normalize_go_args, run_component};
 use ephemeral_volume::Flags;
 
 fn main() -> anyhow::Result<()> {
-    let flags = Flags::parse_from(sidecar::normalize_go_args(std::env::args_os()));
-    sidecar::init_logging(flags.v);
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?
-        .block_on(async {
-            sidecar::install_crypto_provider();
+    let flags = Flags::parse_from(normalize_go_args(std::env::args_os()));
+    run_component(
+        flags.telemetry.v,
+        RuntimeShape::PerCore,
+        |shutdown| async move {
             let config = flags.config();
-            let client = sidecar::build_client(
-                flags.kubeconfig_path().as_deref(),
-                &ephemeral_volume::user_agent(),
-                flags.kube_api_qps,
-                flags.kube_api_burst,
-            )
-            .await?;
-            let shutdown = sidecar::shutdown_on_signals();
+            let client = flags.client.client(&ephemeral_volume::user_agent()).await?;
             ephemeral_volume::run(client, config, shutdown).await?;
             Ok(())
-        })
+        },
+    )
 }

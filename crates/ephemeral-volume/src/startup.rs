@@ -1,8 +1,6 @@
 //! The whole controller process on a given client: metrics and health server, leader
 //! election, controller.
 
-use std::sync::Arc;
-
 use kube::Client;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
@@ -33,43 +31,16 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         metrics,
         config.shared_caches.clone(),
     );
-    let health = sidecar::Health::default();
-    if let Some(lease) = &config.leader_election {
-        health.register_leader_metric(&mut registry, &lease.lease_name);
-    }
-    let registry = Arc::new(registry);
-    let http = match &config.http_endpoint {
-        Some(addr) => {
-            let server =
-                sidecar::serve_http(addr, &config.metrics_path, registry.clone(), health.clone())
-                    .await?;
-            tracing::info!(address = %server.local_addr(), "serving metrics and health");
-            Some(server)
-        }
-        None => None,
-    };
-    health.set_ready(true);
     tracing::info!(
         delete_orphaned_claims = config.options.delete_orphaned_claims,
         "starting the ephemeral volume controller"
     );
-    let result = match config.leader_election.clone() {
-        Some(lease) => {
-            tracing::info!(lease = %lease.lease_name, namespace = %lease.namespace, identity = %lease.identity, "leader election on");
-            sidecar::run_as_leader_with_health(
-                client,
-                lease,
-                health.clone(),
-                shutdown.clone(),
-                |token| controller.run(token),
-            )
-            .await
-            .map_err(Error::from)
-        }
-        None => controller.run(shutdown.clone()).await,
-    };
-    if let Some(server) = http {
-        server.shutdown().await;
-    }
-    result
+    component_runtime::serve_and_run(
+        config.serving.clone(),
+        registry,
+        client,
+        shutdown,
+        |token| controller.run(token),
+    )
+    .await
 }

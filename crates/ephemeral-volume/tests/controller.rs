@@ -37,7 +37,7 @@ fn options(delete_orphaned_claims: bool) -> Options {
 impl Env {
     async fn new() -> Self {
         if std::env::var_os("RUST_LOG").is_some() {
-            sidecar::init_logging(0);
+            component_runtime::init_logging(0);
         }
         apiserver::install_crypto_provider();
         let server = apiserver::ApiServer::start(apiserver::Config {
@@ -61,7 +61,8 @@ impl Env {
             .await
             .unwrap();
         let client =
-            sidecar::rate_limited(config, &ephemeral_volume::user_agent(), -1.0, 0).unwrap();
+            component_runtime::rate_limited(config, &ephemeral_volume::user_agent(), -1.0, 0)
+                .unwrap();
         let stop = CancellationToken::new();
         let task = tokio::spawn(ephemeral_volume::run(
             client,

@@ -1,4 +1,4 @@
-//! Flags ([`Flags`], Go `flag` syntax through `sidecar::normalize_go_args`) and what the agent
+//! Flags ([`Flags`], Go `flag` syntax through `component_runtime::normalize_go_args`) and what the agent
 //! runs with ([`Config`], [`Options`]); tests and `csi-cluster` build those directly.
 //!
 //! Names are the kubelet's where it has the flag (`--node-name` is its `--hostname-override`
@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use sidecar::parse_go_duration;
+use component_runtime::parse_go_duration;
 use volume_plugins::{MigratedPlugins, SkipAttachMode};
 
 use crate::Error;
@@ -27,15 +27,12 @@ fn any_string(s: &str) -> Result<String, String> {
 /// pods bound to this node and unpublishes them when the pods go. Runs no containers.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "csi-node-agent", version, about, long_about = None)]
+#[command(mut_arg("kube_api_qps", |a| a.default_value("50")))]
+#[command(mut_arg("kube_api_burst", |a| a.default_value("100")))]
 pub struct Flags {
     /// Name of the Node object this agent is (created if missing, adopted if present).
     #[arg(long, value_name = "NAME")]
     pub node_name: String,
-
-    /// Path to a kubeconfig file. Empty: in-cluster configuration, then $KUBECONFIG or
-    /// ~/.kube/config.
-    #[arg(long, value_name = "PATH", value_parser = any_string)]
-    pub kubeconfig: Option<String>,
 
     /// The kubelet's root directory: plugins_registry/, plugins/ (staging paths), pods/
     /// (publish paths) live under it.
@@ -94,27 +91,6 @@ pub struct Flags {
     #[arg(long, default_value = "1m", value_parser = parse_go_duration, value_name = "DURATION")]
     pub sync_frequency: Duration,
 
-    /// Queries per second to the API server (client-go semantics: negative = unlimited).
-    #[arg(
-        long,
-        default_value_t = 50.0,
-        allow_negative_numbers = true,
-        value_name = "QPS"
-    )]
-    pub kube_api_qps: f32,
-
-    /// Burst of queries to the API server above --kube-api-qps.
-    #[arg(long, default_value_t = 100, value_name = "N")]
-    pub kube_api_burst: u32,
-
-    /// host:port (":8080": all interfaces) for /metrics, /healthz and /readyz. Empty: none.
-    #[arg(long, value_name = "ADDRESS", value_parser = any_string)]
-    pub http_endpoint: Option<String>,
-
-    /// Path the Prometheus metrics are served at on --http-endpoint.
-    #[arg(long, default_value = "/metrics", value_name = "PATH")]
-    pub metrics_path: String,
-
     /// How often volume stats are collected (NodeGetVolumeStats) for the
     /// kubelet_volume_stats_* metrics.
     #[arg(long, default_value = "1m", value_parser = parse_go_duration, value_name = "DURATION")]
@@ -129,9 +105,13 @@ pub struct Flags {
     #[arg(long, default_value_t = 110, value_name = "N")]
     pub max_pods: u32,
 
-    /// Log verbosity (klog levels): 0-3 info, 4 debug, 5 and above trace. RUST_LOG overrides.
-    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
-    pub v: u8,
+    /// How the controller reaches the API server.
+    #[command(flatten)]
+    pub client: component_runtime::KubeClientFlags,
+
+    /// `--http-endpoint`, `--metrics-path`, `-v`.
+    #[command(flatten)]
+    pub telemetry: component_runtime::TelemetryFlags,
 }
 
 /// What the node agent does, apart from where it connects.
@@ -299,15 +279,11 @@ impl Flags {
         }
         options.max_pods = self.max_pods;
         Ok(Config {
-            kubeconfig: self
-                .kubeconfig
-                .clone()
-                .filter(|p| !p.is_empty())
-                .map(PathBuf::from),
-            kube_api_qps: self.kube_api_qps,
-            kube_api_burst: self.kube_api_burst,
-            http_endpoint: self.http_endpoint.clone().filter(|s| !s.is_empty()),
-            metrics_path: self.metrics_path.clone(),
+            kubeconfig: self.client.kubeconfig_path(),
+            kube_api_qps: self.client.kube_api_qps,
+            kube_api_burst: self.client.kube_api_burst,
+            http_endpoint: self.telemetry.http_endpoint_addr().map(str::to_string),
+            metrics_path: self.telemetry.metrics_path.clone(),
             options,
         })
     }
@@ -321,7 +297,7 @@ mod tests {
         let argv = std::iter::once("csi-node-agent")
             .chain(args.iter().copied())
             .map(std::ffi::OsString::from);
-        Flags::try_parse_from(sidecar::normalize_go_args(argv))
+        Flags::try_parse_from(component_runtime::normalize_go_args(argv))
     }
 
     #[test]

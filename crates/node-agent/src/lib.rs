@@ -61,17 +61,12 @@ pub enum Error {
     Registration(String),
 
     /// A watch cache never filled.
-    #[error(
-        "the {kind} cache did not fill within {waited:?} (can the node agent list and watch {kind}?)"
-    )]
-    CacheNotReady {
-        kind: &'static str,
-        waited: std::time::Duration,
-    },
+    #[error(transparent)]
+    CacheNotReady(#[from] component_runtime::CacheNotReady),
 
     /// Start-up and plumbing errors of the shared sidecar crate.
     #[error(transparent)]
-    Sidecar(#[from] sidecar::Error),
+    Sidecar(#[from] component_runtime::Error),
 }
 
 impl Error {

@@ -1,27 +1,23 @@
 //! `csi-node-agent`: flags in, `node_agent::run` until SIGTERM/SIGINT.
 
-use anyhow::Context as _;
 use clap::Parser;
+use component_runtime::{RuntimeShape, normalize_go_args, run_component};
 use node_agent::Flags;
 
+/// Few threads on purpose: the agent mostly waits on the API server, the drivers and the
+/// kernel, and every thread that allocates gets its own malloc arena (about 1 MiB each once a
+/// burst of mounts went through). File and mount-table reads go to the blocking pool, which
+/// would otherwise grow to hundreds of threads in a burst.
+const RUNTIME: RuntimeShape = RuntimeShape::Fixed {
+    workers: 1,
+    max_blocking: Some(2),
+};
+
 fn main() -> anyhow::Result<()> {
-    let flags = Flags::parse_from(sidecar::normalize_go_args(std::env::args_os()));
-    sidecar::init_logging(flags.v);
+    let flags = Flags::parse_from(normalize_go_args(std::env::args_os()));
     let config = flags.config()?;
-    tokio::runtime::Builder::new_multi_thread()
-        // Few threads on purpose: the agent mostly waits on the API server, the drivers and
-        // the kernel, and every thread that allocates gets its own malloc arena (about
-        // 1 MiB each once a burst of mounts went through). File and mount-table reads go to
-        // the blocking pool, which would otherwise grow to hundreds of threads in a burst.
-        .worker_threads(1)
-        .max_blocking_threads(2)
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?
-        .block_on(async {
-            sidecar::install_crypto_provider();
-            let shutdown = sidecar::shutdown_on_signals();
-            node_agent::run(config, shutdown).await?;
-            Ok(())
-        })
+    run_component(flags.telemetry.v, RUNTIME, |shutdown| async move {
+        node_agent::run(config, shutdown).await?;
+        Ok(())
+    })
 }

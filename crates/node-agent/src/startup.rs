@@ -4,10 +4,10 @@
 
 use std::sync::Arc;
 
+use component_runtime::ObjectCache;
 use k8s_openapi::api::storage::v1::CSINode;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
-use volume_plugins::ObjectCache;
 
 use crate::config::Config;
 use crate::drivers::DriverRegistry;
@@ -26,7 +26,7 @@ pub fn user_agent() -> String {
 /// mounted across a restart: the next start reconstructs them.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let options = config.options.clone();
-    let client = sidecar::build_client(
+    let client = component_runtime::build_client(
         config.kubeconfig.as_deref(),
         &user_agent(),
         config.kube_api_qps,
@@ -56,20 +56,27 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
         &mut registry,
     );
 
-    let health = sidecar::Health::default();
+    let health = component_runtime::Health::default();
     let registry = Arc::new(registry);
     let http = match &config.http_endpoint {
         Some(addr) => {
-            let server =
-                sidecar::serve_http(addr, &config.metrics_path, registry.clone(), health.clone())
-                    .await?;
+            let server = component_runtime::serve_http(
+                addr,
+                &config.metrics_path,
+                registry.clone(),
+                health.clone(),
+            )
+            .await?;
             tracing::info!(address = %server.local_addr(), "serving metrics and health");
             Some(server)
         }
         None => None,
     };
 
-    let recorder = Arc::new(sidecar::EventRecorder::new(client.clone(), COMPONENT));
+    let recorder = Arc::new(component_runtime::EventRecorder::new(
+        client.clone(),
+        COMPONENT,
+    ));
     let volume_manager = VolumeManager::new(
         client.clone(),
         options.clone(),

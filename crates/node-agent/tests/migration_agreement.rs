@@ -9,6 +9,7 @@
 mod common;
 
 use common::{Env, PATIENCE};
+use component_runtime::ObjectCache;
 use k8s_openapi::api::core::v1::{AWSElasticBlockStoreVolumeSource, Pod, PodSpec, Volume};
 use k8s_openapi::api::storage::v1::CSINode;
 use kube::Api;
@@ -17,9 +18,7 @@ use node_agent::volumemanager::volume_spec::{
     MountKind, SpecContext, SpecOutcome, volume_to_mount,
 };
 use serde_json::json;
-use volume_plugins::{
-    Backend, MigratedPlugins, NodeMigrationInfo, ObjectCache, SkipAttachMode, decide,
-};
+use volume_plugins::{Backend, MigratedPlugins, NodeMigrationInfo, SkipAttachMode, decide};
 
 const EBS: &str = "kubernetes.io/aws-ebs";
 const ANNOTATION: &str = "storage.alpha.kubernetes.io/migrated-plugins";

@@ -228,7 +228,7 @@ impl Env {
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
             .await
             .map_err(|e| Error::Other(format!("kubeconfig for csi-attacher: {e}")))?;
-        let client = sidecar::rate_limited(config, "csi-attacher/node-load", -1.0, 0)
+        let client = component_runtime::rate_limited(config, "csi-attacher/node-load", -1.0, 0)
             .map_err(|e| Error::Other(format!("client for csi-attacher: {e}")))?;
         let mut registry = prometheus_client::registry::Registry::default();
         let controller = attacher::Controller::new(client, driver, options, &mut registry, None);
@@ -550,6 +550,6 @@ async fn client(server: &apiserver::RunningApiServer) -> Result<Client, Error> {
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .map_err(|e| Error::Other(format!("kubeconfig: {e}")))?;
-    sidecar::rate_limited(config, crate::USER_AGENT, -1.0, 0)
+    component_runtime::rate_limited(config, crate::USER_AGENT, -1.0, 0)
         .map_err(|e| Error::Other(format!("client: {e}")))
 }

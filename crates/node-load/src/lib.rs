@@ -16,10 +16,10 @@
 
 mod ebs;
 mod env;
-mod objects;
 mod pods;
 pub mod procs;
 pub mod report;
+mod run_objects;
 pub mod stats;
 
 use std::path::{Path, PathBuf};

@@ -43,7 +43,7 @@ struct Flags {
     parallelism: usize,
 
     /// Limit for each phase (Go duration: 90s, 10m).
-    #[arg(long, default_value = "10m", value_parser = sidecar::parse_go_duration)]
+    #[arg(long, default_value = "10m", value_parser = component_runtime::parse_go_duration)]
     timeout: Duration,
 
     /// Directory with csi-node-agent, csi-node-driver-registrar, hostpath-csi-driver and
@@ -189,7 +189,7 @@ async fn main() -> anyhow::Result<()> {
         log_dir: f.log_dir,
         temp_parent: None,
     };
-    let shutdown = sidecar::shutdown_on_signals();
+    let shutdown = component_runtime::shutdown_on_signals();
     // On SIGINT/SIGTERM the run's future is dropped: its guards kill the processes, unmount,
     // release the loop devices and remove the temp dir.
     let reports = tokio::select! {

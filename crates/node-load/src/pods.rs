@@ -19,8 +19,8 @@ use attacher_load::Writes;
 use attacher_load::accounting::is_write;
 
 use crate::env::{Env, mounts_below};
-use crate::objects::{self, NS, POD_LABEL, POD_LABEL_VALUE};
 use crate::report::{AgentStats, ScenarioReport};
+use crate::run_objects::{self, NS, POD_LABEL, POD_LABEL_VALUE};
 use crate::{Error, LoadConfig, Scenario};
 
 /// How csi-node-agent's requests start (`node_agent::startup::user_agent`).
@@ -142,7 +142,7 @@ pub(crate) async fn measure(
     let n = config.pods;
     let setup_start = Instant::now();
     // The rest of the cluster first: other nodes' pods, claims and PVs.
-    objects::create_background(
+    run_objects::create_background(
         &env.kube,
         env.driver_name,
         config.background,
@@ -158,7 +158,7 @@ pub(crate) async fn measure(
             .map(|node| format!("unix://{}", node.socket.display()))
             .collect(),
     };
-    objects::bind_all(
+    run_objects::bind_all(
         &env.kube,
         scenario,
         env.driver_name,
@@ -191,19 +191,19 @@ pub(crate) async fn measure(
     let create = |i: usize| {
         let pods = pods.clone();
         let node = node_names
-            .get(objects::node_of(i, node_names.len()))
+            .get(run_objects::node_of(i, node_names.len()))
             .cloned()
             .unwrap_or_default();
         async move {
-            let pod = objects::pod(i, &node)?;
+            let pod = run_objects::pod(i, &node)?;
             let start = Instant::now();
             pods.create(&PostParams::default(), &pod)
                 .await
                 .map_err(|source| Error::Kube {
-                    op: format!("creating pod {}", objects::pod_name(i)),
+                    op: format!("creating pod {}", run_objects::pod_name(i)),
                     source,
                 })?;
-            Ok::<_, Error>((objects::pod_name(i), start))
+            Ok::<_, Error>((run_objects::pod_name(i), start))
         }
     };
     let t0 = Instant::now();
@@ -313,7 +313,7 @@ pub(crate) async fn measure(
     // The background goes too (the run leaves nothing), after the agents' numbers.
     let t2 = Instant::now();
     if config.background > 0 {
-        objects::delete_background(&env.kube).await?;
+        run_objects::delete_background(&env.kube).await?;
     }
     let background_deleted = t2.elapsed();
     for (a, node) in agents.iter_mut().zip(env.nodes.iter()) {

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::accounting::{Agents, Who, missing_watches};
-use crate::{Error, LoadConfig, Scenario, USER_AGENT, objects};
+use crate::{Error, LoadConfig, Scenario, USER_AGENT, run_objects};
 
 /// The EBS driver's region (ec2-sim's default).
 const REGION: &str = "us-east-1";
@@ -53,7 +53,7 @@ async fn client(server: &apiserver::RunningApiServer, user_agent: &str) -> Resul
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .map_err(|e| Error::Other(format!("kubeconfig: {e}")))?;
-    sidecar::rate_limited(config, user_agent, -1.0, 0)
+    component_runtime::rate_limited(config, user_agent, -1.0, 0)
         .map_err(|e| Error::Other(format!("client {user_agent}: {e}")))
 }
 
@@ -105,7 +105,7 @@ impl Env {
             server: Some(server),
             dir: Some(dir),
         };
-        objects::create_cluster(&env.kube, scenario).await?;
+        run_objects::create_cluster(&env.kube, scenario).await?;
         env.start_driver(config, &root, &log_dir).await?;
         env.wait_for_socket(&socket, config.timeout).await?;
         env.start_pv_controller().await?;
@@ -128,7 +128,7 @@ impl Env {
                 // Capacity is only accounted (a mount volume is a directory): room for all.
                 let args = vec![
                     format!("--endpoint={}", self.endpoint),
-                    format!("--node-id={}", objects::node_id(self.scenario)),
+                    format!("--node-id={}", run_objects::node_id(self.scenario)),
                     format!("--state-dir={}", root.join("hostpath-state").display()),
                     format!("--capacity={}Gi", pvcs + 1),
                 ];

@@ -24,9 +24,9 @@
 pub mod accounting;
 mod env;
 mod measure;
-mod objects;
 pub mod report;
 mod rows;
+mod run_objects;
 mod watch;
 
 use std::path::{Path, PathBuf};

@@ -101,12 +101,12 @@ struct Flags {
     ebs_driver_bin: Option<PathBuf>,
 
     /// Limit for each phase (Go duration: 90s, 10m).
-    #[arg(long, default_value = "10m", value_parser = sidecar::parse_go_duration)]
+    #[arg(long, default_value = "10m", value_parser = component_runtime::parse_go_duration)]
     timeout: Duration,
 
     /// How long the processes run on after all Bound and after all deleted before that
     /// phase's writes are counted (late finalizer patches and Events); not in any time.
-    #[arg(long, default_value = "3s", value_parser = sidecar::parse_go_duration)]
+    #[arg(long, default_value = "3s", value_parser = component_runtime::parse_go_duration)]
     settle: Duration,
 
     /// Keep the processes' logs in DIR/SCENARIO-RUN/ (default: in the temp dir, removed).
@@ -196,12 +196,12 @@ fn init_logging(v: u8) {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let flags = Flags::parse_from(sidecar::normalize_go_args(std::env::args_os()));
+    let flags = Flags::parse_from(component_runtime::normalize_go_args(std::env::args_os()));
     init_logging(flags.v);
     let (json_out, json_file) = (flags.json, flags.json_file.clone());
     let config = flags.config()?;
     // SIGINT/SIGTERM drops the run: its guards kill the processes and remove the temp dirs.
-    let shutdown = sidecar::shutdown_on_signals();
+    let shutdown = component_runtime::shutdown_on_signals();
     let report = tokio::select! {
         r = provision_load::run(config) => r.context("provision-load")?,
         () = shutdown.cancelled() => anyhow::bail!("interrupted; processes stopped, temp dirs removed"),
@@ -225,7 +225,7 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Flags {
-        Flags::try_parse_from(sidecar::normalize_go_args(
+        Flags::try_parse_from(component_runtime::normalize_go_args(
             std::iter::once("provision-load")
                 .chain(args.iter().copied())
                 .map(Into::into),

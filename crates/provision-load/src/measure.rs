@@ -13,8 +13,8 @@ use kube::api::{DeleteParams, PostParams};
 
 use crate::accounting::tally;
 use crate::env::Env;
-use crate::objects::{self, NS};
 use crate::report::{MemorySample, ProcessReport, ScenarioReport};
+use crate::run_objects::{self, NS};
 use crate::watch::{Counts, Watches};
 use crate::{Error, LoadConfig, Scenario};
 
@@ -156,16 +156,16 @@ pub(crate) async fn measure(
     let create = |i: usize| {
         let claims = claims.clone();
         async move {
-            let claim = objects::claim(i)?;
+            let claim = run_objects::claim(i)?;
             let start = Instant::now();
             claims
                 .create(&PostParams::default(), &claim)
                 .await
                 .map_err(|source| Error::Kube {
-                    op: format!("creating PVC {}", objects::claim_name(i)),
+                    op: format!("creating PVC {}", run_objects::claim_name(i)),
                     source,
                 })?;
-            Ok::<_, Error>((objects::claim_name(i), start))
+            Ok::<_, Error>((run_objects::claim_name(i), start))
         }
     };
     let t0 = Instant::now();

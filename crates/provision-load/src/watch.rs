@@ -14,7 +14,7 @@ use kube::{Api, Client};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::objects::{CLAIM_LABEL, CLAIM_LABEL_VALUE, NS};
+use crate::run_objects::{CLAIM_LABEL, CLAIM_LABEL_VALUE, NS};
 
 /// What the watches saw, with the time they saw it.
 #[derive(Default)]

@@ -1,11 +1,11 @@
 //! Command-line flags, named and defaulted as the Go external-provisioner's so existing
 //! manifests work unchanged (`-flag=value`, `--flag value`: run the arguments through
-//! `sidecar::normalize_go_args` first).
+//! `component_runtime::normalize_go_args` first).
 
 use std::time::Duration;
 
 use clap::Parser;
-use sidecar::{parse_go_bool, parse_go_duration};
+use component_runtime::{parse_go_bool, parse_go_duration};
 
 /// csi-provisioner: provisions and deletes CSI volumes for PersistentVolumeClaims.
 #[derive(Parser, Debug, Clone)]
@@ -15,7 +15,7 @@ use sidecar::{parse_go_bool, parse_go_duration};
 )))]
 pub struct Config {
     #[command(flatten)]
-    pub common: sidecar::CommonFlags,
+    pub common: component_runtime::CommonFlags,
 
     /// Timeout of every CSI call (CreateVolume, DeleteVolume, ...).
     #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
@@ -249,7 +249,7 @@ mod tests {
         let argv = std::iter::once("csi-provisioner")
             .chain(args.iter().copied())
             .map(std::ffi::OsString::from);
-        Config::try_parse_from(sidecar::normalize_go_args(argv)).expect("parses")
+        Config::try_parse_from(component_runtime::normalize_go_args(argv)).expect("parses")
     }
 
     #[test]

@@ -54,7 +54,7 @@ pub struct Driver {
     pub capabilities: Capabilities,
 }
 
-/// Whether the plugin announces VOLUME_ACCESSIBILITY_CONSTRAINTS (sidecar::driver_info does not
+/// Whether the plugin announces VOLUME_ACCESSIBILITY_CONSTRAINTS (component_runtime::driver_info does not
 /// read plugin capabilities other than the controller service).
 pub(crate) async fn has_topology(channel: &Channel, timeout: Duration) -> Result<bool, Error> {
     let mut identity = IdentityClient::new(channel.clone());

@@ -108,7 +108,7 @@ pub fn on_node(pv: &PersistentVolume, node: &str, labels: &BTreeMap<String, Stri
     else {
         return false;
     };
-    sidecar::node_selector::terms_match(terms, node, labels)
+    component_runtime::node_selector::terms_match(terms, node, labels)
 }
 
 #[cfg(test)]

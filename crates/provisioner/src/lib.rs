@@ -108,7 +108,7 @@ pub enum Error {
     },
     /// Start-up and plumbing errors from the shared sidecar crate.
     #[error(transparent)]
-    Sidecar(#[from] sidecar::Error),
+    Sidecar(#[from] component_runtime::Error),
     /// The driver cannot provision (no CREATE_DELETE_VOLUME).
     #[error("CSI driver {driver}: {reason}")]
     Driver { driver: String, reason: String },

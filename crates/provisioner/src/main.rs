@@ -1,18 +1,16 @@
 //! `csi-provisioner`: flags in, `provisioner::run` until SIGTERM/SIGINT.
 
-use anyhow::Context as _;
 use clap::Parser;
+use component_runtime::{RuntimeShape, normalize_go_args, run_component};
 
 fn main() -> anyhow::Result<()> {
-    let config = provisioner::Config::parse_from(sidecar::normalize_go_args(std::env::args_os()));
-    sidecar::init_logging(config.common.v);
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?
-        .block_on(async {
-            let shutdown = sidecar::shutdown_on_signals();
-            provisioner::run(config, shutdown).await
-        })?;
-    Ok(())
+    let config = provisioner::Config::parse_from(normalize_go_args(std::env::args_os()));
+    run_component(
+        config.common.v,
+        RuntimeShape::PerCore,
+        |shutdown| async move {
+            provisioner::run(config, shutdown).await?;
+            Ok(())
+        },
+    )
 }

@@ -1,18 +1,18 @@
 //! The Go provisioner library's controller metrics (sig-storage-lib-external-provisioner), by
 //! StorageClass: provision and delete counts, failures and durations. The work queue's
-//! `workqueue_*` metrics are `sidecar::workqueue`'s (the attacher's names), with the queue
+//! `workqueue_*` metrics are `component_runtime::workqueue`'s (the attacher's names), with the queue
 //! named [`QUEUE_NAME`]. The CSI call histogram (`csi_sidecar_operations_seconds`) is
-//! `sidecar::OperationMetrics`.
+//! `component_runtime::OperationMetrics`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use component_runtime::workqueue::{Backoff, QueueMetrics, WorkQueue, register_queue_gauges};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use sidecar::workqueue::{Backoff, QueueMetrics, WorkQueue, register_queue_gauges};
 
 /// The `name` label of the work queue's metrics (one queue for claims and volumes).
 pub const QUEUE_NAME: &str = "csi-provisioner";
@@ -158,10 +158,13 @@ mod tests {
             max: Duration::from_secs(600),
         };
         let q = work_queue(&mut r, backoff);
-        q.add("claim/default/a", sidecar::workqueue::SINGLE_LANE);
-        q.add("volume/pv-b", sidecar::workqueue::SINGLE_LANE);
-        let item = q.next(sidecar::workqueue::SINGLE_LANE).await.unwrap();
-        q.done(&item, sidecar::workqueue::Outcome::Retry);
+        q.add("claim/default/a", component_runtime::workqueue::SINGLE_LANE);
+        q.add("volume/pv-b", component_runtime::workqueue::SINGLE_LANE);
+        let item = q
+            .next(component_runtime::workqueue::SINGLE_LANE)
+            .await
+            .unwrap();
+        q.done(&item, component_runtime::workqueue::Outcome::Retry);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &r).unwrap();
         for name in [

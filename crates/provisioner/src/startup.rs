@@ -24,14 +24,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     config.options()?;
     let common = &config.common;
     let ua = user_agent();
-    let client = sidecar::build_client(
+    let client = component_runtime::build_client(
         common.kubeconfig_path(),
         &ua,
         common.kube_api_qps,
         common.kube_api_burst,
     )
     .await?;
-    let election_client = sidecar::build_client(
+    let election_client = component_runtime::build_client(
         common.kubeconfig_path(),
         &format!("{ua} leader-election"),
         -1.0,
@@ -79,7 +79,7 @@ async fn run_with_clients(
         });
     }
     let mut registry = Registry::default();
-    let operations = sidecar::OperationMetrics::register(&mut registry, &driver.name);
+    let operations = component_runtime::OperationMetrics::register(&mut registry, &driver.name);
     let driver_name = driver.name.clone();
     let mut controller = Controller::new(client, driver, options, &mut registry, Some(operations));
     if let Some(informers) = informers {
@@ -87,17 +87,10 @@ async fn run_with_clients(
     }
 
     // The Go sidecar's Lease: the driver name, sanitized (ebs.csi.aws.com → ebs-csi-aws-com).
-    let lease = common
-        .election
-        .config(sidecar::sanitize_driver_name(&driver_name));
-    sidecar::serve_and_run(
-        common,
-        registry,
-        lease,
-        election_client,
-        shutdown,
-        |token| controller.run(token),
-    )
+    let serving = common.serving(component_runtime::sanitize_driver_name(&driver_name));
+    component_runtime::serve_and_run(serving, registry, election_client, shutdown, |token| {
+        controller.run(token)
+    })
     .await
 }
 
@@ -110,10 +103,12 @@ pub async fn connect_driver(
     let common = &config.common;
     let call_timeout: Duration = config.timeout;
     let connect = async {
-        let channel = sidecar::connect(&common.csi_address, common.connection_timeout).await?;
-        sidecar::probe_until_ready(&channel, call_timeout, common.connection_timeout).await?;
-        let info = sidecar::driver_info(&channel, call_timeout).await?;
-        Ok::<_, sidecar::Error>((channel, info))
+        let channel =
+            component_runtime::connect(&common.csi_address, common.connection_timeout).await?;
+        component_runtime::probe_until_ready(&channel, call_timeout, common.connection_timeout)
+            .await?;
+        let info = component_runtime::driver_info(&channel, call_timeout).await?;
+        Ok::<_, component_runtime::Error>((channel, info))
     };
     let (channel, info) = tokio::select! {
         () = shutdown.cancelled() => {

@@ -1,4 +1,4 @@
-//! Flags ([`Flags`], Go `flag` syntax through `sidecar::normalize_go_args`) and what the
+//! Flags ([`Flags`], Go `flag` syntax through `component_runtime::normalize_go_args`) and what the
 //! controller runs with ([`Config`], [`Options`]); tests, csi-cluster and `crates/e2e` build
 //! those directly.
 //!
@@ -7,12 +7,11 @@
 //! `--kube-api-qps`/`--kube-api-burst` with its defaults 20/30), the EBS driver's for EC2
 //! access (`--region`, `--ec2-endpoint`), the CSI sidecars' for `--http-endpoint` and `-v`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use sidecar::{LeaderElectionConfig, parse_go_bool, parse_go_duration};
+use component_runtime::{parse_go_bool, parse_go_duration};
 use volume_plugins::MigratedPlugins;
 
 use crate::Error;
@@ -27,12 +26,8 @@ fn any_string(s: &str) -> Result<String, String> {
 /// manager's persistentvolume-binder, pvc-protection and pv-protection controllers).
 #[derive(Parser, Debug, Clone)]
 #[command(name = "pv-controller", version, about, long_about = None)]
+#[command(mut_arg("leader_elect_resource_name", |a| a.default_value("pv-controller")))]
 pub struct Flags {
-    /// Path to a kubeconfig file. Empty: in-cluster configuration, then $KUBECONFIG or
-    /// ~/.kube/config.
-    #[arg(long, value_name = "PATH", value_parser = any_string)]
-    pub kubeconfig: Option<String>,
-
     /// Kubernetes feature gates; only the CSIMigration* gates matter here (e.g.
     /// CSIMigrationAWS hands kubernetes.io/aws-ebs classes to ebs.csi.aws.com). Defaults as
     /// kube-controller-manager and the kubelet v1.26: CSIMigrationAWS, CSIMigrationGCE,
@@ -82,64 +77,17 @@ pub struct Flags {
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub concurrent_operations: usize,
 
-    /// Queries per second to the API server (a negative value means unlimited).
-    #[arg(
-        long,
-        default_value_t = 20.0,
-        allow_negative_numbers = true,
-        value_name = "QPS"
-    )]
-    pub kube_api_qps: f32,
+    /// How the controller reaches the API server.
+    #[command(flatten)]
+    pub client: component_runtime::KubeClientFlags,
 
-    /// Burst of queries to the API server above --kube-api-qps.
-    #[arg(long, default_value_t = 30, value_name = "N")]
-    pub kube_api_burst: u32,
+    /// The `--leader-elect*` flags.
+    #[command(flatten)]
+    pub leader: component_runtime::LeaderElectFlags,
 
-    /// Elect a leader on a Lease (--leader-elect-resource-name in
-    /// --leader-elect-resource-namespace); only the leader works.
-    #[arg(
-        long,
-        default_value_t = true,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
-    pub leader_elect: bool,
-
-    /// How long non-leaders wait after the last renewal before they may take the lease.
-    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_elect_lease_duration: Duration,
-
-    /// How long the leader keeps trying to renew before it gives up leadership.
-    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_elect_renew_deadline: Duration,
-
-    /// How often the leader renews and candidates retry.
-    #[arg(long, default_value = "2s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_elect_retry_period: Duration,
-
-    /// Namespace of the leader election Lease.
-    #[arg(long, default_value = "kube-system", value_name = "NAMESPACE")]
-    pub leader_elect_resource_namespace: String,
-
-    /// Name of the leader election Lease (not kube-controller-manager's own, so this
-    /// controller can run next to a kcm that has its persistentvolume controllers turned off).
-    #[arg(long, default_value = "pv-controller", value_name = "NAME")]
-    pub leader_elect_resource_name: String,
-
-    /// host:port (":8080": all interfaces) for /metrics, /healthz and /readyz. Empty: none.
-    #[arg(long, value_name = "ADDRESS", value_parser = any_string)]
-    pub http_endpoint: Option<String>,
-
-    /// Path the Prometheus metrics are served at on --http-endpoint.
-    #[arg(long, default_value = "/metrics", value_name = "PATH")]
-    pub metrics_path: String,
-
-    /// Log verbosity (klog levels): 0-3 info, 4 debug, 5 and above trace. RUST_LOG overrides.
-    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
-    pub v: u8,
+    /// `--http-endpoint`, `--metrics-path`, `-v`.
+    #[command(flatten)]
+    pub telemetry: component_runtime::TelemetryFlags,
 }
 
 /// The controller's settings.
@@ -181,10 +129,8 @@ impl Default for Options {
 /// Everything [`crate::run`] needs besides the client.
 #[derive(Clone)]
 pub struct Config {
-    /// `None`: no leader election.
-    pub leader_election: Option<LeaderElectionConfig>,
-    pub http_endpoint: Option<String>,
-    pub metrics_path: String,
+    /// The metrics and health endpoint, and the Lease to work under.
+    pub serving: component_runtime::Serving,
     pub options: Options,
     /// EC2 for the in-tree `kubernetes.io/aws-ebs` provisioner and deleter
     /// (`--cloud-provider=aws`); `None`: no cloud, unmigrated in-tree classes fail with an
@@ -193,14 +139,13 @@ pub struct Config {
     pub cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
     /// Watch caches shared with the other controllers of the process (`csi-cluster`, as
     /// kube-controller-manager's informer factory); `None`: caches of its own.
-    pub shared_caches: Option<volume_plugins::SharedCaches>,
+    pub shared_caches: Option<component_runtime::SharedCaches>,
 }
 
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
-            .field("leader_election", &self.leader_election)
-            .field("http_endpoint", &self.http_endpoint)
+            .field("serving", &self.serving)
             .field("options", &self.options)
             .field("cloud", &self.cloud.is_some())
             .finish()
@@ -211,9 +156,7 @@ impl Config {
     /// A config for an in-process controller: no leader election, no HTTP server, no cloud.
     pub fn new(options: Options) -> Self {
         Self {
-            leader_election: None,
-            http_endpoint: None,
-            metrics_path: "/metrics".into(),
+            serving: component_runtime::Serving::default(),
             options,
             cloud: None,
             shared_caches: None,
@@ -231,14 +174,6 @@ impl Flags {
                 "--cloud-provider={other}: want \"\" (no cloud) or \"aws\""
             ))),
         }
-    }
-
-    /// `--kubeconfig`, with an empty value as unset.
-    pub fn kubeconfig_path(&self) -> Option<PathBuf> {
-        self.kubeconfig
-            .clone()
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
     }
 
     /// The checked [`Config`]; `cloud` is built by the binary from `--cloud-provider`,
@@ -264,18 +199,9 @@ impl Flags {
         if self.cluster_name.is_empty() {
             return Err(Error::Config("--cluster-name must not be empty".into()));
         }
-        let leader_election = self.leader_elect.then(|| LeaderElectionConfig {
-            lease_name: self.leader_elect_resource_name.clone(),
-            namespace: self.leader_elect_resource_namespace.clone(),
-            identity: sidecar::default_identity(),
-            lease_duration: self.leader_elect_lease_duration,
-            renew_deadline: self.leader_elect_renew_deadline,
-            retry_period: self.leader_elect_retry_period,
-        });
+        let leader_election = self.leader.config();
         Ok(Config {
-            leader_election,
-            http_endpoint: self.http_endpoint.clone().filter(|s| !s.is_empty()),
-            metrics_path: self.metrics_path.clone(),
+            serving: self.telemetry.serving(leader_election),
             options: Options {
                 migrated,
                 sync_period: self.pvclaimbinder_sync_period,
@@ -299,7 +225,7 @@ mod tests {
         let argv = std::iter::once("pv-controller")
             .chain(args.iter().copied())
             .map(std::ffi::OsString::from);
-        Flags::try_parse_from(sidecar::normalize_go_args(argv)).expect("parses")
+        Flags::try_parse_from(component_runtime::normalize_go_args(argv)).expect("parses")
     }
 
     #[test]
@@ -313,13 +239,16 @@ mod tests {
         assert_eq!(o.sync_period, Duration::from_secs(15));
         assert!(o.enable_dynamic_provisioning);
         assert_eq!(o.cluster_name, "kubernetes");
-        assert_eq!((f.kube_api_qps, f.kube_api_burst), (20.0, 30));
-        let lease = c.leader_election.expect("kcm elects a leader by default");
+        assert_eq!((f.client.kube_api_qps, f.client.kube_api_burst), (20.0, 30));
+        let lease = c
+            .serving
+            .leader_election
+            .expect("kcm elects a leader by default");
         assert_eq!(lease.lease_name, "pv-controller");
         assert_eq!(lease.namespace, "kube-system");
         assert_eq!(lease.retry_period, Duration::from_secs(2));
-        assert!(c.http_endpoint.is_none() && c.cloud.is_none());
-        assert!(f.kubeconfig_path().is_none());
+        assert!(c.serving.http_endpoint.is_none() && c.cloud.is_none());
+        assert!(f.client.kubeconfig_path().is_none());
     }
 
     #[test]
@@ -336,13 +265,16 @@ mod tests {
             "-v=4",
         ]);
         assert!(f.wants_aws_cloud().expect("valid"));
-        assert_eq!(f.kubeconfig_path(), Some(PathBuf::from("/etc/kubeconfig")));
+        assert_eq!(
+            f.client.kubeconfig_path(),
+            Some(std::path::PathBuf::from("/etc/kubeconfig"))
+        );
         let c = f.config(None).expect("valid");
         assert!(c.options.migrated.contains("kubernetes.io/aws-ebs"));
         assert_eq!(c.options.sync_period, Duration::from_secs(1));
         assert_eq!(c.options.cluster_name, "prod");
-        assert!(c.leader_election.is_none());
-        assert_eq!(c.http_endpoint.as_deref(), Some(":8080"));
+        assert!(c.serving.leader_election.is_none());
+        assert_eq!(c.serving.http_endpoint.as_deref(), Some(":8080"));
     }
 
     #[test]

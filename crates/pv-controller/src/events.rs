@@ -1,15 +1,15 @@
 //! Events on claims and volumes, reported by `persistentvolume-controller` with
 //! kube-controller-manager's reasons (operators grep for them). The shared
-//! [`sidecar::EventRecorder`] folds a repeat of the same reason and message into the first
+//! [`component_runtime::EventRecorder`] folds a repeat of the same reason and message into the first
 //! Event's `count`, as client-go does, so a claim retried every sync period leaves one Event.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use component_runtime::EventType;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolume, PersistentVolumeClaim};
 use kube::Client;
-use sidecar::EventType;
 
 use crate::COMPONENT;
 
@@ -57,14 +57,14 @@ const REPEAT_INTERVAL: Duration = Duration::from_secs(300);
 
 /// Events of this controller.
 pub(crate) struct Recorder {
-    recorder: sidecar::EventRecorder,
+    recorder: component_runtime::EventRecorder,
     last: Mutex<HashMap<(String, String, String), Instant>>,
 }
 
 impl Recorder {
     pub(crate) fn new(client: Client) -> Self {
         Self {
-            recorder: sidecar::EventRecorder::new(client, COMPONENT),
+            recorder: component_runtime::EventRecorder::new(client, COMPONENT),
             last: Mutex::new(HashMap::new()),
         }
     }

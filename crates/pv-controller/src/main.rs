@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::Parser;
+use component_runtime::{RuntimeShape, normalize_go_args, run_component};
 use pv_controller::Flags;
 
 /// EC2 for the in-tree aws-ebs provisioner (`--cloud-provider=aws`), as the EBS driver builds it.
@@ -36,25 +37,16 @@ async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cl
 }
 
 fn main() -> anyhow::Result<()> {
-    let flags = Flags::parse_from(sidecar::normalize_go_args(std::env::args_os()));
-    sidecar::init_logging(flags.v);
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?
-        .block_on(async {
-            sidecar::install_crypto_provider();
+    let flags = Flags::parse_from(normalize_go_args(std::env::args_os()));
+    run_component(
+        flags.telemetry.v,
+        RuntimeShape::PerCore,
+        |shutdown| async move {
             let cloud = aws_cloud(&flags).await?;
             let config = flags.config(cloud)?;
-            let client = sidecar::build_client(
-                flags.kubeconfig_path().as_deref(),
-                &pv_controller::user_agent(),
-                flags.kube_api_qps,
-                flags.kube_api_burst,
-            )
-            .await?;
-            let shutdown = sidecar::shutdown_on_signals();
+            let client = flags.client.client(&pv_controller::user_agent()).await?;
             pv_controller::run(client, config, shutdown).await?;
             Ok(())
-        })
+        },
+    )
 }

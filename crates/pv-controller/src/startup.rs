@@ -22,7 +22,7 @@ pub fn user_agent() -> String {
 ///
 /// With `config.leader_election`, only the holder of the Lease works; the election uses a
 /// clone of `client` (give the binary's client no rate limit that could delay a renewal, or
-/// build the controller's with `sidecar::build_client` as `main.rs` does). With
+/// build the controller's with `component_runtime::build_client` as `main.rs` does). With
 /// `config.http_endpoint`, `/metrics`, `/healthz` and `/readyz` are served there.
 pub async fn run(client: Client, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let mut registry = Registry::default();
@@ -34,44 +34,17 @@ pub async fn run(client: Client, config: Config, shutdown: CancellationToken) ->
         metrics,
         config.shared_caches.clone(),
     );
-    let health = sidecar::Health::default();
-    if let Some(lease) = &config.leader_election {
-        health.register_leader_metric(&mut registry, &lease.lease_name);
-    }
-    let registry = Arc::new(registry);
-    let http = match &config.http_endpoint {
-        Some(addr) => {
-            let server =
-                sidecar::serve_http(addr, &config.metrics_path, registry.clone(), health.clone())
-                    .await?;
-            tracing::info!(address = %server.local_addr(), "serving metrics and health");
-            Some(server)
-        }
-        None => None,
-    };
-    health.set_ready(true);
     tracing::info!(
         migrated = %config.options.migrated,
         cloud = config.cloud.is_some(),
         "starting the persistentvolume controller"
     );
-    let result = match config.leader_election.clone() {
-        Some(lease) => {
-            tracing::info!(lease = %lease.lease_name, namespace = %lease.namespace, identity = %lease.identity, "leader election on");
-            sidecar::run_as_leader_with_health(
-                client,
-                lease,
-                health.clone(),
-                shutdown.clone(),
-                |token| controller.run(token),
-            )
-            .await
-            .map_err(Error::from)
-        }
-        None => controller.run(shutdown.clone()).await,
-    };
-    if let Some(server) = http {
-        server.shutdown().await;
-    }
-    result
+    component_runtime::serve_and_run(
+        config.serving.clone(),
+        registry,
+        client,
+        shutdown,
+        |token| controller.run(token),
+    )
+    .await
 }

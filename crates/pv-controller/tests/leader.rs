@@ -7,16 +7,16 @@ mod common;
 use std::time::Duration;
 
 use common::{Env, PATIENCE, fast_options};
+use component_runtime::LeaderElectionConfig;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use pv_controller::Config;
-use sidecar::LeaderElectionConfig;
 
 const RWO: &[&str] = &["ReadWriteOnce"];
 
 fn elected(identity: &str) -> Config {
     let mut config = Config::new(fast_options());
-    config.leader_election = Some(LeaderElectionConfig {
+    config.serving.leader_election = Some(LeaderElectionConfig {
         lease_name: "pv-controller".into(),
         namespace: "default".into(),
         identity: identity.into(),

@@ -42,7 +42,7 @@ const CONNECT_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
 pub enum Error {
     /// The driver socket could not be dialled.
     #[error("connecting to the CSI driver: {0}")]
-    Connect(#[source] sidecar::Error),
+    Connect(#[source] component_runtime::Error),
     /// GetPluginInfo failed.
     #[error("GetPluginInfo on the CSI driver at {address:?} failed: {status}")]
     PluginInfo {
@@ -100,7 +100,7 @@ pub async fn driver_name(
     wait: Duration,
     call_timeout: Duration,
 ) -> Result<String, Error> {
-    let channel = sidecar::connect(address, wait)
+    let channel = component_runtime::connect(address, wait)
         .await
         .map_err(Error::Connect)?;
     let mut request = tonic::Request::new(GetPluginInfoRequest {});

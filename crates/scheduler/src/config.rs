@@ -1,80 +1,27 @@
-//! Flags ([`Flags`], Go `flag` syntax through `sidecar::normalize_go_args`, kube-scheduler's
+//! Flags ([`Flags`], Go `flag` syntax through `component_runtime::normalize_go_args`, kube-scheduler's
 //! names) and what the scheduler runs with ([`Config`]; `Config::default()` is the in-process
 //! one csi-cluster and the tests use: no HTTP server, no leader election).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use sidecar::{LeaderElectionConfig, parse_go_bool, parse_go_duration};
+use component_runtime::parse_go_duration;
 
 use crate::{DEFAULT_SCHEDULER_NAME, Error};
-
-/// Accepts any string, including the empty one Go manifests pass for "unset".
-fn any_string(s: &str) -> Result<String, String> {
-    Ok(s.to_owned())
-}
 
 /// csi-scheduler: binds pending pods to nodes where their volumes can be used (node affinity
 /// and selector, taints, PV node affinity, WaitForFirstConsumer, CSINode attach limits).
 #[derive(Parser, Debug, Clone)]
 #[command(name = "csi-scheduler", version, about, long_about = None)]
+#[command(mut_arg("leader_elect_resource_name", |a| a.default_value("kube-scheduler")))]
+#[command(mut_arg("leader_elect", |a| a.default_value("false")))]
+#[command(mut_arg("kube_api_qps", |a| a.default_value("50")))]
+#[command(mut_arg("kube_api_burst", |a| a.default_value("100")))]
 pub struct Flags {
-    /// Path to a kubeconfig file. Empty: in-cluster configuration, then $KUBECONFIG or
-    /// ~/.kube/config.
-    #[arg(long, value_name = "PATH", value_parser = any_string)]
-    pub kubeconfig: Option<String>,
-
     /// The `spec.schedulerName` this scheduler serves (pods without one are served too when
     /// this is default-scheduler).
     #[arg(long, default_value = DEFAULT_SCHEDULER_NAME, value_name = "NAME")]
     pub scheduler_name: String,
-
-    /// Queries per second to the API server (kube-scheduler's default 50; negative: unlimited).
-    #[arg(
-        long,
-        default_value_t = 50.0,
-        allow_negative_numbers = true,
-        value_name = "QPS"
-    )]
-    pub kube_api_qps: f32,
-
-    /// Burst of queries to the API server above --kube-api-qps.
-    #[arg(long, default_value_t = 100, value_name = "N")]
-    pub kube_api_burst: u32,
-
-    /// Elect a leader on a Lease; only the leader schedules. kube-scheduler defaults to true;
-    /// here false, since csi-cluster runs one scheduler in-process.
-    #[arg(
-        long,
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
-    pub leader_elect: bool,
-
-    /// How long non-leaders wait after the last renewal before they may take the lease.
-    #[arg(long, default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_elect_lease_duration: Duration,
-
-    /// How long the leader keeps trying to renew before it gives up leadership.
-    #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_elect_renew_deadline: Duration,
-
-    /// How often the leader renews and candidates retry.
-    #[arg(long, default_value = "2s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub leader_elect_retry_period: Duration,
-
-    /// Namespace of the leader election Lease.
-    #[arg(long, default_value = "kube-system", value_name = "NAMESPACE")]
-    pub leader_elect_resource_namespace: String,
-
-    /// Name of the leader election Lease (kube-scheduler's).
-    #[arg(long, default_value = "kube-scheduler", value_name = "NAME")]
-    pub leader_elect_resource_name: String,
 
     /// First retry delay of an unschedulable pod (kube-scheduler's
     /// podInitialBackoffSeconds); it doubles up to --pod-max-backoff.
@@ -90,17 +37,17 @@ pub struct Flags {
     #[arg(long, default_value = "10m", value_parser = parse_go_duration, value_name = "DURATION")]
     pub bind_timeout: Duration,
 
-    /// host:port (":10259": all interfaces) for /metrics, /healthz and /readyz. Empty: none.
-    #[arg(long, value_name = "ADDRESS", value_parser = any_string)]
-    pub http_endpoint: Option<String>,
+    /// How the controller reaches the API server.
+    #[command(flatten)]
+    pub client: component_runtime::KubeClientFlags,
 
-    /// Path the Prometheus metrics are served at on --http-endpoint.
-    #[arg(long, default_value = "/metrics", value_name = "PATH")]
-    pub metrics_path: String,
+    /// The `--leader-elect*` flags.
+    #[command(flatten)]
+    pub leader: component_runtime::LeaderElectFlags,
 
-    /// Log verbosity (klog levels): 0-3 info, 4 debug, 5 and above trace. RUST_LOG overrides.
-    #[arg(short = 'v', long = "v", default_value_t = 0, value_name = "LEVEL")]
-    pub v: u8,
+    /// `--http-endpoint`, `--metrics-path`, `-v`.
+    #[command(flatten)]
+    pub telemetry: component_runtime::TelemetryFlags,
 }
 
 /// Everything [`crate::run`] needs besides the client.
@@ -108,11 +55,8 @@ pub struct Flags {
 pub struct Config {
     /// `spec.schedulerName` served (and the Events' reporting component).
     pub scheduler_name: String,
-    /// `None`: no leader election.
-    pub leader_election: Option<LeaderElectionConfig>,
-    /// `None`: no HTTP server.
-    pub http_endpoint: Option<String>,
-    pub metrics_path: String,
+    /// The metrics and health endpoint, and the Lease to work under.
+    pub serving: component_runtime::Serving,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
     pub bind_timeout: Duration,
@@ -122,7 +66,7 @@ pub struct Config {
     pub cache_sync_timeout: Duration,
     /// Watch caches shared with the other components of the process (`csi-cluster`);
     /// `None`: caches of its own.
-    pub shared_caches: Option<volume_plugins::SharedCaches>,
+    pub shared_caches: Option<component_runtime::SharedCaches>,
 }
 
 impl Default for Config {
@@ -131,9 +75,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             scheduler_name: DEFAULT_SCHEDULER_NAME.into(),
-            leader_election: None,
-            http_endpoint: None,
-            metrics_path: "/metrics".into(),
+            serving: component_runtime::Serving::default(),
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
             bind_timeout: Duration::from_secs(600),
@@ -145,14 +87,6 @@ impl Default for Config {
 }
 
 impl Flags {
-    /// `--kubeconfig`, with an empty value as unset.
-    pub fn kubeconfig_path(&self) -> Option<PathBuf> {
-        self.kubeconfig
-            .clone()
-            .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
-    }
-
     /// The checked [`Config`].
     pub fn config(&self) -> Result<Config, Error> {
         if self.scheduler_name.is_empty() {
@@ -164,19 +98,10 @@ impl Flags {
                 self.pod_initial_backoff, self.pod_max_backoff
             )));
         }
-        let leader_election = self.leader_elect.then(|| LeaderElectionConfig {
-            lease_name: self.leader_elect_resource_name.clone(),
-            namespace: self.leader_elect_resource_namespace.clone(),
-            identity: sidecar::default_identity(),
-            lease_duration: self.leader_elect_lease_duration,
-            renew_deadline: self.leader_elect_renew_deadline,
-            retry_period: self.leader_elect_retry_period,
-        });
+        let leader_election = self.leader.config();
         Ok(Config {
             scheduler_name: self.scheduler_name.clone(),
-            leader_election,
-            http_endpoint: self.http_endpoint.clone().filter(|s| !s.is_empty()),
-            metrics_path: self.metrics_path.clone(),
+            serving: self.telemetry.serving(leader_election),
             initial_backoff: self.pod_initial_backoff,
             max_backoff: self.pod_max_backoff,
             bind_timeout: self.bind_timeout,
@@ -194,14 +119,14 @@ mod tests {
         let argv = std::iter::once("csi-scheduler")
             .chain(args.iter().copied())
             .map(std::ffi::OsString::from);
-        Flags::try_parse_from(sidecar::normalize_go_args(argv)).expect("parses")
+        Flags::try_parse_from(component_runtime::normalize_go_args(argv)).expect("parses")
     }
 
     #[test]
     fn defaults_and_go_flags() {
         let c = parse(&[]).config().unwrap();
         assert_eq!(c.scheduler_name, "default-scheduler");
-        assert!(c.leader_election.is_none() && c.http_endpoint.is_none());
+        assert!(c.serving.leader_election.is_none() && c.serving.http_endpoint.is_none());
         assert_eq!(c.initial_backoff, Duration::from_secs(1));
         assert_eq!(c.max_backoff, Duration::from_secs(10));
         let c = parse(&[
@@ -211,12 +136,12 @@ mod tests {
         ])
         .config()
         .unwrap();
-        let lease = c.leader_election.unwrap();
+        let lease = c.serving.leader_election.unwrap();
         assert_eq!(
             (lease.lease_name.as_str(), lease.namespace.as_str()),
             ("kube-scheduler", "kube-system")
         );
-        assert_eq!(c.http_endpoint.as_deref(), Some(":10259"));
+        assert_eq!(c.serving.http_endpoint.as_deref(), Some(":10259"));
         assert_eq!(c.scheduler_name, "x");
         let e = parse(&["--pod-initial-backoff=20s"]).config().unwrap_err();
         assert!(e.to_string().contains("--pod-initial-backoff"), "{e}");

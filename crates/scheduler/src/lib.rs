@@ -42,13 +42,8 @@ pub enum Error {
     Config(String),
 
     /// A watch cache never filled.
-    #[error(
-        "the {kind} cache did not fill within {waited:?} (can the scheduler list and watch {kind}?)"
-    )]
-    CacheNotReady {
-        kind: &'static str,
-        waited: std::time::Duration,
-    },
+    #[error(transparent)]
+    CacheNotReady(#[from] component_runtime::CacheNotReady),
 
     /// A Kubernetes API call failed.
     #[error("{action}: {source}")]
@@ -60,7 +55,7 @@ pub enum Error {
 
     /// Start-up and plumbing errors of the shared sidecar crate.
     #[error(transparent)]
-    Sidecar(#[from] sidecar::Error),
+    Sidecar(#[from] component_runtime::Error),
 }
 
 impl Error {

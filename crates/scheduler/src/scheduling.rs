@@ -14,6 +14,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use component_runtime::{EventRecorder, EventType};
+use component_runtime::{ObjectCache, SharedCaches};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{
     Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
@@ -22,10 +24,8 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
-use sidecar::{EventRecorder, EventType};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use volume_plugins::{ObjectCache, SharedCaches};
 
 use crate::config::Config;
 use crate::filters::{self, Snapshot, claim_names, limits, node, pod_key, volumes};
@@ -55,28 +55,18 @@ impl Caches {
     }
 
     async fn wait_until_ready(&self, timeout: Duration) -> Result<(), Error> {
-        let not_ready = |kind| Error::CacheNotReady {
-            kind,
-            waited: timeout,
-        };
-        if !self.pods.wait_until_ready(timeout).await {
-            return Err(not_ready("Pod"));
-        }
-        if !self.nodes.wait_until_ready(timeout).await {
-            return Err(not_ready("Node"));
-        }
-        if !self.claims.wait_until_ready(timeout).await {
-            return Err(not_ready("PersistentVolumeClaim"));
-        }
-        if !self.volumes.wait_until_ready(timeout).await {
-            return Err(not_ready("PersistentVolume"));
-        }
-        if !self.classes.wait_until_ready(timeout).await {
-            return Err(not_ready("StorageClass"));
-        }
-        if !self.csinodes.wait_until_ready(timeout).await {
-            return Err(not_ready("CSINode"));
-        }
+        component_runtime::wait_all_ready(
+            [
+                self.pods.readiness(),
+                self.nodes.readiness(),
+                self.claims.readiness(),
+                self.volumes.readiness(),
+                self.classes.readiness(),
+                self.csinodes.readiness(),
+            ],
+            timeout,
+        )
+        .await?;
         Ok(())
     }
 }

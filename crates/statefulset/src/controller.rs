@@ -14,20 +14,20 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use component_runtime::object_cache::{Change, Subscription};
+use component_runtime::{EventRecorder, EventType};
+use component_runtime::{ObjectCache, SharedCaches};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::json;
-use sidecar::{EventRecorder, EventType};
 use tokio_util::sync::CancellationToken;
-use volume_plugins::object_cache::{Change, Subscription};
-use volume_plugins::{ObjectCache, SharedCaches};
 
 use crate::config::Config;
-use crate::objects::{self, controller_set_uid, ordinal_of, set_name};
 use crate::plan::{self, Action, is_terminating};
+use crate::set_members::{self, controller_set_uid, ordinal_of, set_name};
 use crate::{COMPONENT, Error};
 
 /// How long a write is trusted to show up in the watch before it is looked at again.
@@ -93,23 +93,14 @@ impl Controller {
             pods: source.all(),
             claims: source.all(),
         };
-        let timeout = config.cache_sync_timeout;
-        let ready = async {
-            let not_ready = |kind| Error::CacheNotReady {
-                kind,
-                waited: timeout,
-            };
-            if !caches.sets.wait_until_ready(timeout).await {
-                return Err(not_ready("StatefulSet"));
-            }
-            if !caches.pods.wait_until_ready(timeout).await {
-                return Err(not_ready("Pod"));
-            }
-            if !caches.claims.wait_until_ready(timeout).await {
-                return Err(not_ready("PersistentVolumeClaim"));
-            }
-            Ok(())
-        };
+        let ready = component_runtime::wait_all_ready(
+            [
+                caches.sets.readiness(),
+                caches.pods.readiness(),
+                caches.claims.readiness(),
+            ],
+            config.cache_sync_timeout,
+        );
         tokio::select! {
             () = shutdown.cancelled() => return Ok(None),
             r = ready => r?,
@@ -246,13 +237,13 @@ impl Controller {
             .filter(|i| !view.contains_key(i))
             .filter(|i| {
                 self.created
-                    .contains_key(&key(&namespace, &objects::pod_name(set, *i)))
+                    .contains_key(&key(&namespace, &set_members::pod_name(set, *i)))
             })
             .collect();
         for i in pending_creates {
             // Stand in for the pod just created: present, not Ready yet.
             let mut p = Pod::default();
-            p.metadata.name = Some(objects::pod_name(set, i));
+            p.metadata.name = Some(set_members::pod_name(set, i));
             view.insert(i, Arc::new(p));
         }
         for action in plan::plan(replicas, parallel, &view) {
@@ -278,10 +269,10 @@ impl Controller {
 
     async fn create(&mut self, set: &StatefulSet, ordinal: i32) {
         let namespace = set.metadata.namespace.clone().unwrap_or_default();
-        let pod_name = objects::pod_name(set, ordinal);
+        let pod_name = set_members::pod_name(set, ordinal);
         let set_name = set_name(set).to_string();
         let owned_claims = retention(set, "whenDeleted") == "Delete";
-        let claims = match objects::claims(set, ordinal, owned_claims) {
+        let claims = match set_members::claims(set, ordinal, owned_claims) {
             Ok(c) => c,
             Err(e) => {
                 let msg =
@@ -325,7 +316,7 @@ impl Controller {
                 }
             }
         }
-        let pod = match objects::pod(set, ordinal) {
+        let pod = match set_members::pod(set, ordinal) {
             Ok(p) => p,
             Err(e) => {
                 let msg =
@@ -391,7 +382,7 @@ impl Controller {
         let namespace = set.metadata.namespace.clone().unwrap_or_default();
         let replicas = set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
         let api: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &namespace);
-        for template in objects::claim_templates(set) {
+        for template in set_members::claim_templates(set) {
             let prefix = format!(
                 "{}-{}",
                 template.metadata.name.as_deref().unwrap_or_default(),

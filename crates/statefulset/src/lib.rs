@@ -1,7 +1,7 @@
 //! statefulset-controller: the part of kube-controller-manager's StatefulSet controller that
 //! storage workloads need, for clusters (csi-cluster) without kube-controller-manager.
 //!
-//! - `objects`: a set's pods (`<set>-<ordinal>`, with the `statefulset.kubernetes.io/pod-name`
+//! - `set_members`: a set's pods (`<set>-<ordinal>`, with the `statefulset.kubernetes.io/pod-name`
 //!   and `apps.kubernetes.io/pod-index` labels and a controller ownerReference) and their
 //!   claims from `volumeClaimTemplates` (`<template>-<set>-<ordinal>`);
 //! - `plan`: what one pass does to one set (OrderedReady: one pod at a time, each after the
@@ -16,8 +16,8 @@
 
 pub mod config;
 mod controller;
-mod objects;
 mod plan;
+mod set_members;
 mod startup;
 
 pub use config::{Config, Flags};
@@ -42,13 +42,8 @@ pub enum Error {
     Config(String),
 
     /// A watch cache never filled.
-    #[error(
-        "the {kind} cache did not fill within {waited:?} (can the controller list and watch {kind}?)"
-    )]
-    CacheNotReady {
-        kind: &'static str,
-        waited: std::time::Duration,
-    },
+    #[error(transparent)]
+    CacheNotReady(#[from] component_runtime::CacheNotReady),
 
     /// A Kubernetes API call failed.
     #[error("{action}: {source}")]
@@ -64,7 +59,7 @@ pub enum Error {
 
     /// Start-up and plumbing errors of the shared sidecar crate.
     #[error(transparent)]
-    Sidecar(#[from] sidecar::Error),
+    Sidecar(#[from] component_runtime::Error),
 }
 
 impl Error {

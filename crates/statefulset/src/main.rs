@@ -1,28 +1,19 @@
 //! `statefulset-controller`: flags in, `statefulset::run` until SIGTERM/SIGINT.
 
-use anyhow::Context as _;
 use clap::Parser;
+use component_runtime::{RuntimeShape, normalize_go_args, run_component};
 use statefulset::Flags;
 
 fn main() -> anyhow::Result<()> {
-    let flags = Flags::parse_from(sidecar::normalize_go_args(std::env::args_os()));
-    sidecar::init_logging(flags.v);
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the tokio runtime")?
-        .block_on(async {
-            sidecar::install_crypto_provider();
+    let flags = Flags::parse_from(normalize_go_args(std::env::args_os()));
+    run_component(
+        flags.telemetry.v,
+        RuntimeShape::PerCore,
+        |shutdown| async move {
             let config = flags.config()?;
-            let client = sidecar::build_client(
-                flags.kubeconfig_path().as_deref(),
-                &statefulset::user_agent(),
-                flags.kube_api_qps,
-                flags.kube_api_burst,
-            )
-            .await?;
-            let shutdown = sidecar::shutdown_on_signals();
+            let client = flags.client.client(&statefulset::user_agent()).await?;
             statefulset::run(client, config, shutdown).await?;
             Ok(())
-        })
+        },
+    )
 }

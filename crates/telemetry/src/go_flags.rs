@@ -1,7 +1,7 @@
 //! Go's flag syntax (pflag/klog, as the Go sidecars and drivers parse their command lines)
 //! rewritten into what clap parses, so existing manifests' argument lists start our binaries
 //! unchanged, and the value syntax of Go's flags (durations, booleans). Here rather than in
-//! `sidecar` so that the EBS driver, which must not pull in a Kubernetes client, shares it.
+//! `component-runtime` so that the EBS driver, which must not pull in a Kubernetes client, shares it.
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use std::time::Duration;
 /// - A single-dash flag whose name is longer than one letter (`-csi-address=/x`,
 ///   `-leader-election`, `-timeout 15s`) gets a second dash.
 /// - `-v` (klog's verbosity, a single letter) becomes `--v`, so `-v 5`, `-v=5` and `--v=5` all
-///   reach the `--v` flag (`sidecar::CommonFlags::v`). Other single letters (`-h`, `-V`) stay clap short flags.
+///   reach the `--v` flag (`component_runtime::CommonFlags::v`). Other single letters (`-h`, `-V`) stay clap short flags.
 /// - Anything else is left alone: double-dash flags, values (a path, `-1` for
 ///   `--kube-api-qps`, a lone `-`), and everything after a `--` terminator.
 ///

@@ -1,5 +1,5 @@
 //! Process plumbing every binary of the project shares, with no Kubernetes client in it, so
-//! the EBS driver can use it as well as the sidecars (`sidecar` re-exports all of it):
+//! the EBS driver can use it as well as the sidecars (`component-runtime` re-exports all of it):
 //!
 //! - [`logging`]: klog's `-v` mapped onto tracing for **our** crates only; libraries (kube,
 //!   hyper, h2, rustls, tonic, aws-*) stay at info, as the Go sidecars' `-v` leaves client-go's

@@ -14,27 +14,36 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// `attacher::controller::watch`).
 pub const OUR_TARGETS: &[&str] = &[
     // libraries
+    "adc_load",
     "apiserver",
     "attach_detach",
     "attacher",
     "attacher_load",
     "cluster",
+    "component_runtime",
     "csi_mock",
     "csi_spec",
     "csi_translation",
+    "e2e",
     "ebs_cloud",
     "ebs_cloud_aws",
     "ebs_driver",
     "ec2_conformance",
     "ec2_sim",
+    "ephemeral_volume",
     "hostpath_driver",
+    "k8s_harness",
     "mount_utils",
     "node_agent",
+    "node_load",
+    "provision_load",
     "provisioner",
     "pv_controller",
     "registrar",
-    "sidecar",
+    "scheduler",
+    "statefulset",
     "telemetry",
+    "test_support",
     "volume_plugins",
     // binaries whose name differs from their crate's
     "csi_attacher",
@@ -154,6 +163,30 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use tracing_subscriber::fmt::MakeWriter;
 
+    /// Every workspace crate is one of ours: `-v` must raise its logs (a new crate that is
+    /// not listed would log at info whatever `-v` says).
+    #[test]
+    fn every_workspace_crate_is_a_target() {
+        let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut missing = Vec::new();
+        for entry in std::fs::read_dir(&crates).unwrap() {
+            let manifest = entry.unwrap().path().join("Cargo.toml");
+            let Ok(text) = std::fs::read_to_string(&manifest) else {
+                continue;
+            };
+            let name = text
+                .lines()
+                .find_map(|l| l.strip_prefix("name = \""))
+                .and_then(|l| l.strip_suffix('"'))
+                .unwrap()
+                .replace('-', "_");
+            if !OUR_TARGETS.contains(&name.as_str()) {
+                missing.push(name);
+            }
+        }
+        assert!(missing.is_empty(), "not in OUR_TARGETS: {missing:?}");
+    }
+
     #[test]
     fn klog_levels() {
         assert_eq!(level_for_verbosity(0), tracing::Level::INFO);
@@ -168,8 +201,8 @@ mod tests {
         assert_eq!(filter_for(0, &[], None).to_string(), "info");
         assert_eq!(filter_for(0, &[], Some("")).to_string(), "info");
         assert_eq!(
-            filter_for(0, &[], Some("sidecar=trace")).to_string(),
-            "sidecar=trace"
+            filter_for(0, &[], Some("component_runtime=trace")).to_string(),
+            "component_runtime=trace"
         );
         // An unusable RUST_LOG falls back to -v rather than silencing the sidecar.
         assert!(
@@ -212,7 +245,7 @@ mod tests {
         );
         tracing::subscriber::with_default(subscriber, || {
             tracing::debug!(target: "attacher::controller", "ours-debug");
-            tracing::trace!(target: "sidecar::leader", "ours-trace");
+            tracing::trace!(target: "component_runtime::leader", "ours-trace");
             tracing::debug!(target: "h2::codec", "h2-debug");
             tracing::debug!(target: "rustls::client", "rustls-debug");
             tracing::debug!(target: "kube_client::client", "kube-debug");

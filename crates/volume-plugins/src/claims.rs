@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 
-use crate::ObjectCache;
+use component_runtime::ObjectCache;
 
 /// Why a claim has no usable PV.
 #[derive(Debug, Clone, PartialEq, Eq)]

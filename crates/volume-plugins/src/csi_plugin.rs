@@ -21,9 +21,9 @@ use kube::{Api, Client};
 use tokio::time::Instant;
 
 use crate::names::volume_attachment_name;
-use crate::object_cache::ObjectCache;
 use crate::skip_attach::{AttachPath, DriverAttach, SkipAttachMode, attach_path};
 use crate::{Error, Result};
+use component_runtime::ObjectCache;
 
 /// What a VolumeAttachment points at (`spec.source`).
 #[derive(Debug, Clone, PartialEq)]

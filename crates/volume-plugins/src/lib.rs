@@ -7,8 +7,8 @@
 //!
 //! The plugins themselves: [`csi_plugin`] (VolumeAttachments for an external attacher) and
 //! [`aws_ebs`] (the in-tree `kubernetes.io/aws-ebs` plugin, straight to EC2 through the
-//! `ebs-cloud` trait, so this crate never compiles an AWS SDK). [`object_cache`] is the
-//! watch-fed cache both read instead of asking the API server per call.
+//! `ebs-cloud` trait, so this crate never compiles an AWS SDK). Both read the cluster through
+//! `component_runtime::ObjectCache`, the watch-fed cache, instead of asking the API server per call.
 
 use std::time::Duration;
 
@@ -18,16 +18,12 @@ pub mod csi_plugin;
 pub mod feature_gates;
 pub mod migration;
 pub mod names;
-pub mod object_cache;
-pub mod shared_caches;
 pub mod skip_attach;
 
 pub use aws_ebs::AwsEbsPlugin;
 pub use csi_plugin::{AttachSource, Attached, CsiPlugin, CsiVolume};
 pub use feature_gates::{MigratedPlugins, feature_gate_warnings};
 pub use migration::{Backend, NodeMigrationInfo, decide};
-pub use object_cache::{ObjectCache, ScopedPolicy};
-pub use shared_caches::SharedCaches;
 pub use skip_attach::{AttachPath, DriverAttach, SkipAttachMode, attach_path};
 
 /// Errors of this crate. Messages name the object and say what was expected: they end up in

@@ -10,6 +10,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use attacher::{Capabilities, Controller, Driver, Options};
+use component_runtime::ObjectCache;
 use csi_mock::{Method, MockConfig, MockDriver, Step};
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
@@ -25,9 +26,7 @@ use kube::{Api, Client};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use volume_plugins::names::volume_attachment_name;
-use volume_plugins::{
-    AttachPath, AttachSource, CsiPlugin, CsiVolume, Error, ObjectCache, SkipAttachMode,
-};
+use volume_plugins::{AttachPath, AttachSource, CsiPlugin, CsiVolume, Error, SkipAttachMode};
 
 const DRIVER: &str = "mock.csi.rs";
 const NODE: &str = "node-1";
@@ -736,4 +735,82 @@ async fn without_an_attacher_the_attach_times_out_saying_so() {
         .collect();
     assert_eq!(writes, ["create"]);
     env.shutdown().await;
+}
+
+/// A node agent's VolumeAttachments come from a scoped cache, whose copy may be seconds old.
+/// A VolumeAttachment that was attached and is now being deleted (its detach is underway and
+/// cannot be taken back) must not be mounted on: the wait for attach reads it fresh. `csi-cluster
+/// chaos` found a volume detached under a new pod's mount when the stale copy was trusted.
+#[tokio::test]
+async fn the_wait_for_attach_reads_a_volume_attachment_fresh_from_a_scoped_cache() {
+    use component_runtime::{ObjectCache, ScopedPolicy};
+    use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
+    use kube::Api;
+    use kube::api::PostParams;
+    use kube::api::{Patch, PatchParams};
+    use tokio_util::sync::CancellationToken;
+    use volume_plugins::{CsiPlugin, SkipAttachMode, names::volume_attachment_name};
+
+    let server = apiserver::ApiServer::start(apiserver::Config::default())
+        .await
+        .expect("api server");
+    let client = server.client();
+    let (driver, handle, node) = ("ebs.csi.aws.com", "vol-1", "node-1");
+    let name = volume_attachment_name(handle, driver, node);
+    let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let va: VolumeAttachment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "finalizers": ["external-attacher/ebs-csi-aws-com"]},
+        "spec": {"attacher": driver, "nodeName": node, "source": {"persistentVolumeName": "pv-1"}}
+    }))
+    .unwrap();
+    vas.create(&PostParams::default(), &va).await.unwrap();
+    vas.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"status": {"attached": true}})),
+    )
+    .await
+    .unwrap();
+
+    // Refetched only every 30 s on its own: without a fresh read the copy stays stale.
+    let stop = CancellationToken::new();
+    let c = client.clone();
+    let attachments: ObjectCache<VolumeAttachment> = ObjectCache::spawn_scoped(
+        move |_| Api::all(c.clone()),
+        ScopedPolicy {
+            fast: Duration::from_secs(30),
+            slow: Duration::from_secs(30),
+            idle: Duration::from_secs(300),
+            parallel: 4,
+        },
+        stop.clone(),
+    );
+    let csidriver: CSIDriver = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": driver}, "spec": {"attachRequired": true}
+    }))
+    .unwrap();
+    let plugin = CsiPlugin::new(
+        client.clone(),
+        ObjectCache::from_objects([csidriver]),
+        attachments.clone(),
+        SkipAttachMode::default(),
+    );
+    let attached = plugin
+        .wait_for_attach(driver, handle, node, Duration::from_secs(5))
+        .await
+        .expect("attached");
+    assert_eq!(attached.volume_attachment.as_deref(), Some(name.as_str()));
+    assert!(attachments.get(&name).is_some(), "now in the scoped cache");
+
+    // The attach/detach controller deletes it; the attacher's finalizer keeps it while it
+    // detaches. The next wait must see that, not the cached attached copy.
+    vas.delete(&name, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let e = plugin
+        .wait_for_attach(driver, handle, node, Duration::from_secs(5))
+        .await
+        .expect_err("a VolumeAttachment being deleted is not attached");
+    assert!(e.to_string().contains("being deleted"), "{e}");
+    stop.cancel();
 }

@@ -24,7 +24,7 @@ impl World {
         migrated: bool,
     ) -> Self {
         // The plugin never calls the API here: lookups only.
-        sidecar::install_crypto_provider();
+        component_runtime::install_crypto_provider();
         let client =
             kube::Client::try_from(kube::Config::new("http://127.0.0.1:1".parse().unwrap()))
                 .unwrap();

@@ -1,11 +1,11 @@
 //! Warning Events on VolumeAttachments (core/v1, what `kubectl describe volumeattachment`
-//! shows), through the shared [`sidecar::EventRecorder`]: a failing attach retried for hours
+//! shows), through the shared [`component_runtime::EventRecorder`]: a failing attach retried for hours
 //! leaves one Event whose count grows, not hundreds.
 
-use crate::objects::Va;
+use crate::slim_objects::Va;
+use component_runtime::{EventRecorder, EventType};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
-use sidecar::{EventRecorder, EventType};
 
 /// Cluster-scoped objects get their Events in `default`, as client-go does.
 const EVENT_NAMESPACE: &str = "default";

@@ -11,8 +11,8 @@ pub(crate) mod writes;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use crate::objects::Pv;
-use crate::objects::{CsiNode, Va};
+use crate::slim_objects::Pv;
+use crate::slim_objects::{CsiNode, Va};
 use csi_spec::v1::controller_service_capability::rpc::Type as Rpc;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::{Api, Client};
@@ -26,7 +26,7 @@ use crate::handler::{CsiHandler, Handler, TrivialHandler};
 use crate::metrics::{CsiCallObserver, Metrics};
 use crate::names::{DUMMY_DRIVER, DUMMY_DRIVER_VALID, finalizer_name};
 use crate::{Error, reconciler};
-use sidecar::workqueue::{Backoff, WorkQueue};
+use component_runtime::workqueue::{Backoff, WorkQueue};
 
 use self::events::VaEvents;
 use self::fresh::Fresh;
@@ -205,7 +205,7 @@ impl std::fmt::Debug for Controller {
 
 impl Controller {
     /// Builds the controller for `driver` on `client`, registering its metrics in `registry`.
-    /// `operations` receives every CSI call (see `sidecar::OperationMetrics`).
+    /// `operations` receives every CSI call (see `component_runtime::OperationMetrics`).
     pub fn new(
         client: Client,
         driver: Driver,

@@ -9,8 +9,8 @@
 use std::fmt::Debug;
 use std::sync::Arc;
 
-use crate::objects::Pv;
-use crate::objects::{CsiNode, Va};
+use crate::slim_objects::Pv;
+use crate::slim_objects::{CsiNode, Va};
 use futures::StreamExt;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::store::Writer;

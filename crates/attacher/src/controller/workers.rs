@@ -8,7 +8,7 @@ use tracing::Instrument;
 use super::watch::pv_needs_sync;
 use super::{Ctx, writes};
 use crate::handler::Handler;
-use sidecar::workqueue::Outcome;
+use component_runtime::workqueue::Outcome;
 
 pub(crate) async fn va_worker(ctx: Arc<Ctx>, handler: Arc<dyn Handler>, lane: usize) {
     while let Some(item) = ctx.va_queue.next(lane).await {

@@ -12,8 +12,8 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::objects::Pv;
-use crate::objects::Va;
+use crate::slim_objects::Pv;
+use crate::slim_objects::Va;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource};

@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::objects::Pv;
-use crate::objects::Va;
+use crate::slim_objects::Pv;
+use crate::slim_objects::Va;
 use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, Secret};
 use kube::Api;
 

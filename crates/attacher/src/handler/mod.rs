@@ -8,7 +8,7 @@ mod trivial;
 
 use std::sync::Arc;
 
-use crate::objects::Va;
+use crate::slim_objects::Va;
 
 pub(crate) use self::csi::{CsiHandler, Source, source_of};
 pub(crate) use self::trivial::TrivialHandler;

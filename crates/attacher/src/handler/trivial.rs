@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::objects::Va;
+use crate::slim_objects::Va;
 
 use super::Handler;
 use crate::Error;

@@ -43,7 +43,7 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 pub fn init_tracing() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| sidecar::init_logging(0));
+        ONCE.call_once(|| component_runtime::init_logging(0));
     }
 }
 
@@ -132,7 +132,7 @@ impl Env {
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
             .await
             .expect("config");
-        sidecar::rate_limited(config, UA, -1.0, 0).expect("client")
+        component_runtime::rate_limited(config, UA, -1.0, 0).expect("client")
     }
 
     pub fn kubeconfig_file(&self) -> PathBuf {
@@ -514,7 +514,7 @@ pub fn spawn_attacher(dir: &std::path::Path, tag: &str, args: &[String]) -> Chil
     let log = std::fs::File::create(dir.join(format!("attacher-{tag}.log"))).expect("log file");
     let child = Command::new(env!("CARGO_BIN_EXE_csi-attacher"))
         .args(args)
-        .env("RUST_LOG", "attacher=debug,sidecar=debug,info")
+        .env("RUST_LOG", "attacher=debug,component_runtime=debug,info")
         .stdout(Stdio::null())
         .stderr(log)
         .spawn()

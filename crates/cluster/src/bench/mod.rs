@@ -208,7 +208,7 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
         flags.data_dir.as_deref(),
         if isolated { CHILD_DIR } else { 0 },
     )?;
-    let shutdown = sidecar::shutdown_on_signals();
+    let shutdown = component_runtime::shutdown_on_signals();
     let interrupted = || Error::Interrupted("the clusters were cleaned up; no report".into());
     if let Some(nodes) = flags.idle_nodes {
         crate::logs::init(&data_dir.path().join("logs"), 0)?;
@@ -345,7 +345,7 @@ async fn measure_all(
 
 /// A client whose writes the tally leaves out.
 async fn bench_client(cluster: &RunningCluster) -> Result<Client, Error> {
-    sidecar::build_client(
+    component_runtime::build_client(
         Some(&cluster.kubeconfig()),
         &format!("{BENCH_USER_AGENT}/{}", env!("CARGO_PKG_VERSION")),
         -1.0,

@@ -16,7 +16,7 @@ use super::report::{PodNumbers, ProvisionNumbers};
 use super::scenarios::IMMEDIATE_CLASS;
 use super::timeline::PodTrail;
 use super::watch::{GoalWatch, LABEL, until_gone};
-use crate::demo::kube_ops::delete_if_present;
+use crate::kube_ops::delete_if_present;
 use crate::{EBS_DRIVER, Error, RunningCluster};
 
 const NS: &str = "default";

@@ -16,9 +16,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::DemoFlags;
-use super::kube_ops::{self, wait_for};
 use super::narrator::Narrator;
 use super::observe;
+use crate::kube_ops::{self, wait_for};
 use crate::{EBS_DRIVER, Error, HOSTPATH_DRIVER, RunningCluster, UpConfig};
 
 /// How long any one step may take (realistic timing attaches in up to 4 s per EC2 call).

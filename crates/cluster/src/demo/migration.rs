@@ -50,7 +50,7 @@ pub async fn run(flags: MigrationFlags) -> Result<(), Error> {
         controller: false,
         node: false,
     };
-    let shutdown = sidecar::shutdown_on_signals();
+    let shutdown = component_runtime::shutdown_on_signals();
     let mut n = Narrator::new();
     println!(
         "csi-cluster demo migration: the migration design's upgrade and downgrade (docs/design/migration.md) on one node, {} (EC2 timing {:?})",

@@ -2,7 +2,6 @@
 //! printed with its time and what it proves; `demo migration`: the upgrade and
 //! downgrade walkthrough of the migration design (docs/design/migration.md).
 
-pub mod kube_ops;
 mod lifecycle;
 pub mod migration;
 pub mod narrator;
@@ -54,7 +53,7 @@ pub async fn run(flags: DemoFlags) -> Result<(), Error> {
         None => {
             crate::require_real_timing(flags.timing)?;
             crate::require_root("demo")?;
-            lifecycle::run(flags, sidecar::shutdown_on_signals()).await
+            lifecycle::run(flags, component_runtime::shutdown_on_signals()).await
         }
     }
 }

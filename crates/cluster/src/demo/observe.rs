@@ -9,7 +9,7 @@ use k8s_openapi::api::storage::v1::CSINode;
 use kube::{Api, Client};
 
 use crate::Error;
-use crate::demo::kube_ops::{self, wait_for};
+use crate::kube_ops::{self, wait_for};
 
 /// The CSINode annotation in which a node agent lists the plugins it migrated.
 pub const MIGRATED_PLUGINS: &str = "storage.alpha.kubernetes.io/migrated-plugins";

@@ -43,7 +43,7 @@ pub const DELETE_VOLUME: &str = "/csi.v1.Controller/DeleteVolume";
 pub fn init_tracing() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| sidecar::init_logging(0));
+        ONCE.call_once(|| component_runtime::init_logging(0));
     }
 }
 
@@ -158,7 +158,7 @@ pub fn provisioner_config(endpoint: &str) -> provisioner::Config {
     ]
     .into_iter()
     .map(std::ffi::OsString::from);
-    provisioner::Config::try_parse_from(sidecar::normalize_go_args(args)).unwrap()
+    provisioner::Config::try_parse_from(component_runtime::normalize_go_args(args)).unwrap()
 }
 
 /// The provisioner's controller for the driver at `endpoint`, from its library.
@@ -172,7 +172,7 @@ pub async fn start_provisioner(
         .await
         .unwrap();
     let mut registry = Registry::default();
-    let operations = sidecar::OperationMetrics::register(&mut registry, &driver.name);
+    let operations = component_runtime::OperationMetrics::register(&mut registry, &driver.name);
     let controller =
         provisioner::Controller::new(kube, driver, options, &mut registry, Some(operations));
     Provisioner {
@@ -204,7 +204,8 @@ pub async fn start_pv_controller(
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .unwrap();
-    let client = sidecar::rate_limited(config, &pv_controller::user_agent(), -1.0, 0).unwrap();
+    let client =
+        component_runtime::rate_limited(config, &pv_controller::user_agent(), -1.0, 0).unwrap();
     let mut config = pv_controller::Config::new(options);
     config.cloud = cloud;
     let stop = CancellationToken::new();

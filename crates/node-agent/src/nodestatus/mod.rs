@@ -10,6 +10,7 @@ pub mod lease;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use component_runtime::ObjectCache;
 use k8s_openapi::api::core::v1::{Node, NodeSpec};
 use k8s_openapi::api::storage::v1::CSINode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -17,7 +18,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
-use volume_plugins::{MigratedPlugins, NodeMigrationInfo, ObjectCache};
+use volume_plugins::{MigratedPlugins, NodeMigrationInfo};
 
 use crate::Error;
 use crate::config::Options;

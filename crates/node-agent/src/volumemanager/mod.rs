@@ -19,13 +19,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use component_runtime::EventRecorder;
+use component_runtime::{ObjectCache, ScopedPolicy};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
 use kube::Client;
-use sidecar::EventRecorder;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
-use volume_plugins::{CsiPlugin, ObjectCache, ScopedPolicy};
+use volume_plugins::CsiPlugin;
 
 use crate::config::Options;
 use crate::drivers::DriverRegistry;
@@ -109,25 +110,18 @@ impl Caches {
 
     /// Waits for every cache's first list.
     pub async fn wait_until_ready(&self, timeout: Duration) -> Result<(), crate::Error> {
-        let checks = [
-            ("Pod", self.pods.wait_until_ready(timeout).await),
-            (
-                "PersistentVolumeClaim",
-                self.pvcs.wait_until_ready(timeout).await,
-            ),
-            ("PersistentVolume", self.pvs.wait_until_ready(timeout).await),
-            ("Node", self.node.wait_until_ready(timeout).await),
-            ("CSIDriver", self.csidrivers.wait_until_ready(timeout).await),
-            ("VolumeAttachment", self.vas.wait_until_ready(timeout).await),
-        ];
-        for (kind, ready) in checks {
-            if !ready {
-                return Err(crate::Error::CacheNotReady {
-                    kind,
-                    waited: timeout,
-                });
-            }
-        }
+        component_runtime::wait_all_ready(
+            [
+                self.pods.readiness(),
+                self.pvcs.readiness(),
+                self.pvs.readiness(),
+                self.node.readiness(),
+                self.csidrivers.readiness(),
+                self.vas.readiness(),
+            ],
+            timeout,
+        )
+        .await?;
         Ok(())
     }
 }

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use component_runtime::{EventRecorder, EventType};
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use sidecar::{EventRecorder, EventType};
 
 #[derive(Clone, Debug)]
 pub struct PodEvents {

@@ -16,10 +16,10 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use component_runtime::ObjectCache;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use tokio::sync::mpsc;
-use volume_plugins::ObjectCache;
 use volume_plugins::names::volume_attachment_name;
 
 use super::cache::{

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use component_runtime::ObjectCache;
 use k8s_openapi::api::core::v1::{
     PersistentVolume, PersistentVolumeClaim, PersistentVolumeSpec, Pod, SecretReference, Volume,
 };
@@ -24,7 +25,7 @@ use k8s_openapi::api::storage::v1::CSIDriver;
 use sha2::{Digest, Sha256};
 use volume_plugins::claims::ClaimProblem;
 use volume_plugins::names::{aws_ebs_unique_volume_name, csi_unique_volume_name};
-use volume_plugins::{Backend, MigratedPlugins, NodeMigrationInfo, ObjectCache, decide};
+use volume_plugins::{Backend, MigratedPlugins, NodeMigrationInfo, decide};
 
 /// The volume context key the kubelet sets on ephemeral inline volumes.
 pub const EPHEMERAL_CONTEXT_KEY: &str = "csi.storage.k8s.io/ephemeral";

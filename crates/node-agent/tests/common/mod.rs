@@ -27,7 +27,7 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 pub fn init_tracing() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| sidecar::init_logging(0));
+        ONCE.call_once(|| component_runtime::init_logging(0));
     }
 }
 
@@ -134,7 +134,7 @@ impl Env {
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
             .await
             .unwrap();
-        sidecar::rate_limited(config, agent, -1.0, 0).unwrap()
+        component_runtime::rate_limited(config, agent, -1.0, 0).unwrap()
     }
 
     /// The attach/detach controller in `mode`.

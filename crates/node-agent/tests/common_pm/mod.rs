@@ -44,7 +44,7 @@ pub const RACK_KEY: &str = "topology.test.csi.rs/rack";
 pub fn init_tracing() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| sidecar::init_logging(0));
+        ONCE.call_once(|| component_runtime::init_logging(0));
     }
 }
 

@@ -16,7 +16,7 @@ use super::kube_io;
 use crate::delete::SecretSource;
 use crate::secrets::{self, SecretKind};
 use crate::{Error, PV_FINALIZER, delete, events, migration};
-use sidecar::workqueue::Outcome;
+use component_runtime::workqueue::Outcome;
 
 pub(crate) async fn sync_volume(ctx: &Arc<Ctx>, key: &str, name: &str) -> Outcome {
     let Some(pv) = ctx.pvs.get(&ObjectRef::new(name)) else {

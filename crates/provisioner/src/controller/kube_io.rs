@@ -172,9 +172,9 @@ pub(crate) async fn event<K: Resource<DynamicType = ()>>(
     };
     let ns = meta.namespace.clone().unwrap_or_else(|| "default".into());
     let kind = if warning {
-        sidecar::EventType::Warning
+        component_runtime::EventType::Warning
     } else {
-        sidecar::EventType::Normal
+        component_runtime::EventType::Normal
     };
     ctx.recorder
         .record(&ns, involved, kind, reason, message)

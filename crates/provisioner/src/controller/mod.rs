@@ -25,9 +25,9 @@ use crate::config::Options;
 use crate::csi::{Driver, Observer};
 use crate::metrics::ControllerMetrics;
 use crate::{Error, claim};
+use component_runtime::workqueue::{Backoff, Outcome, SINGLE_LANE, WorkQueue};
 pub use informers::{Informers, SharedWatch, Subscription};
 use remembered::Remembered;
-use sidecar::workqueue::{Backoff, Outcome, SINGLE_LANE, WorkQueue};
 
 const CLAIM_PREFIX: &str = "claim/";
 const VOLUME_PREFIX: &str = "volume/";
@@ -46,7 +46,7 @@ pub(crate) struct Ctx {
     pub client: Client,
     pub driver: Driver,
     pub options: Options,
-    pub recorder: sidecar::EventRecorder,
+    pub recorder: component_runtime::EventRecorder,
     pub metrics: ControllerMetrics,
     pub observer: Option<Observer>,
     pub queue: Arc<WorkQueue>,
@@ -130,7 +130,7 @@ impl Controller {
         driver: Driver,
         options: Options,
         registry: &mut Registry,
-        operations: Option<sidecar::OperationMetrics>,
+        operations: Option<component_runtime::OperationMetrics>,
     ) -> Self {
         let metrics = ControllerMetrics::register(registry);
         let queue = crate::metrics::work_queue(
@@ -184,10 +184,14 @@ impl Controller {
             Some(shared) => shared,
             None => Informers::spawn(&self.client, &tokio::runtime::Handle::current(), &stop),
         };
-        let component = format!("{}_{}", self.driver.name, sidecar::default_identity());
+        let component = format!(
+            "{}_{}",
+            self.driver.name,
+            component_runtime::default_identity()
+        );
         let identity = crate::pv::identity(&self.driver.name);
         let ctx = Arc::new(Ctx {
-            recorder: sidecar::EventRecorder::new(self.client.clone(), component),
+            recorder: component_runtime::EventRecorder::new(self.client.clone(), component),
             queue: self.queue,
             client: self.client,
             driver: self.driver,

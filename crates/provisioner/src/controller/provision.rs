@@ -15,7 +15,7 @@ use crate::claim::{ClassKind, Decision};
 use crate::secrets::{self, SecretKind};
 use crate::topology::{self, NodeTopology};
 use crate::{Error, claim, create_request, events, migration, pv};
-use sidecar::workqueue::{Outcome, SINGLE_LANE};
+use component_runtime::workqueue::{Outcome, SINGLE_LANE};
 
 pub(crate) async fn sync_claim(ctx: &Arc<Ctx>, key: &str, ns: &str, name: &str) -> Outcome {
     let Some(pvc) = ctx.pvcs.get(&ObjectRef::new(name).within(ns)) else {

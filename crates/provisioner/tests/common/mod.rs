@@ -33,7 +33,7 @@ pub const NS: &str = "default";
 pub fn init_tracing() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| sidecar::init_logging(0));
+        ONCE.call_once(|| component_runtime::init_logging(0));
     }
 }
 
@@ -173,7 +173,7 @@ impl Env {
             .into_iter()
             .chain(extra.iter().copied())
             .map(std::ffi::OsString::from);
-        provisioner::Config::try_parse_from(sidecar::normalize_go_args(args)).unwrap()
+        provisioner::Config::try_parse_from(component_runtime::normalize_go_args(args)).unwrap()
     }
 
     pub async fn driver(&self) -> Driver {

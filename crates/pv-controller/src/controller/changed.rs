@@ -14,9 +14,9 @@
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use component_runtime::object_cache::{Change, Subscription};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use volume_plugins::object_cache::{Change, Subscription};
 
 use super::Caches;
 use crate::protection;

@@ -185,7 +185,11 @@ pub(crate) fn node_affinity_matches(volume: &PersistentVolume, node: &NodeInfo) 
     else {
         return true;
     };
-    sidecar::node_selector::terms_match(&required.node_selector_terms, &node.name, &node.labels)
+    component_runtime::node_selector::terms_match(
+        &required.node_selector_terms,
+        &node.name,
+        &node.labels,
+    )
 }
 
 /// One volume with what matching reads, computed once per pass.

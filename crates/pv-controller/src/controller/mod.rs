@@ -21,6 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use component_runtime::{ObjectCache, SharedCaches};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -28,7 +29,6 @@ use kube::{Api, Client, Resource};
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
-use volume_plugins::{ObjectCache, SharedCaches};
 
 use crate::config::Options;
 use crate::events::Recorder;
@@ -56,22 +56,16 @@ impl Caches {
     }
 
     async fn wait_until_ready(&self, timeout: Duration) -> Result<(), Error> {
-        let not_ready = |kind| Error::CacheNotReady {
-            kind,
-            waited: timeout,
-        };
-        if !self.claims.wait_until_ready(timeout).await {
-            return Err(not_ready("PersistentVolumeClaim"));
-        }
-        if !self.volumes.wait_until_ready(timeout).await {
-            return Err(not_ready("PersistentVolume"));
-        }
-        if !self.classes.wait_until_ready(timeout).await {
-            return Err(not_ready("StorageClass"));
-        }
-        if !self.pods.wait_until_ready(timeout).await {
-            return Err(not_ready("Pod"));
-        }
+        component_runtime::wait_all_ready(
+            [
+                self.claims.readiness(),
+                self.volumes.readiness(),
+                self.classes.readiness(),
+                self.pods.readiness(),
+            ],
+            timeout,
+        )
+        .await?;
         Ok(())
     }
 }

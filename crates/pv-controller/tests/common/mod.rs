@@ -19,7 +19,7 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 pub fn init_tracing() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| sidecar::init_logging(0));
+        ONCE.call_once(|| component_runtime::init_logging(0));
     }
 }
 
@@ -86,7 +86,7 @@ impl Env {
         let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
             .await
             .unwrap();
-        sidecar::rate_limited(config, &pv_controller::user_agent(), -1.0, 0).unwrap()
+        component_runtime::rate_limited(config, &pv_controller::user_agent(), -1.0, 0).unwrap()
     }
 
     /// Starts the controller in-process through `pv_controller::run`.

@@ -132,7 +132,7 @@ fn matches_pod_affinity(pod: &Pod, node: &Node) -> bool {
 
 /// Whether `terms` admit the node (Kubernetes' NodeSelector rules, shared with the PV controller).
 pub(crate) fn matches_terms(terms: &[NodeSelectorTerm], node: &Node) -> bool {
-    sidecar::node_selector::terms_match(terms, name(node), labels(node))
+    component_runtime::node_selector::terms_match(terms, name(node), labels(node))
 }
 
 /// A class's `allowedTopologies` admits the node (no list: every node).

@@ -31,7 +31,7 @@ impl Env {
     pub async fn new() -> Self {
         if std::env::var_os("RUST_LOG").is_some() {
             static ONCE: std::sync::Once = std::sync::Once::new();
-            ONCE.call_once(|| sidecar::init_logging(0));
+            ONCE.call_once(|| component_runtime::init_logging(0));
         }
         apiserver::install_crypto_provider();
         let server = apiserver::ApiServer::start(apiserver::Config {

@@ -14,8 +14,8 @@ use serde_json::json;
 
 use super::observe::{self, AWS_EBS_PLUGIN};
 use super::paths::{self, Counts, Op, Path, Served};
-use crate::demo::kube_ops;
 use crate::demo::narrator::Narrator;
+use crate::kube_ops;
 use crate::{Error, RunningCluster};
 
 /// The file written at the start and read back at every step that has it mounted.

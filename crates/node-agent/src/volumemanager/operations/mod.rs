@@ -14,10 +14,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use component_runtime::ObjectCache;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::storage::v1::CSIDriver;
 use kube::{Api, Client};
-use volume_plugins::{CsiPlugin, ObjectCache};
+use volume_plugins::CsiPlugin;
 
 use super::cache::{MountedVolume, StagedVolume};
 use super::paths::Paths;

@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
+use component_runtime::{ObjectCache, SharedCaches};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::PostParams;
 use tokio_util::sync::CancellationToken;
-use volume_plugins::{ObjectCache, SharedCaches};
 
 mod common;
 
@@ -106,8 +106,8 @@ async fn every_concurrent_waiter_for_the_first_list_is_woken() {
 /// one's last copy), and stops being told once its subscription is dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscriber_is_told_which_object_changed_until_it_unsubscribes() {
+    use component_runtime::object_cache::Change;
     use std::sync::{Arc, Mutex};
-    use volume_plugins::object_cache::Change;
 
     let (server, api) = server_with_claims(&["a"]).await;
     let stop = CancellationToken::new();

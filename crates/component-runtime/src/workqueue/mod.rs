@@ -24,10 +24,10 @@
 //! A worker loop:
 //!
 //! ```no_run
-//! # async fn work(key: &str) -> sidecar::workqueue::Outcome { sidecar::workqueue::Outcome::Done }
+//! # async fn work(key: &str) -> component_runtime::workqueue::Outcome { component_runtime::workqueue::Outcome::Done }
 //! # async fn run() {
 //! use std::time::Duration;
-//! use sidecar::workqueue::{Backoff, SINGLE_LANE, WorkQueue};
+//! use component_runtime::workqueue::{Backoff, SINGLE_LANE, WorkQueue};
 //!
 //! let backoff = Backoff { start: Duration::from_secs(1), max: Duration::from_secs(300) };
 //! let queue = WorkQueue::single_lane("my-controller", backoff, None);

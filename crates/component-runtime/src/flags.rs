@@ -87,6 +87,16 @@ impl CommonFlags {
     pub fn http_endpoint_addr(&self) -> Option<&str> {
         self.http_endpoint.as_deref().filter(|s| !s.is_empty())
     }
+
+    /// What [`crate::serve_and_run`] needs: the HTTP endpoint and, with `--leader-election`,
+    /// the Lease `lease_name`.
+    pub fn serving(&self, lease_name: impl Into<String>) -> crate::Serving {
+        crate::Serving {
+            http_endpoint: self.http_endpoint_addr().map(str::to_string),
+            metrics_path: self.metrics_path.clone(),
+            leader_election: self.election.config(lease_name),
+        }
+    }
 }
 
 /// The leader election flags, named and defaulted as in the Go sidecars and

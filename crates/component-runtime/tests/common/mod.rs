@@ -4,11 +4,11 @@
 
 use std::time::Duration;
 
+use component_runtime::{ObjectCache, ScopedPolicy};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
 use kube::api::PostParams;
 use tokio_util::sync::CancellationToken;
-use volume_plugins::{ObjectCache, ScopedPolicy};
 
 pub fn claim(name: &str, size: &str) -> PersistentVolumeClaim {
     serde_json::from_value(serde_json::json!({

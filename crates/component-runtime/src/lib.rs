@@ -1,8 +1,17 @@
-//! The plumbing every Go-style CSI sidecar shares (external-attacher first, later others).
+//! The runtime every component runs on: the CSI sidecars, kube-controller-manager's
+//! controllers, the scheduler and the node agent (kube-rs' `kube-runtime` and client-go's
+//! component-base together).
 //!
 //! - [`flags`]: Go `flag` syntax on top of clap ([`normalize_go_args`]), Go durations and
 //!   booleans, and the [`CommonFlags`] every sidecar takes with the Go sidecars' defaults
 //!   (their leader election group, [`LeaderElectionFlags`], also on its own).
+//! - [`controller_flags`]: the flag groups of the kube-controller-manager-style components
+//!   (client, `--leader-elect*`, `--http-endpoint`/`--metrics-path`/`-v`).
+//! - [`object_cache`], [`shared_caches`]: watch-fed caches of one kind, shared by the
+//!   components of one process as kube-controller-manager shares its informers;
+//!   [`wait_all_ready`] waits for a component's caches to fill.
+//! - [`serve_and_run`]: the end of every controller's start-up (metrics and health, work
+//!   under a Lease).
 //! - [`kube_client`]: a `kube::Client` whose every request waits on a client-go style token
 //!   bucket (`--kube-api-qps` / `--kube-api-burst`) and carries the sidecar's User-Agent.
 //! - [`csi_conn`]: dial the driver's unix socket with retries, Probe it, read its name and
@@ -18,12 +27,15 @@
 //! - [`workqueue`]: client-go's rate-limited work queue (dedup, one worker per key, per-key
 //!   exponential backoff) with lanes and the `workqueue_*` metrics; the attacher's and the
 //!   provisioner's controllers run on it.
+//! - [`run_component`]: a binary's `main` around its `run` (logging, TLS provider, the tokio
+//!   runtime of a [`RuntimeShape`], shutdown on signals).
 //! - [`init_logging`] and [`shutdown_on_signals`]: klog-like verbosity (our crates only) to
 //!   tracing, SIGTERM/SIGINT to a token.
 //!
 //! [`http`], logging and signals live in the kube-free `telemetry` crate (the EBS driver uses
 //! them without a Kubernetes client) and are re-exported here.
 
+pub mod controller_flags;
 pub mod csi_conn;
 pub mod events;
 pub mod flags;
@@ -31,7 +43,10 @@ pub mod kube_client;
 pub mod leader;
 pub mod metrics;
 pub mod node_selector;
+pub mod object_cache;
+mod process;
 mod serve;
+pub mod shared_caches;
 pub mod workqueue;
 
 pub use telemetry::http;
@@ -39,6 +54,7 @@ pub use telemetry::http;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use controller_flags::{KubeClientFlags, LeaderElectFlags, TelemetryFlags};
 pub use csi_conn::{DriverInfo, connect, driver_info, probe_until_ready};
 pub use events::{EventRecorder, EventType, Recorded};
 pub use flags::{
@@ -50,7 +66,10 @@ pub use leader::{
     run_as_leader_with_health, sanitize_driver_name,
 };
 pub use metrics::OperationMetrics;
-pub use serve::serve_and_run;
+pub use object_cache::{CacheNotReady, ObjectCache, Readiness, ScopedPolicy, wait_all_ready};
+pub use process::{RuntimeShape, run_component};
+pub use serve::{Serving, serve_and_run};
+pub use shared_caches::SharedCaches;
 pub use telemetry::{Health, HttpServer, init_logging, shutdown_on_signals};
 
 /// Binds `addr` (`host:port`, or Go's `:port`) and serves `registry` at `metrics_path` plus

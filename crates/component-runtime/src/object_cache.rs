@@ -246,6 +246,57 @@ where
     pub fn is_ready(&self) -> bool {
         *self.generation.borrow() > 0
     }
+
+    /// This cache's first-list flag with its kind's name, to wait for caches of several kinds
+    /// together ([`wait_all_ready`]).
+    pub fn readiness(&self) -> Readiness {
+        Readiness {
+            kind: K::kind(&()).into_owned(),
+            generation: self.generation.clone(),
+        }
+    }
+}
+
+/// Whether one cache has had its first full list ([`ObjectCache::readiness`]).
+#[derive(Clone, Debug)]
+pub struct Readiness {
+    kind: String,
+    generation: watch::Receiver<u64>,
+}
+
+/// A cache that did not fill in time. A component cannot work from an empty cache (it would
+/// take every object for deleted), so it stops with this instead.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the {kind} cache did not fill within {waited:?} (can this component list and watch {kind}?)"
+)]
+pub struct CacheNotReady {
+    /// The kind whose first list did not arrive.
+    pub kind: String,
+    /// How long it was waited for.
+    pub waited: Duration,
+}
+
+/// Waits until every cache in `caches` has its first full list, all under one `timeout`
+/// (Kubernetes' `WaitForCacheSync` over a controller's informers). Names the first cache, in
+/// the order given, that did not fill.
+pub async fn wait_all_ready(
+    caches: impl IntoIterator<Item = Readiness>,
+    timeout: Duration,
+) -> Result<(), CacheNotReady> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    for mut cache in caches {
+        let filled = tokio::time::timeout_at(deadline, cache.generation.wait_for(|g| *g > 0))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !filled {
+            return Err(CacheNotReady {
+                kind: cache.kind,
+                waited: timeout,
+            });
+        }
+    }
+    Ok(())
 }
 
 impl<K> ObjectCache<K>
@@ -744,5 +795,44 @@ async fn fetch<K, F>(
             () = interest.wake.notified() => {}
             () = tokio::time::sleep_until(next.into()) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+
+    /// A cache fed by a watch that never lists: nothing listens on port 1.
+    fn never_filled(stop: &CancellationToken) -> ObjectCache<PersistentVolumeClaim> {
+        crate::install_crypto_provider();
+        let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        ObjectCache::spawn(Api::all(client), watcher::Config::default(), stop.clone())
+    }
+
+    #[tokio::test]
+    async fn waiting_for_all_caches_names_the_one_that_did_not_fill() {
+        let stop = CancellationToken::new();
+        let pods = ObjectCache::<Pod>::from_objects([]);
+        let claims = never_filled(&stop);
+        wait_all_ready([pods.readiness()], Duration::from_millis(10))
+            .await
+            .expect("a cache built from objects is filled");
+
+        let e = wait_all_ready(
+            [pods.readiness(), claims.readiness(), pods.readiness()],
+            Duration::from_millis(200),
+        )
+        .await
+        .expect_err("the claims never came");
+        assert_eq!(e.kind, "PersistentVolumeClaim");
+        assert_eq!(e.waited, Duration::from_millis(200));
+        assert!(
+            e.to_string()
+                .contains("list and watch PersistentVolumeClaim"),
+            "{e}"
+        );
+        stop.cancel();
     }
 }
