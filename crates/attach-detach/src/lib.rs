@@ -68,9 +68,9 @@ pub enum Error {
         source: kube::Error,
     },
 
-    /// Start-up and plumbing errors of the shared sidecar crate.
+    /// Start-up and plumbing errors of component-runtime.
     #[error(transparent)]
-    Sidecar(#[from] component_runtime::Error),
+    Runtime(#[from] component_runtime::Error),
 }
 
 impl Error {

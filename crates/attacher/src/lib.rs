@@ -94,9 +94,9 @@ pub enum Error {
     /// Optimistic-concurrency conflicts kept coming back.
     #[error("{action}: the object kept changing ({attempts} conflicts in a row); will retry")]
     Conflict { action: String, attempts: u32 },
-    /// Start-up and plumbing errors from the shared sidecar crate.
+    /// Start-up and plumbing errors of component-runtime.
     #[error(transparent)]
-    Sidecar(#[from] component_runtime::Error),
+    Runtime(#[from] component_runtime::Error),
     /// A watch could not be kept up or the caches never filled.
     #[error("{0}")]
     Watch(String),

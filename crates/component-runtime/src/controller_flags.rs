@@ -151,6 +151,25 @@ impl TelemetryFlags {
     }
 }
 
+/// All three groups, for a controller that elects a leader (the PV, ephemeral-volume and
+/// StatefulSet controllers, the scheduler).
+#[derive(clap::Args, Debug, Clone)]
+pub struct ControllerFlags {
+    #[command(flatten)]
+    pub client: KubeClientFlags,
+    #[command(flatten)]
+    pub leader: LeaderElectFlags,
+    #[command(flatten)]
+    pub telemetry: TelemetryFlags,
+}
+
+impl ControllerFlags {
+    /// What [`crate::serve_and_run`] needs: the endpoint and the election these flags ask for.
+    pub fn serving(&self) -> Serving {
+        self.telemetry.serving(self.leader.config())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -136,6 +136,27 @@ impl DriverInfo {
     }
 }
 
+/// How every sidecar starts on its driver: [`connect`] (retried until `connection_timeout`),
+/// [`probe_until_ready`], then [`driver_info`], each call within `call_timeout`. `Ok(None)`
+/// when `shutdown` comes first.
+pub async fn connect_and_describe(
+    address: &str,
+    connection_timeout: Duration,
+    call_timeout: Duration,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<Option<(Channel, DriverInfo)>, Error> {
+    let connect = async {
+        let channel = connect(address, connection_timeout).await?;
+        probe_until_ready(&channel, call_timeout, connection_timeout).await?;
+        let info = driver_info(&channel, call_timeout).await?;
+        Ok((channel, info))
+    };
+    tokio::select! {
+        () = shutdown.cancelled() => Ok(None),
+        r = connect => r.map(Some),
+    }
+}
+
 /// GetPluginInfo, then GetPluginCapabilities, then ControllerGetCapabilities only when the
 /// plugin offers CONTROLLER_SERVICE. Each call gets `call_timeout`.
 pub async fn driver_info(channel: &Channel, call_timeout: Duration) -> Result<DriverInfo, Error> {

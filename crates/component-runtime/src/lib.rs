@@ -54,8 +54,8 @@ pub use telemetry::http;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use controller_flags::{KubeClientFlags, LeaderElectFlags, TelemetryFlags};
-pub use csi_conn::{DriverInfo, connect, driver_info, probe_until_ready};
+pub use controller_flags::{ControllerFlags, KubeClientFlags, LeaderElectFlags, TelemetryFlags};
+pub use csi_conn::{DriverInfo, connect, connect_and_describe, driver_info, probe_until_ready};
 pub use events::{EventRecorder, EventType, Recorded};
 pub use flags::{
     CommonFlags, LeaderElectionFlags, normalize_go_args, parse_go_bool, parse_go_duration,

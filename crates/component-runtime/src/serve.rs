@@ -30,6 +30,22 @@ impl Default for Serving {
     }
 }
 
+impl Serving {
+    /// Serves `registry` at `metrics_path` and `health` on the endpoint, if there is one.
+    pub async fn serve_http(
+        &self,
+        registry: std::sync::Arc<prometheus_client::registry::Registry>,
+        health: &Health,
+    ) -> Result<Option<crate::HttpServer>, Error> {
+        let Some(addr) = self.http_endpoint.as_deref().filter(|a| !a.is_empty()) else {
+            return Ok(None);
+        };
+        let server = crate::serve_http(addr, &self.metrics_path, registry, health.clone()).await?;
+        tracing::info!(address = %server.local_addr(), "serving metrics and health");
+        Ok(Some(server))
+    }
+}
+
 /// Runs a component once its controller is built, as the Go components do: metrics and health
 /// on `serving.http_endpoint` (with the `leader_election_master_status` gauge when elections are
 /// on), then `work` under the Lease (or at once), then the HTTP server stopped.
@@ -52,22 +68,9 @@ where
     if let Some(lease) = &serving.leader_election {
         health.register_leader_metric(&mut registry, &lease.lease_name);
     }
-    let registry = std::sync::Arc::new(registry);
-    let endpoint = serving.http_endpoint.as_deref().filter(|a| !a.is_empty());
-    let http = match endpoint {
-        Some(addr) => {
-            let server = crate::serve_http(
-                addr,
-                &serving.metrics_path,
-                registry.clone(),
-                health.clone(),
-            )
-            .await?;
-            tracing::info!(address = %server.local_addr(), "serving metrics and health");
-            Some(server)
-        }
-        None => None,
-    };
+    let http = serving
+        .serve_http(std::sync::Arc::new(registry), &health)
+        .await?;
     health.set_ready(true);
     let result = match serving.leader_election {
         Some(lease) => {

@@ -31,17 +31,9 @@ pub struct Flags {
     )]
     pub delete_orphaned_claims: bool,
 
-    /// How the controller reaches the API server.
+    /// `--kubeconfig`, `--kube-api-*`, `--leader-elect*`, `--http-endpoint`, `-v`.
     #[command(flatten)]
-    pub client: component_runtime::KubeClientFlags,
-
-    /// The `--leader-elect*` flags.
-    #[command(flatten)]
-    pub leader: component_runtime::LeaderElectFlags,
-
-    /// `--http-endpoint`, `--metrics-path`, `-v`.
-    #[command(flatten)]
-    pub telemetry: component_runtime::TelemetryFlags,
+    pub controller: component_runtime::ControllerFlags,
 }
 
 /// The controller's settings.
@@ -98,9 +90,8 @@ impl Config {
 impl Flags {
     /// The [`Config`] the flags ask for.
     pub fn config(&self) -> Config {
-        let leader_election = self.leader.config();
         Config {
-            serving: self.telemetry.serving(leader_election),
+            serving: self.controller.serving(),
             options: Options {
                 delete_orphaned_claims: self.delete_orphaned_claims,
                 ..Options::default()
@@ -127,7 +118,13 @@ mod tests {
         let f = parse(&[]);
         let c = f.config();
         assert!(!c.options.delete_orphaned_claims);
-        assert_eq!((f.client.kube_api_qps, f.client.kube_api_burst), (20.0, 30));
+        assert_eq!(
+            (
+                f.controller.client.kube_api_qps,
+                f.controller.client.kube_api_burst
+            ),
+            (20.0, 30)
+        );
         let lease = c
             .serving
             .leader_election
@@ -135,7 +132,7 @@ mod tests {
         assert_eq!(lease.lease_name, "csi-ephemeral-volume-controller");
         assert_eq!(lease.namespace, "kube-system");
         assert!(c.serving.http_endpoint.is_none());
-        assert!(f.client.kubeconfig_path().is_none());
+        assert!(f.controller.client.kubeconfig_path().is_none());
     }
 
     #[test]
@@ -148,14 +145,20 @@ mod tests {
             "-v=4",
         ]);
         assert_eq!(
-            f.client.kubeconfig_path(),
+            f.controller.client.kubeconfig_path(),
             Some(std::path::PathBuf::from("/etc/kubeconfig"))
         );
         let c = f.config();
         assert!(c.serving.leader_election.is_none());
         assert!(c.options.delete_orphaned_claims);
         assert_eq!(c.serving.http_endpoint.as_deref(), Some(":8080"));
-        assert_eq!(f.telemetry.v, 4);
-        assert!(parse(&["--kubeconfig="]).client.kubeconfig_path().is_none());
+        assert_eq!(f.controller.telemetry.v, 4);
+        assert!(
+            parse(&["--kubeconfig="])
+                .controller
+                .client
+                .kubeconfig_path()
+                .is_none()
+        );
     }
 }

@@ -65,9 +65,9 @@ pub enum Error {
     #[error("{0}")]
     NotOwner(String),
 
-    /// Start-up and plumbing errors of the shared sidecar crate.
+    /// Start-up and plumbing errors of component-runtime.
     #[error(transparent)]
-    Sidecar(#[from] component_runtime::Error),
+    Runtime(#[from] component_runtime::Error),
 }
 
 impl Error {

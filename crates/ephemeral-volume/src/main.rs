@@ -7,11 +7,15 @@ use ephemeral_volume::Flags;
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse_from(normalize_go_args(std::env::args_os()));
     run_component(
-        flags.telemetry.v,
+        flags.controller.telemetry.v,
         RuntimeShape::PerCore,
         |shutdown| async move {
             let config = flags.config();
-            let client = flags.client.client(&ephemeral_volume::user_agent()).await?;
+            let client = flags
+                .controller
+                .client
+                .client(&ephemeral_volume::user_agent())
+                .await?;
             ephemeral_volume::run(client, config, shutdown).await?;
             Ok(())
         },

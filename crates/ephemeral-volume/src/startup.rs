@@ -20,8 +20,8 @@ pub fn user_agent() -> String {
 
 /// Runs the controller on `client` until `shutdown` is cancelled (SIGTERM in the binary).
 ///
-/// With `config.leader_election`, only the holder of the Lease works. With
-/// `config.http_endpoint`, `/metrics`, `/healthz` and `/readyz` are served there.
+/// With `config.serving.leader_election`, only the holder of the Lease works. With
+/// `config.serving.http_endpoint`, `/metrics`, `/healthz` and `/readyz` are served there.
 pub async fn run(client: Client, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);

@@ -192,8 +192,8 @@ pub struct Config {
     pub kubeconfig: Option<PathBuf>,
     pub kube_api_qps: f32,
     pub kube_api_burst: u32,
-    pub http_endpoint: Option<String>,
-    pub metrics_path: String,
+    /// The metrics and health endpoint (no leader election: one agent per node).
+    pub serving: component_runtime::Serving,
     pub options: Options,
 }
 
@@ -204,8 +204,7 @@ impl Config {
             kubeconfig,
             kube_api_qps: -1.0,
             kube_api_burst: 0,
-            http_endpoint: None,
-            metrics_path: "/metrics".into(),
+            serving: component_runtime::Serving::default(),
             options,
         }
     }
@@ -282,8 +281,7 @@ impl Flags {
             kubeconfig: self.client.kubeconfig_path(),
             kube_api_qps: self.client.kube_api_qps,
             kube_api_burst: self.client.kube_api_burst,
-            http_endpoint: self.telemetry.http_endpoint_addr().map(str::to_string),
-            metrics_path: self.telemetry.metrics_path.clone(),
+            serving: self.telemetry.serving(None),
             options,
         })
     }
@@ -316,7 +314,7 @@ mod tests {
         assert!(o.migrated.contains("kubernetes.io/aws-ebs"));
         assert_eq!(o.node_lease_duration_seconds, 40);
         assert_eq!((c.kube_api_qps, c.kube_api_burst), (50.0, 100));
-        assert!(c.kubeconfig.is_none() && c.http_endpoint.is_none());
+        assert!(c.kubeconfig.is_none() && c.serving.http_endpoint.is_none());
         assert_eq!(o.max_pods, 110, "the kubelet's --max-pods default");
     }
 
@@ -354,7 +352,7 @@ mod tests {
         assert_eq!(o.provider_id.as_deref(), Some("aws:///us-east-1a/i-0123"));
         assert_eq!(o.node_labels.get("rack").map(String::as_str), Some("r1"));
         assert_eq!(o.node_labels.get("zone").map(String::as_str), Some("a"));
-        assert_eq!(c.http_endpoint.as_deref(), Some(":9808"));
+        assert_eq!(c.serving.http_endpoint.as_deref(), Some(":9808"));
     }
 
     #[test]

@@ -64,9 +64,9 @@ pub enum Error {
     #[error(transparent)]
     CacheNotReady(#[from] component_runtime::CacheNotReady),
 
-    /// Start-up and plumbing errors of the shared sidecar crate.
+    /// Start-up and plumbing errors of component-runtime.
     #[error(transparent)]
-    Sidecar(#[from] component_runtime::Error),
+    Runtime(#[from] component_runtime::Error),
 }
 
 impl Error {

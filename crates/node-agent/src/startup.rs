@@ -57,21 +57,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     );
 
     let health = component_runtime::Health::default();
-    let registry = Arc::new(registry);
-    let http = match &config.http_endpoint {
-        Some(addr) => {
-            let server = component_runtime::serve_http(
-                addr,
-                &config.metrics_path,
-                registry.clone(),
-                health.clone(),
-            )
-            .await?;
-            tracing::info!(address = %server.local_addr(), "serving metrics and health");
-            Some(server)
-        }
-        None => None,
-    };
+    let http = config
+        .serving
+        .serve_http(Arc::new(registry), &health)
+        .await?;
 
     let recorder = Arc::new(component_runtime::EventRecorder::new(
         client.clone(),

@@ -106,9 +106,9 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
-    /// Start-up and plumbing errors from the shared sidecar crate.
+    /// Start-up and plumbing errors of component-runtime.
     #[error(transparent)]
-    Sidecar(#[from] component_runtime::Error),
+    Runtime(#[from] component_runtime::Error),
     /// The driver cannot provision (no CREATE_DELETE_VOLUME).
     #[error("CSI driver {driver}: {reason}")]
     Driver { driver: String, reason: String },

@@ -102,19 +102,17 @@ pub async fn connect_driver(
 ) -> Result<Driver, Error> {
     let common = &config.common;
     let call_timeout: Duration = config.timeout;
-    let connect = async {
-        let channel =
-            component_runtime::connect(&common.csi_address, common.connection_timeout).await?;
-        component_runtime::probe_until_ready(&channel, call_timeout, common.connection_timeout)
-            .await?;
-        let info = component_runtime::driver_info(&channel, call_timeout).await?;
-        Ok::<_, component_runtime::Error>((channel, info))
-    };
-    let (channel, info) = tokio::select! {
-        () = shutdown.cancelled() => {
-            return Err(Error::Config("shut down before the CSI driver was reachable".into()));
-        }
-        r = connect => r?,
+    let Some((channel, info)) = component_runtime::connect_and_describe(
+        &common.csi_address,
+        common.connection_timeout,
+        call_timeout,
+        shutdown,
+    )
+    .await?
+    else {
+        return Err(Error::Config(
+            "shut down before the CSI driver was reachable".into(),
+        ));
     };
     let topology = crate::csi::has_topology(&channel, call_timeout).await?;
     let capabilities =

@@ -77,17 +77,9 @@ pub struct Flags {
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub concurrent_operations: usize,
 
-    /// How the controller reaches the API server.
+    /// `--kubeconfig`, `--kube-api-*`, `--leader-elect*`, `--http-endpoint`, `-v`.
     #[command(flatten)]
-    pub client: component_runtime::KubeClientFlags,
-
-    /// The `--leader-elect*` flags.
-    #[command(flatten)]
-    pub leader: component_runtime::LeaderElectFlags,
-
-    /// `--http-endpoint`, `--metrics-path`, `-v`.
-    #[command(flatten)]
-    pub telemetry: component_runtime::TelemetryFlags,
+    pub controller: component_runtime::ControllerFlags,
 }
 
 /// The controller's settings.
@@ -199,9 +191,8 @@ impl Flags {
         if self.cluster_name.is_empty() {
             return Err(Error::Config("--cluster-name must not be empty".into()));
         }
-        let leader_election = self.leader.config();
         Ok(Config {
-            serving: self.telemetry.serving(leader_election),
+            serving: self.controller.serving(),
             options: Options {
                 migrated,
                 sync_period: self.pvclaimbinder_sync_period,
@@ -239,7 +230,13 @@ mod tests {
         assert_eq!(o.sync_period, Duration::from_secs(15));
         assert!(o.enable_dynamic_provisioning);
         assert_eq!(o.cluster_name, "kubernetes");
-        assert_eq!((f.client.kube_api_qps, f.client.kube_api_burst), (20.0, 30));
+        assert_eq!(
+            (
+                f.controller.client.kube_api_qps,
+                f.controller.client.kube_api_burst
+            ),
+            (20.0, 30)
+        );
         let lease = c
             .serving
             .leader_election
@@ -248,7 +245,7 @@ mod tests {
         assert_eq!(lease.namespace, "kube-system");
         assert_eq!(lease.retry_period, Duration::from_secs(2));
         assert!(c.serving.http_endpoint.is_none() && c.cloud.is_none());
-        assert!(f.client.kubeconfig_path().is_none());
+        assert!(f.controller.client.kubeconfig_path().is_none());
     }
 
     #[test]
@@ -266,7 +263,7 @@ mod tests {
         ]);
         assert!(f.wants_aws_cloud().expect("valid"));
         assert_eq!(
-            f.client.kubeconfig_path(),
+            f.controller.client.kubeconfig_path(),
             Some(std::path::PathBuf::from("/etc/kubeconfig"))
         );
         let c = f.config(None).expect("valid");

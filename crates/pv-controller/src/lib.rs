@@ -87,9 +87,9 @@ pub enum Error {
     #[error("{0}")]
     Invalid(String),
 
-    /// Start-up and plumbing errors of the shared sidecar crate.
+    /// Start-up and plumbing errors of component-runtime.
     #[error(transparent)]
-    Sidecar(#[from] component_runtime::Error),
+    Runtime(#[from] component_runtime::Error),
 }
 
 impl Error {

@@ -39,12 +39,16 @@ async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cl
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse_from(normalize_go_args(std::env::args_os()));
     run_component(
-        flags.telemetry.v,
+        flags.controller.telemetry.v,
         RuntimeShape::PerCore,
         |shutdown| async move {
             let cloud = aws_cloud(&flags).await?;
             let config = flags.config(cloud)?;
-            let client = flags.client.client(&pv_controller::user_agent()).await?;
+            let client = flags
+                .controller
+                .client
+                .client(&pv_controller::user_agent())
+                .await?;
             pv_controller::run(client, config, shutdown).await?;
             Ok(())
         },

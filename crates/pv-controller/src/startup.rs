@@ -20,10 +20,10 @@ pub fn user_agent() -> String {
 
 /// Runs the controllers on `client` until `shutdown` is cancelled (SIGTERM in the binary).
 ///
-/// With `config.leader_election`, only the holder of the Lease works; the election uses a
+/// With `config.serving.leader_election`, only the holder of the Lease works; the election uses a
 /// clone of `client` (give the binary's client no rate limit that could delay a renewal, or
 /// build the controller's with `component_runtime::build_client` as `main.rs` does). With
-/// `config.http_endpoint`, `/metrics`, `/healthz` and `/readyz` are served there.
+/// `config.serving.http_endpoint`, `/metrics`, `/healthz` and `/readyz` are served there.
 pub async fn run(client: Client, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let mut registry = Registry::default();
     let metrics = Arc::new(Metrics::register(&mut registry));

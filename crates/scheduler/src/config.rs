@@ -37,17 +37,9 @@ pub struct Flags {
     #[arg(long, default_value = "10m", value_parser = parse_go_duration, value_name = "DURATION")]
     pub bind_timeout: Duration,
 
-    /// How the controller reaches the API server.
+    /// `--kubeconfig`, `--kube-api-*`, `--leader-elect*`, `--http-endpoint`, `-v`.
     #[command(flatten)]
-    pub client: component_runtime::KubeClientFlags,
-
-    /// The `--leader-elect*` flags.
-    #[command(flatten)]
-    pub leader: component_runtime::LeaderElectFlags,
-
-    /// `--http-endpoint`, `--metrics-path`, `-v`.
-    #[command(flatten)]
-    pub telemetry: component_runtime::TelemetryFlags,
+    pub controller: component_runtime::ControllerFlags,
 }
 
 /// Everything [`crate::run`] needs besides the client.
@@ -98,10 +90,9 @@ impl Flags {
                 self.pod_initial_backoff, self.pod_max_backoff
             )));
         }
-        let leader_election = self.leader.config();
         Ok(Config {
             scheduler_name: self.scheduler_name.clone(),
-            serving: self.telemetry.serving(leader_election),
+            serving: self.controller.serving(),
             initial_backoff: self.pod_initial_backoff,
             max_backoff: self.pod_max_backoff,
             bind_timeout: self.bind_timeout,

@@ -7,11 +7,15 @@ use scheduler::Flags;
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse_from(normalize_go_args(std::env::args_os()));
     run_component(
-        flags.telemetry.v,
+        flags.controller.telemetry.v,
         RuntimeShape::PerCore,
         |shutdown| async move {
             let config = flags.config()?;
-            let client = flags.client.client(&scheduler::user_agent()).await?;
+            let client = flags
+                .controller
+                .client
+                .client(&scheduler::user_agent())
+                .await?;
             scheduler::run(client, config, shutdown).await?;
             Ok(())
         },

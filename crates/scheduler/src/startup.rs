@@ -20,7 +20,7 @@ pub fn user_agent() -> String {
 /// Schedules pods on `client` until `shutdown` is cancelled (SIGTERM in the binary).
 ///
 /// `Config::default()` is the in-process scheduler: no HTTP server, no leader election. With
-/// `config.leader_election` only the holder of the Lease schedules; with `config.http_endpoint`,
+/// `config.serving.leader_election` only the holder of the Lease schedules; with `config.serving.http_endpoint`,
 /// `/metrics`, `/healthz` and `/readyz` are served there.
 pub async fn run(client: Client, config: Config, shutdown: CancellationToken) -> Result<(), Error> {
     let mut registry = Registry::default();

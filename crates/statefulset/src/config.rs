@@ -18,17 +18,9 @@ pub struct Flags {
     #[arg(long, default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub resync_period: Duration,
 
-    /// How the controller reaches the API server.
+    /// `--kubeconfig`, `--kube-api-*`, `--leader-elect*`, `--http-endpoint`, `-v`.
     #[command(flatten)]
-    pub client: component_runtime::KubeClientFlags,
-
-    /// The `--leader-elect*` flags.
-    #[command(flatten)]
-    pub leader: component_runtime::LeaderElectFlags,
-
-    /// `--http-endpoint`, `--metrics-path`, `-v`.
-    #[command(flatten)]
-    pub telemetry: component_runtime::TelemetryFlags,
+    pub controller: component_runtime::ControllerFlags,
 }
 
 /// Everything [`crate::run`] needs besides the client.
@@ -64,7 +56,7 @@ impl Flags {
             ));
         }
         Ok(Config {
-            serving: self.telemetry.serving(self.leader.config()),
+            serving: self.controller.serving(),
             resync_period: self.resync_period,
             ..Config::default()
         })

@@ -57,9 +57,9 @@ pub enum Error {
     #[error("StatefulSet {set}: {reason}")]
     Invalid { set: String, reason: String },
 
-    /// Start-up and plumbing errors of the shared sidecar crate.
+    /// Start-up and plumbing errors of component-runtime.
     #[error(transparent)]
-    Sidecar(#[from] component_runtime::Error),
+    Runtime(#[from] component_runtime::Error),
 }
 
 impl Error {

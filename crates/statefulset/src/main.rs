@@ -7,11 +7,15 @@ use statefulset::Flags;
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse_from(normalize_go_args(std::env::args_os()));
     run_component(
-        flags.telemetry.v,
+        flags.controller.telemetry.v,
         RuntimeShape::PerCore,
         |shutdown| async move {
             let config = flags.config()?;
-            let client = flags.client.client(&statefulset::user_agent()).await?;
+            let client = flags
+                .controller
+                .client
+                .client(&statefulset::user_agent())
+                .await?;
             statefulset::run(client, config, shutdown).await?;
             Ok(())
         },

@@ -48,6 +48,15 @@ fn cap_eff_has(status: &str, bit: u32) -> bool {
         .is_some_and(|mask| bit < 64 && mask & (1u64 << bit) != 0)
 }
 
+/// With `RUST_LOG` set, the components a test runs in-process log to stderr (once per
+/// process; nextest shows it for a failing test). Without it, nothing is logged.
+pub fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if std::env::var_os("RUST_LOG").is_some() {
+        ONCE.call_once(|| telemetry::init_logging(0));
+    }
+}
+
 /// Polls `check` every 20 ms until it returns `Some`, and panics naming `what` once `patience`
 /// has passed: how tests wait for a controller to reach a state they then assert on.
 pub async fn eventually<T, F, Fut>(what: &str, patience: std::time::Duration, mut check: F) -> T

@@ -39,13 +39,7 @@ pub const UA: &str = "csi-attacher-under-test";
 /// How long anything may take before a test gives up (generous: loaded 2-core CI machines).
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
-/// Logs to stderr when RUST_LOG is set (tests may call this many times).
-pub fn init_tracing() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| component_runtime::init_logging(0));
-    }
-}
+pub use test_support::init_tracing;
 
 /// Options for fast tests: 50 ms first retry, 1 s max, 5 s CSI timeout, no periodic work.
 pub fn fast_options() -> Options {

@@ -40,12 +40,7 @@ pub const CLUSTER_NAME: &str = "kubernetes";
 pub const CREATE_VOLUME: &str = "/csi.v1.Controller/CreateVolume";
 pub const DELETE_VOLUME: &str = "/csi.v1.Controller/DeleteVolume";
 
-pub fn init_tracing() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| component_runtime::init_logging(0));
-    }
-}
+pub use test_support::init_tracing;
 
 pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where

@@ -24,12 +24,7 @@ pub const NS: &str = "default";
 /// How long anything may take before a test gives up (loaded 2-core CI machines).
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
-pub fn init_tracing() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| component_runtime::init_logging(0));
-    }
-}
+pub use test_support::init_tracing;
 
 /// Whether this process may mount (CAP_SYS_ADMIN); otherwise the test is skipped (a failure
 /// under CSI_RS_REQUIRE_ALL).
@@ -335,7 +330,7 @@ impl Env {
         http: Option<String>,
     ) {
         let mut config = node_agent::Config::new(Some(self.kubeconfig_file()), options);
-        config.http_endpoint = http;
+        config.serving.http_endpoint = http;
         config.kube_api_qps = -1.0;
         let stop = CancellationToken::new();
         let s = stop.clone();

@@ -41,12 +41,7 @@ pub const PATIENCE: Duration = Duration::from_secs(30);
 pub const ZONE_KEY: &str = "topology.test.csi.rs/zone";
 pub const RACK_KEY: &str = "topology.test.csi.rs/rack";
 
-pub fn init_tracing() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| component_runtime::init_logging(0));
-    }
-}
+pub use test_support::init_tracing;
 
 /// The agent's migration gates in these tests: AWS EBS migrated.
 pub fn migrated() -> MigratedPlugins {

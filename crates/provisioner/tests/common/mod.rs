@@ -30,12 +30,7 @@ pub use provisioner::{
 pub const PATIENCE: Duration = Duration::from_secs(60);
 pub const NS: &str = "default";
 
-pub fn init_tracing() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| component_runtime::init_logging(0));
-    }
-}
+pub use test_support::init_tracing;
 
 pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where

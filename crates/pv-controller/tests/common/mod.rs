@@ -16,12 +16,7 @@ pub const NS: &str = "default";
 /// How long anything may take before a test gives up (loaded 2-core CI machines).
 pub const PATIENCE: Duration = Duration::from_secs(60);
 
-pub fn init_tracing() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    if std::env::var_os("RUST_LOG").is_some() {
-        ONCE.call_once(|| component_runtime::init_logging(0));
-    }
-}
+pub use test_support::init_tracing;
 
 /// Options for fast tests: short backoff. The sync period is longer than any test, so every
 /// step a test waits for is driven by the change that caused it (the passes sync what changed),
