@@ -82,18 +82,13 @@ async fn connect_driver(
     shutdown: &CancellationToken,
 ) -> Result<Driver, Error> {
     let common = &config.common;
-    let Some((channel, info)) = component_runtime::connect_and_describe(
+    let (channel, info) = component_runtime::connect_and_describe(
         &common.csi_address,
         common.connection_timeout,
         call_timeout,
         shutdown,
     )
-    .await?
-    else {
-        return Err(Error::Config(
-            "shut down before the CSI driver was reachable".into(),
-        ));
-    };
+    .await?;
     let capabilities = Capabilities::from_rpc_types(info.controller_capabilities.iter().copied());
     tracing::info!(
         driver = %info.name,

@@ -137,14 +137,14 @@ impl DriverInfo {
 }
 
 /// How every sidecar starts on its driver: [`connect`] (retried until `connection_timeout`),
-/// [`probe_until_ready`], then [`driver_info`], each call within `call_timeout`. `Ok(None)`
-/// when `shutdown` comes first.
+/// [`probe_until_ready`], then [`driver_info`], each call within `call_timeout`.
+/// [`Error::ShutDown`] when `shutdown` comes first.
 pub async fn connect_and_describe(
     address: &str,
     connection_timeout: Duration,
     call_timeout: Duration,
     shutdown: &tokio_util::sync::CancellationToken,
-) -> Result<Option<(Channel, DriverInfo)>, Error> {
+) -> Result<(Channel, DriverInfo), Error> {
     let connect = async {
         let channel = connect(address, connection_timeout).await?;
         probe_until_ready(&channel, call_timeout, connection_timeout).await?;
@@ -152,8 +152,8 @@ pub async fn connect_and_describe(
         Ok((channel, info))
     };
     tokio::select! {
-        () = shutdown.cancelled() => Ok(None),
-        r = connect => r.map(Some),
+        () = shutdown.cancelled() => Err(Error::ShutDown("the CSI driver was reachable")),
+        r = connect => r,
     }
 }
 

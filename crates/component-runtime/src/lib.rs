@@ -153,6 +153,9 @@ pub enum Error {
     /// The work run under the lease failed.
     #[error("the work run as leader failed: {0}")]
     Work(String),
+    /// Shutdown came before the start-up step named here was done.
+    #[error("shut down before {0}")]
+    ShutDown(&'static str),
     /// The metrics/health HTTP endpoint is malformed or cannot be bound.
     #[error(transparent)]
     Http(#[from] telemetry::Error),

@@ -264,6 +264,19 @@ pub struct Readiness {
     generation: watch::Receiver<u64>,
 }
 
+impl Readiness {
+    /// The kind of the cache.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// Waits, without a deadline, until the cache has its first full list: true then, false
+    /// when its watch stopped first.
+    pub async fn wait(mut self) -> bool {
+        self.generation.wait_for(|g| *g > 0).await.is_ok()
+    }
+}
+
 /// A cache that did not fill in time. A component cannot work from an empty cache (it would
 /// take every object for deleted), so it stops with this instead.
 #[derive(Debug, thiserror::Error)]
@@ -417,6 +430,17 @@ where
     /// True when nothing is cached.
     pub fn is_empty(&self) -> bool {
         self.store.is_empty()
+    }
+
+    /// The reflector store underneath (a cheap clone that sees the same objects), for code
+    /// written against kube-runtime's `Store`.
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// How many subscribers ([`Self::subscribe`]) the cache has now.
+    pub fn subscribers(&self) -> usize {
+        self.subscribers.lock().1.len()
     }
 
     /// A receiver whose `changed()` fires after every change applied to the cache (coalesced:

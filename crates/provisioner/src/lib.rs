@@ -34,7 +34,7 @@ mod startup;
 pub mod topology;
 
 pub use config::{Config, FeatureGates, Options};
-pub use controller::{Controller, Informers, SharedWatch, Subscription};
+pub use controller::{Controller, Informers};
 pub use csi::{Capabilities, Driver};
 pub use startup::{connect_driver, run, run_with_client, run_with_informers};
 

@@ -7,7 +7,6 @@ mod informers;
 mod kube_io;
 mod provision;
 mod remembered;
-mod watch;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,8 +24,9 @@ use crate::config::Options;
 use crate::csi::{Driver, Observer};
 use crate::metrics::ControllerMetrics;
 use crate::{Error, claim};
+use component_runtime::object_cache::Change;
 use component_runtime::workqueue::{Backoff, Outcome, SINGLE_LANE, WorkQueue};
-pub use informers::{Informers, SharedWatch, Subscription};
+pub use informers::Informers;
 use remembered::Remembered;
 
 const CLAIM_PREFIX: &str = "claim/";
@@ -211,17 +211,24 @@ impl Controller {
             rescheduled: Mutex::default(),
         });
         let c = ctx.clone();
-        let on_claim = move |pvc: &PersistentVolumeClaim| c.queue.add(&claim_key(pvc), SINGLE_LANE);
-        let c = ctx.clone();
-        let on_volume = move |pv: &PersistentVolume| {
-            let name = pv.metadata.name.as_deref().unwrap_or_default();
-            // The store has the PV now: claim syncs find it there.
-            c.created_not_seen.remove(name);
-            c.queue.add(&format!("{VOLUME_PREFIX}{name}"), SINGLE_LANE);
+        let on_claim = move |change: Change<'_, PersistentVolumeClaim>| match change {
+            Change::Applied(pvc) | Change::Deleted(pvc) => {
+                c.queue.add(&claim_key(pvc), SINGLE_LANE);
+            }
+            Change::Relisted => requeue_all(&c),
         };
         let c = ctx.clone();
-        let on_class = move |class: &StorageClass| requeue_claims_of(&c, class);
-        // Held until this run ends: dropping them unsubscribes.
+        let on_volume = move |change: Change<'_, PersistentVolume>| match change {
+            Change::Applied(pv) | Change::Deleted(pv) => volume_changed(&c, pv),
+            Change::Relisted => requeue_all(&c),
+        };
+        let c = ctx.clone();
+        let on_class = move |change: Change<'_, StorageClass>| match change {
+            Change::Applied(class) | Change::Deleted(class) => requeue_claims_of(&c, class),
+            Change::Relisted => requeue_all(&c),
+        };
+        // Held until this run ends: dropping them unsubscribes. Subscribed before the wait,
+        // so no change after the first lists is missed; what they held is queued below.
         let _subscriptions = [
             informers.pvcs.subscribe(on_claim),
             informers.pvs.subscribe(on_volume),
@@ -232,6 +239,7 @@ impl Controller {
             () = stop.cancelled() => {}
             r = ready => {
                 r.map_err(|e| Error::Watch(format!("the caches never filled: {e}")))?;
+                requeue_all(&ctx);
                 tracing::info!(driver = %ctx.driver.name, workers = ctx.options.workers, "caches filled; provisioning");
             }
         }
@@ -268,6 +276,30 @@ pub(crate) fn claim_key(pvc: &PersistentVolumeClaim) -> String {
         pvc.metadata.namespace.as_deref().unwrap_or_default(),
         pvc.metadata.name.as_deref().unwrap_or_default()
     )
+}
+
+/// A volume was added, changed or deleted: the store has it now (claim syncs find it there).
+fn volume_changed(ctx: &Ctx, pv: &PersistentVolume) {
+    let name = pv.metadata.name.as_deref().unwrap_or_default();
+    ctx.created_not_seen.remove(name);
+    ctx.queue.add(&format!("{VOLUME_PREFIX}{name}"), SINGLE_LANE);
+}
+
+/// Everything may have changed (the first lists, or a re-list after a watch error): every
+/// claim and volume in the caches is looked at again, and so is every claim with a CreateVolume
+/// in flight, since one deleted while the watch was down is no longer in the cache to say so
+/// (its sync finds it gone and deletes the volume made for it).
+fn requeue_all(ctx: &Ctx) {
+    for pvc in ctx.pvcs.state() {
+        ctx.queue.add(&claim_key(&pvc), SINGLE_LANE);
+    }
+    for pv in ctx.pvs.state() {
+        volume_changed(ctx, &pv);
+    }
+    let in_flight: Vec<String> = ctx.in_progress().keys().cloned().collect();
+    for key in in_flight {
+        ctx.queue.add(&key, SINGLE_LANE);
+    }
 }
 
 /// A class appeared or changed: its pending claims may be provisionable now.
