@@ -82,13 +82,7 @@ async fn connect_driver(
     shutdown: &CancellationToken,
 ) -> Result<Driver, Error> {
     let common = &config.common;
-    let (channel, info) = component_runtime::connect_and_describe(
-        &common.csi_address,
-        common.connection_timeout,
-        call_timeout,
-        shutdown,
-    )
-    .await?;
+    let (channel, info) = common.connect_driver(call_timeout, shutdown).await?;
     let capabilities = Capabilities::from_rpc_types(info.controller_capabilities.iter().copied());
     tracing::info!(
         driver = %info.name,

@@ -88,6 +88,22 @@ impl CommonFlags {
         self.http_endpoint.as_deref().filter(|s| !s.is_empty())
     }
 
+    /// Connects to the driver at `--csi-address` (retrying until `--connection-timeout`),
+    /// waits for Probe and reads its name and capabilities: [`crate::connect_and_describe`].
+    pub async fn connect_driver(
+        &self,
+        call_timeout: Duration,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Result<(tonic::transport::Channel, crate::DriverInfo), crate::Error> {
+        crate::connect_and_describe(
+            &self.csi_address,
+            self.connection_timeout,
+            call_timeout,
+            shutdown,
+        )
+        .await
+    }
+
     /// What [`crate::serve_and_run`] needs: the HTTP endpoint and, with `--leader-election`,
     /// the Lease `lease_name`.
     pub fn serving(&self, lease_name: impl Into<String>) -> crate::Serving {

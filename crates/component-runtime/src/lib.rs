@@ -66,7 +66,9 @@ pub use leader::{
     run_as_leader_with_health, sanitize_driver_name,
 };
 pub use metrics::OperationMetrics;
-pub use object_cache::{CacheNotReady, ObjectCache, Readiness, ScopedPolicy, wait_all_ready};
+pub use object_cache::{
+    CacheNotReady, CachedKind, ObjectCache, Readiness, ScopedPolicy, wait_all_ready,
+};
 pub use process::{RuntimeShape, run_component};
 pub use serve::{Serving, serve_and_run};
 pub use shared_caches::SharedCaches;

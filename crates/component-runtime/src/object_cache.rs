@@ -19,6 +19,18 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
+/// What a watch-fed cache can hold: a cluster- or namespace-scoped API kind (static type
+/// information), decodable, and shareable across the watch task and its readers.
+pub trait CachedKind:
+    Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
+impl<K> CachedKind for K where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static
+{
+}
+
 /// One kind's cache. Cheap to clone; every clone sees the same objects.
 #[derive(Clone)]
 pub struct ObjectCache<K>
@@ -159,7 +171,7 @@ where
 
 impl<K> ObjectCache<K>
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: CachedKind,
 {
     /// Starts watching `api` (list + watch, re-listing with backoff after an error) until
     /// `stop`. The cache is empty until the first list arrives: see [`Self::wait_until_ready`].
@@ -513,7 +525,7 @@ async fn feed<K>(
     told: Told<K>,
     stop: CancellationToken,
 ) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: CachedKind,
 {
     let kind = K::kind(&()).to_string();
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
@@ -679,7 +691,7 @@ async fn fetch<K, F>(
     interest: Arc<Interest>,
     stop: CancellationToken,
 ) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: CachedKind,
     F: Fn(Option<&str>) -> Api<K> + Send + Sync + 'static,
 {
     let kind = K::kind(&()).to_string();

@@ -6,12 +6,10 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::fmt::Debug;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use kube::runtime::watcher;
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
 use crate::ObjectCache;
@@ -69,7 +67,7 @@ impl SharedCaches {
     /// Every object of kind `K`, watched; started on first use, the same cache afterwards.
     pub fn all<K>(&self) -> ObjectCache<K>
     where
-        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+        K: crate::object_cache::CachedKind,
     {
         let mut caches = self.lock();
         if let Some(cache) = caches

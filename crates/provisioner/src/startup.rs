@@ -102,13 +102,7 @@ pub async fn connect_driver(
 ) -> Result<Driver, Error> {
     let common = &config.common;
     let call_timeout: Duration = config.timeout;
-    let (channel, info) = component_runtime::connect_and_describe(
-        &common.csi_address,
-        common.connection_timeout,
-        call_timeout,
-        shutdown,
-    )
-    .await?;
+    let (channel, info) = common.connect_driver(call_timeout, shutdown).await?;
     let topology = crate::csi::has_topology(&channel, call_timeout).await?;
     let capabilities =
         Capabilities::from_rpc_types(info.controller_capabilities.iter().copied(), topology);

@@ -54,13 +54,7 @@ pub struct Caches {
 /// the Node authorizer lets a node read).
 pub(crate) fn scoped_cluster_cache<K>(client: &Client, stop: &CancellationToken) -> ObjectCache<K>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: component_runtime::CachedKind,
 {
     let c = client.clone();
     ObjectCache::spawn_scoped(

@@ -64,13 +64,7 @@ impl Informers {
             stop: &CancellationToken,
         ) -> ObjectCache<K>
         where
-            K: kube::Resource<DynamicType = ()>
-                + Clone
-                + serde::de::DeserializeOwned
-                + std::fmt::Debug
-                + Send
-                + Sync
-                + 'static,
+            K: component_runtime::CachedKind,
         {
             ObjectCache::spawn_on(
                 runtime,

@@ -282,7 +282,8 @@ pub(crate) fn claim_key(pvc: &PersistentVolumeClaim) -> String {
 fn volume_changed(ctx: &Ctx, pv: &PersistentVolume) {
     let name = pv.metadata.name.as_deref().unwrap_or_default();
     ctx.created_not_seen.remove(name);
-    ctx.queue.add(&format!("{VOLUME_PREFIX}{name}"), SINGLE_LANE);
+    ctx.queue
+        .add(&format!("{VOLUME_PREFIX}{name}"), SINGLE_LANE);
 }
 
 /// Everything may have changed (the first lists, or a re-list after a watch error): every
