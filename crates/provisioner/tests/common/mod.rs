@@ -95,9 +95,14 @@ pub struct Env {
 
 impl Env {
     pub async fn bare() -> Self {
+        Self::on(apiserver::Config::default()).await
+    }
+
+    /// [`Self::bare`] on an API server started with `config`.
+    pub async fn on(config: apiserver::Config) -> Self {
         init_tracing();
         apiserver::install_crypto_provider();
-        let server = apiserver::ApiServer::start(apiserver::Config::default())
+        let server = apiserver::ApiServer::start(config)
             .await
             .expect("api server");
         let kube = server.client();
@@ -111,8 +116,33 @@ impl Env {
         }
     }
 
+    /// Stops the API server and starts it again on the same address with `config` (which must
+    /// keep its `data_dir`, so objects, certificates and tokens survive): what the
+    /// controllers' watches see when the API server restarts.
+    pub async fn restart_server(&mut self, config: apiserver::Config) {
+        let addr = self.server.addr();
+        let stand_in = apiserver::ApiServer::start(apiserver::Config::default())
+            .await
+            .expect("stand-in api server");
+        let old = std::mem::replace(&mut self.server, stand_in);
+        old.shutdown().await.expect("api server stopped");
+        let again = apiserver::ApiServer::start(apiserver::Config {
+            listen: addr,
+            ..config
+        })
+        .await
+        .expect("api server started again");
+        let stand_in = std::mem::replace(&mut self.server, again);
+        stand_in.shutdown().await.expect("stand-in stopped");
+    }
+
     pub async fn with_mock(config: MockConfig) -> Self {
-        let mut env = Self::bare().await;
+        Self::with_mock_on(apiserver::Config::default(), config).await
+    }
+
+    /// [`Self::with_mock`] on an API server started with `server`.
+    pub async fn with_mock_on(server: apiserver::Config, config: MockConfig) -> Self {
+        let mut env = Self::on(server).await;
         let mock_dir = env.dir.path().join("mock");
         std::fs::create_dir_all(&mock_dir).unwrap();
         env.mock = Some(csi_mock::start(&mock_dir, config).await.expect("mock"));
