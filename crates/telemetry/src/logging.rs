@@ -14,13 +14,12 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// `attacher::controller::watch`).
 pub const OUR_TARGETS: &[&str] = &[
     // libraries
-    "adc_load",
     "apiserver",
     "attach_detach",
     "attacher",
-    "attacher_load",
     "cluster",
     "component_runtime",
+    "csi_bench",
     "csi_mock",
     "csi_spec",
     "csi_translation",
@@ -35,8 +34,6 @@ pub const OUR_TARGETS: &[&str] = &[
     "k8s_harness",
     "mount_utils",
     "node_agent",
-    "node_load",
-    "provision_load",
     "provisioner",
     "pv_controller",
     "registrar",

@@ -117,7 +117,7 @@ impl BenchFlags {
                 )));
             }
         };
-        // The 20-node × 5,000-pod memory run (docs/node-load.md), with room to spare.
+        // The 20-node × 5,000-pod memory run (docs/csi-bench/node.md), with room to spare.
         if self.pods == 0 || self.pods > MAX_PODS {
             return Err(Error::Config(format!(
                 "--pods must be between 1 and {MAX_PODS}, got {}",

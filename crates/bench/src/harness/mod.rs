@@ -1,0 +1,12 @@
+//! What every scenario measures with: its processes under test ([`child`]: log files, peak
+//! memory and CPU time from `/proc`, stopped on every path), the API writes of each party from
+//! the embedded API server's audit trail ([`writes`]), latency percentiles ([`stats`]) and the
+//! "median (min-max)" tables of several runs ([`table`]).
+//!
+//! Leaf modules: the scenarios import these, never the other way round.
+
+pub mod child;
+pub mod procfs;
+pub mod stats;
+pub mod table;
+pub mod writes;

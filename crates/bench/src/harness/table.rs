@@ -1,0 +1,151 @@
+//! Tables of several runs: each row takes one run's report to a number, and a cell shows the
+//! runs of one column as "median (min-max)", or one value when they agree.
+
+use std::fmt::Write as _;
+
+/// How a row's value is printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Seconds,
+    Count,
+    /// Per volume, two decimals.
+    Ratio,
+    Bytes,
+}
+
+/// One row: a label and how to get its value from a run's report `R` and the run's size (pods,
+/// claims); `None` when the row does not apply to that run.
+pub struct Row<R> {
+    pub label: &'static str,
+    pub unit: Unit,
+    pub value: fn(&R, usize) -> Option<f64>,
+}
+
+fn number(unit: Unit, v: f64) -> String {
+    match unit {
+        Unit::Seconds | Unit::Ratio => format!("{v:.2}"),
+        Unit::Count => format!("{v:.0}"),
+        Unit::Bytes => format!("{:.1}", v / (1024.0 * 1024.0)),
+    }
+}
+
+fn suffix(unit: Unit) -> &'static str {
+    match unit {
+        Unit::Seconds => " s",
+        Unit::Bytes => " MiB",
+        Unit::Count | Unit::Ratio => "",
+    }
+}
+
+/// The median (the mean of the middle two for an even count), min and max; `None` when empty.
+pub fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    let median = if v.len() % 2 == 0 {
+        (v[mid - 1] + v[mid]) / 2.0
+    } else {
+        v[mid]
+    };
+    Some((median, v[0], v[v.len() - 1]))
+}
+
+/// One cell: "n/a", a value, or "median (min-max)" when the runs differ.
+pub fn cell(unit: Unit, values: &[f64]) -> String {
+    match spread(values) {
+        None => "n/a".to_owned(),
+        Some((median, min, max)) => {
+            let (lo, hi) = (number(unit, min), number(unit, max));
+            if lo == hi {
+                format!("{}{}", number(unit, median), suffix(unit))
+            } else {
+                format!("{} ({lo}-{hi}){}", number(unit, median), suffix(unit))
+            }
+        }
+    }
+}
+
+/// The body of a table: one line per row, one cell per column, each cell over the runs whose
+/// `column_of` is that column. `widths` are the label's and each cell's.
+pub fn rows<R, C: PartialEq>(
+    rows: &[Row<R>],
+    runs: &[R],
+    columns: &[C],
+    column_of: impl Fn(&R) -> C,
+    size: usize,
+    widths: (usize, usize),
+) -> String {
+    let (label_width, cell_width) = widths;
+    let mut out = String::new();
+    for row in rows {
+        let _ = write!(out, "{:<label_width$}", row.label);
+        for c in columns {
+            let values: Vec<f64> = runs
+                .iter()
+                .filter(|r| column_of(r) == *c)
+                .filter_map(|r| (row.value)(r, size))
+                .collect();
+            let _ = write!(out, " {:>cell_width$}", cell(row.unit, &values));
+        }
+        let _ = writeln!(out);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_takes_the_middle() {
+        assert_eq!(spread(&[]), None);
+        assert_eq!(spread(&[3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
+        assert_eq!(spread(&[4.0, 1.0, 2.0, 3.0]), Some((2.5, 1.0, 4.0)));
+        assert_eq!(spread(&[f64::NAN, 1.0]), Some((1.0, 1.0, 1.0)));
+    }
+
+    #[test]
+    fn cells_show_the_range_only_when_runs_differ() {
+        assert_eq!(cell(Unit::Seconds, &[]), "n/a");
+        assert_eq!(cell(Unit::Seconds, &[5.191]), "5.19 s");
+        assert_eq!(
+            cell(Unit::Seconds, &[5.19, 5.03, 5.66]),
+            "5.19 (5.03-5.66) s"
+        );
+        assert_eq!(cell(Unit::Count, &[1000.0, 1000.0]), "1000");
+        assert_eq!(cell(Unit::Ratio, &[1.0, 1.001]), "1.00");
+        assert_eq!(
+            cell(
+                Unit::Bytes,
+                &[70.0 * 1048576.0, 68.0 * 1048576.0, 73.0 * 1048576.0]
+            ),
+            "70.0 (68.0-73.0) MiB"
+        );
+    }
+
+    #[test]
+    fn rows_put_each_run_in_its_column() {
+        let runs = [("a", 1.0), ("b", 5.0), ("a", 3.0)];
+        let table: &[Row<(&str, f64)>] = &[
+            Row {
+                label: "time",
+                unit: Unit::Seconds,
+                value: |r, _| Some(r.1),
+            },
+            Row {
+                label: "per pod",
+                unit: Unit::Ratio,
+                value: |r, n| (r.0 == "b").then(|| r.1 / n as f64),
+            },
+        ];
+        let text = rows(table, &runs, &["a", "b"], |r| r.0, 10, (8, 14));
+        assert_eq!(
+            text,
+            "time     2.00 (1.00-3.00) s         5.00 s\n\
+             per pod             n/a           0.50\n"
+        );
+    }
+}

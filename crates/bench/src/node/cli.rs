@@ -1,0 +1,182 @@
+//! `csi-bench node`: the node side's benchmark (pod-volume-ready latency, teardown, agent memory).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::node::{Binaries, LoadConfig, Scenario, ScenarioReport};
+use anyhow::Context as _;
+use clap::Parser;
+
+/// Pod volume to Ready on real node processes (driver, registrar, node agent).
+///
+/// Measures pod-volume-ready latency on real node processes: per node the CSI driver's node
+/// plugin, csi-node-driver-registrar and csi-node-agent run as child processes (each with its
+/// own root dir under a temp dir) against an in-process apiserver-lite, attach/detach
+/// controller and, where needed, csi-attacher (and ec2-sim + the EBS controller for `ebs`).
+/// Volumes are created and PVs/PVCs bound first; then --pods pods (spec.nodeName set, one PVC
+/// each) are created at once, round robin over --nodes nodes, and each is timed from just
+/// before its create call until a pods watch sees Ready=True (posted by the agent). Then all
+/// pods are deleted and timed until gone and until nothing is mounted. The agents' VmRSS and
+/// VmHWM are read once every pod is Ready.
+///
+/// Scenarios: hostpath-attach-required, hostpath-bypass, hostpath-through-adc, ebs, or all.
+///
+///   csi-bench node --scenario all --nodes 5 --pods 200
+///   csi-bench node --scenario hostpath-bypass --nodes 1 --pods 200 --json
+///   csi-bench node --scenario hostpath-bypass --nodes 1 --pods 100 --background 10000
+#[derive(Debug, Parser)]
+#[command(verbatim_doc_comment)]
+pub struct Flags {
+    /// Scenario to run (repeat for more, or `all`): hostpath-attach-required,
+    /// hostpath-bypass, hostpath-through-adc, ebs.
+    #[arg(long = "scenario", default_value = "all")]
+    scenarios: Vec<String>,
+
+    /// Nodes (each: driver, registrar, agent); pod i runs on node-(i % N).
+    #[arg(long, default_value_t = 5)]
+    nodes: usize,
+
+    /// Pods, one PVC + PV + volume each.
+    #[arg(long, default_value_t = 200)]
+    pods: usize,
+
+    /// The benchmark's own creates and deletes in flight.
+    #[arg(long, default_value_t = 32)]
+    parallelism: usize,
+
+    /// Limit for each phase (Go duration: 90s, 10m).
+    #[arg(long, default_value = "10m", value_parser = component_runtime::parse_go_duration)]
+    timeout: Duration,
+
+    /// Directory with csi-node-agent, csi-node-driver-registrar, hostpath-csi-driver and
+    /// ebs-csi-driver (default: the directory of this binary).
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
+
+    /// csi-node-agent binary (default: BIN_DIR/csi-node-agent).
+    #[arg(long, value_name = "PATH")]
+    node_agent_bin: Option<PathBuf>,
+
+    /// csi-node-driver-registrar binary (default: BIN_DIR/csi-node-driver-registrar).
+    #[arg(long, value_name = "PATH")]
+    registrar_bin: Option<PathBuf>,
+
+    /// hostpath-csi-driver binary (default: BIN_DIR/hostpath-csi-driver).
+    #[arg(long, value_name = "PATH")]
+    hostpath_driver_bin: Option<PathBuf>,
+
+    /// ebs-csi-driver binary (default: BIN_DIR/ebs-csi-driver).
+    #[arg(long, value_name = "PATH")]
+    ebs_driver_bin: Option<PathBuf>,
+
+    /// An extra csi-node-agent argument (repeat for more), e.g. --agent-arg=--kube-api-qps=-1.
+    #[arg(long = "agent-arg", allow_hyphen_values = true, value_name = "ARG")]
+    agent_args: Vec<String>,
+
+    /// csi-attacher's workers (its --worker-threads; the Go sidecar's default is 10).
+    #[arg(long, default_value_t = 10)]
+    attacher_workers: usize,
+
+    /// Create one pod at a time, each once the one before is Ready: the latency of one pod on
+    /// idle nodes, without queueing behind the others.
+    #[arg(long)]
+    sequential: bool,
+
+    /// Before the measured pods, create N background PVs, PVCs bound to them and pods using
+    /// them on other nodes (elsewhere-0..9, where no agent runs); deleted at the end.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    background: usize,
+
+    /// Keep every process's log in DIR/SCENARIO/ (default: in the temp dir, removed).
+    #[arg(long, value_name = "DIR")]
+    log_dir: Option<PathBuf>,
+
+    /// Print the reports as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+
+    /// Also write the JSON reports to this file.
+    #[arg(long, value_name = "PATH")]
+    json_file: Option<PathBuf>,
+}
+
+fn scenarios(names: &[String]) -> anyhow::Result<Vec<Scenario>> {
+    let mut out = Vec::new();
+    for n in names {
+        if n == "all" {
+            out.extend(Scenario::ALL);
+        } else {
+            out.push(n.parse::<Scenario>().map_err(anyhow::Error::msg)?);
+        }
+    }
+    out.dedup();
+    Ok(out)
+}
+
+async fn run_all(config: LoadConfig, list: Vec<Scenario>) -> anyhow::Result<Vec<ScenarioReport>> {
+    let mut reports = Vec::new();
+    for sc in list {
+        eprintln!(
+            "csi-bench node: {} with {} pods on {} nodes ({} background pods elsewhere)...",
+            sc.name(),
+            config.pods,
+            config.nodes,
+            config.background
+        );
+        let r = crate::node::run_scenario(&config, sc)
+            .await
+            .with_context(|| format!("scenario {}", sc.name()))?;
+        reports.push(r);
+    }
+    Ok(reports)
+}
+
+/// Runs the benchmark and prints its report.
+pub async fn run(f: Flags) -> anyhow::Result<()> {
+    let list = scenarios(&f.scenarios)?;
+    let bin_dir = match f.bin_dir {
+        Some(d) => d,
+        None => std::env::current_exe()
+            .context("finding this binary")?
+            .parent()
+            .map(PathBuf::from)
+            .context("this binary has no directory")?,
+    };
+    let mut binaries = Binaries::in_dir(&bin_dir);
+    if let Some(p) = f.node_agent_bin {
+        binaries.node_agent = p;
+    }
+    if let Some(p) = f.registrar_bin {
+        binaries.registrar = p;
+    }
+    if let Some(p) = f.hostpath_driver_bin {
+        binaries.hostpath_driver = p;
+    }
+    if let Some(p) = f.ebs_driver_bin {
+        binaries.ebs_driver = p;
+    }
+    let config = LoadConfig {
+        binaries,
+        nodes: f.nodes,
+        pods: f.pods,
+        parallelism: f.parallelism,
+        timeout: f.timeout,
+        agent_args: f.agent_args,
+        attacher_workers: f.attacher_workers,
+        sequential: f.sequential,
+        background: f.background,
+        log_dir: f.log_dir,
+        temp_parent: None,
+    };
+    let reports = run_all(config, list).await?;
+    let json = serde_json::to_string_pretty(&reports).context("encoding the reports")?;
+    if let Some(path) = &f.json_file {
+        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if f.json {
+        println!("{json}");
+    } else {
+        print!("{}", crate::node::report::table(&reports));
+    }
+    Ok(())
+}

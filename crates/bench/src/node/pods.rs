@@ -1,0 +1,376 @@
+//! The measured part: bind the volumes, create the pods all at once and time each until a pods
+//! watch sees it Ready; read the agents' memory; delete the pods and time them until gone and
+//! until nothing is mounted on the nodes any more.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt as _, TryStreamExt as _};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use kube::runtime::WatchStreamExt as _;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::harness::writes::Writes;
+use crate::harness::writes::is_write;
+
+use super::env::{Env, mounts_below};
+use super::report::{AgentStats, ScenarioReport};
+use super::run_objects::{self, NS, POD_LABEL, POD_LABEL_VALUE};
+use super::{Error, LoadConfig, Scenario};
+
+/// How csi-node-agent's requests start (`node_agent::startup::user_agent`).
+const AGENT_USER_AGENT: &str = "csi-node-agent/";
+
+/// When the watch first saw each pod Ready, and each pod gone.
+#[derive(Default)]
+struct Timeline {
+    ready: HashMap<String, Instant>,
+    deleted: HashMap<String, Instant>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Counts {
+    synced: bool,
+    ready: usize,
+    deleted: usize,
+}
+
+/// A pods watch in the background; stops when dropped.
+struct PodWatch {
+    timeline: Arc<Mutex<Timeline>>,
+    rx: watch::Receiver<Counts>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for PodWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn is_ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn lock(t: &Mutex<Timeline>) -> std::sync::MutexGuard<'_, Timeline> {
+    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl PodWatch {
+    fn spawn(api: Api<Pod>) -> Self {
+        let timeline = Arc::new(Mutex::new(Timeline::default()));
+        let (tx, rx) = watch::channel(Counts::default());
+        let t = Arc::clone(&timeline);
+        let config = watcher::Config::default().labels(&format!("{POD_LABEL}={POD_LABEL_VALUE}"));
+        let task = tokio::spawn(async move {
+            let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+            let mut synced = false;
+            while let Some(event) = stream.next().await {
+                let now = Instant::now();
+                let name = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
+                {
+                    let mut tl = lock(&t);
+                    match event {
+                        Ok(Event::Apply(p)) | Ok(Event::InitApply(p)) => {
+                            if is_ready(&p) {
+                                tl.ready.entry(name(&p)).or_insert(now);
+                            }
+                        }
+                        Ok(Event::Delete(p)) => {
+                            tl.deleted.entry(name(&p)).or_insert(now);
+                        }
+                        Ok(Event::InitDone) => synced = true,
+                        Ok(Event::Init) => {}
+                        Err(e) => tracing::warn!(error = %e, "pods watch; it re-lists"),
+                    }
+                    let _ = tx.send(Counts {
+                        synced,
+                        ready: tl.ready.len(),
+                        deleted: tl.deleted.len(),
+                    });
+                }
+            }
+        });
+        Self { timeline, rx, task }
+    }
+
+    /// Waits until `done(counts)`, checking the processes every 100 ms.
+    async fn wait(
+        &mut self,
+        env: &mut Env,
+        phase: &str,
+        timeout: Duration,
+        done: impl Fn(&Counts) -> bool,
+        progress: impl Fn(&Counts) -> String,
+    ) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let c = *self.rx.borrow_and_update();
+            if done(&c) {
+                return Ok(());
+            }
+            env.check_alive()?;
+            if Instant::now() > deadline {
+                return Err(Error::timeout(
+                    phase.to_string(),
+                    format!("after {timeout:?}, {}", progress(&c)),
+                    env.agent_log_tails(10),
+                ));
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(100), self.rx.changed()).await;
+        }
+    }
+}
+
+pub(crate) async fn measure(
+    env: &mut Env,
+    config: &LoadConfig,
+    scenario: Scenario,
+) -> Result<ScenarioReport, Error> {
+    let n = config.pods;
+    let setup_start = Instant::now();
+    // The rest of the cluster first: other nodes' pods, claims and PVs.
+    run_objects::create_background(
+        &env.kube,
+        env.driver_name,
+        config.background,
+        config.parallelism,
+    )
+    .await?;
+    let background_created = setup_start.elapsed();
+    let endpoints: Vec<String> = match &env.ebs {
+        Some(e) => vec![e.controller_endpoint()],
+        None => env
+            .nodes
+            .iter()
+            .map(|node| format!("unix://{}", node.socket.display()))
+            .collect(),
+    };
+    run_objects::bind_all(
+        &env.kube,
+        scenario,
+        env.driver_name,
+        &endpoints,
+        n,
+        config.parallelism,
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(env.kube.clone(), NS);
+    let mut w = PodWatch::spawn(pods.clone());
+    w.wait(
+        env,
+        "the pods watch's first list",
+        config.timeout,
+        |c| c.synced,
+        |_| "not synced".into(),
+    )
+    .await?;
+    let setup = setup_start.elapsed();
+    let mut idle_rss = Vec::with_capacity(env.nodes.len());
+    for node in &env.nodes {
+        idle_rss.push(node.agent_memory()?.rss);
+    }
+    let audit_start = env.audit_len();
+    let cpu_start = env.cpu_split();
+
+    // The timed phase: every pod at once (parallelism in flight), round robin over the nodes;
+    // or, with `sequential`, one pod at a time, each created once the one before is Ready.
+    let node_names: Vec<String> = env.nodes.iter().map(|n| n.name.clone()).collect();
+    let create = |i: usize| {
+        let pods = pods.clone();
+        let node = node_names
+            .get(run_objects::node_of(i, node_names.len()))
+            .cloned()
+            .unwrap_or_default();
+        async move {
+            let pod = run_objects::pod(i, &node)?;
+            let start = Instant::now();
+            pods.create(&PostParams::default(), &pod)
+                .await
+                .map_err(|source| Error::Kube {
+                    op: format!("creating pod {}", run_objects::pod_name(i)),
+                    source,
+                })?;
+            Ok::<_, Error>((run_objects::pod_name(i), start))
+        }
+    };
+    let t0 = Instant::now();
+    let starts: Vec<(String, Instant)> = if config.sequential {
+        let mut starts = Vec::with_capacity(n);
+        for i in 0..n {
+            starts.push(create(i).await?);
+            w.wait(
+                env,
+                "the pod Ready (sequential)",
+                config.timeout,
+                |c| c.ready > i,
+                |c| format!("{} of {n} pods Ready", c.ready),
+            )
+            .await?;
+        }
+        starts
+    } else {
+        futures::stream::iter(0..n)
+            .map(create)
+            .buffer_unordered(config.parallelism)
+            .try_collect()
+            .await?
+    };
+    let created = t0.elapsed();
+    w.wait(
+        env,
+        "all pods Ready",
+        config.timeout,
+        |c| c.ready >= n,
+        |c| format!("{} of {n} pods Ready", c.ready),
+    )
+    .await?;
+    let audit_ready = env.audit_len();
+    let cpu_ready = env.cpu_split().since(cpu_start);
+
+    // Memory once every volume is mounted.
+    let mut agents = Vec::new();
+    for (node, &idle) in env.nodes.iter().zip(&idle_rss) {
+        let m = node.agent_memory()?;
+        agents.push(AgentStats {
+            node: node.name.clone(),
+            rss_idle_bytes: idle,
+            rss_bytes: m.rss,
+            hwm_bytes: m.hwm,
+            rss_anon_bytes: m.anon,
+            rss_file_bytes: m.file,
+            threads: m.threads,
+            cpu_s_at_ready: node.agent_cpu().map(|d| d.as_secs_f64()),
+            cpu_s_at_end: None,
+        });
+    }
+    let driver_rss_max = env
+        .nodes
+        .iter()
+        .filter_map(|n| n.driver_memory())
+        .map(|m| m.rss)
+        .max();
+    let mounts_when_ready = mounts_below(env.root()).len();
+
+    // Teardown: every pod deleted at once; gone when the agent confirmed the deletion.
+    let t1 = Instant::now();
+    let delete_starts: Vec<(String, Instant)> = futures::stream::iter(starts.iter())
+        .map(|(name, _)| {
+            let pods = pods.clone();
+            async move {
+                let start = Instant::now();
+                pods.delete(name, &DeleteParams::default())
+                    .await
+                    .map_err(|source| Error::Kube {
+                        op: format!("deleting pod {name}"),
+                        source,
+                    })?;
+                Ok::<_, Error>((name.clone(), start))
+            }
+        })
+        .buffer_unordered(config.parallelism)
+        .try_collect()
+        .await?;
+    w.wait(
+        env,
+        "all pods deleted",
+        config.timeout,
+        |c| c.deleted >= n,
+        |c| format!("{} of {n} pods gone", c.deleted),
+    )
+    .await?;
+    let all_deleted = {
+        let tl = lock(&w.timeline);
+        tl.deleted.values().max().map(|t| t.duration_since(t1))
+    };
+    // Unstaging may follow the confirmation: wait until nothing is mounted on the nodes.
+    let unmount_deadline = Instant::now() + config.timeout;
+    let all_unmounted = loop {
+        if mounts_below(env.root()).is_empty() {
+            break Some(t1.elapsed());
+        }
+        env.check_alive()?;
+        if Instant::now() > unmount_deadline {
+            break None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let audit = env.audit();
+    let writes_ready = agent_writes(audit.get(audit_start..audit_ready).unwrap_or_default());
+    let writes_delete = agent_writes(audit.get(audit_ready..).unwrap_or_default());
+    // The background goes too (the run leaves nothing), after the agents' numbers.
+    let t2 = Instant::now();
+    if config.background > 0 {
+        run_objects::delete_background(&env.kube).await?;
+    }
+    let background_deleted = t2.elapsed();
+    for (a, node) in agents.iter_mut().zip(env.nodes.iter()) {
+        a.cpu_s_at_end = node.agent_cpu().map(|d| d.as_secs_f64());
+    }
+
+    let tl = lock(&w.timeline);
+    let mut latencies = Vec::with_capacity(n);
+    for (name, start) in &starts {
+        if let Some(ready) = tl.ready.get(name) {
+            latencies.push(ready.saturating_duration_since(*start));
+        }
+    }
+    let mut delete_latencies = Vec::with_capacity(n);
+    for (name, start) in &delete_starts {
+        if let Some(gone) = tl.deleted.get(name) {
+            delete_latencies.push(gone.saturating_duration_since(*start));
+        }
+    }
+    let first_ready = tl
+        .ready
+        .values()
+        .min()
+        .map(|t| t.saturating_duration_since(t0));
+    let all_ready = tl
+        .ready
+        .values()
+        .max()
+        .map(|t| t.saturating_duration_since(t0));
+    Ok(ScenarioReport::new(
+        scenario,
+        config,
+        setup,
+        created,
+        &latencies,
+        first_ready,
+        all_ready,
+        &delete_latencies,
+        all_deleted,
+        all_unmounted,
+        agents,
+        driver_rss_max,
+        mounts_when_ready,
+    )
+    .with_extras(
+        idle_rss.iter().copied().max().unwrap_or(0),
+        writes_ready,
+        writes_delete,
+        cpu_ready,
+    )
+    .with_background(background_created, background_deleted))
+}
+
+/// The agents' writes (User-Agent `csi-node-agent/...`) in a slice of the audit trail.
+fn agent_writes(records: &[apiserver::AuditRecord]) -> Writes {
+    let mut w = Writes::default();
+    for r in records
+        .iter()
+        .filter(|r| is_write(&r.verb) && r.user_agent.starts_with(AGENT_USER_AGENT))
+    {
+        w.add(r);
+    }
+    w
+}

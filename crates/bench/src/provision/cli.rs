@@ -1,0 +1,248 @@
+//! `csi-bench provision`: the provisioning benchmark (PVCs → Bound, writes, memory, deletes).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::provision::{Binaries, LoadConfig, Scenario};
+use anyhow::Context as _;
+use clap::{Parser, ValueEnum};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ScenarioFlag {
+    Hostpath,
+    Ebs,
+    All,
+}
+
+impl ScenarioFlag {
+    fn scenarios(self) -> Vec<Scenario> {
+        match self {
+            ScenarioFlag::Hostpath => vec![Scenario::Hostpath],
+            ScenarioFlag::Ebs => vec![Scenario::Ebs],
+            ScenarioFlag::All => Scenario::ALL.to_vec(),
+        }
+    }
+}
+
+/// N claims through csi-provisioner and a CSI driver, to Bound and back.
+///
+/// Measures dynamic provisioning: csi-provisioner and the CSI driver run as child processes
+/// (hostpath-csi-driver, or ebs-csi-driver --mode=controller against an in-process ec2-sim
+/// with fast timing), apiserver-lite and the PV controller in-process. After a StorageClass
+/// (Immediate, reclaim Delete), one Node and its CSINode, --pvcs PVCs are created at once, each
+/// timed from just before its create until a PVC watch sees it Bound; then all are deleted and
+/// timed until their PVs are gone. API writes per PVC by component (provisioner, PV controller)
+/// from the API server's audit trail; VmRSS/VmHWM and CPU of the provisioner and the driver.
+///
+/// The provisioner gets --csi-address, --kubeconfig, --feature-gates=Topology=true,
+/// --worker-threads, --kube-api-qps/--kube-api-burst (unlimited by default: the benchmark
+/// measures the work, not the Go defaults' 5 qps) and --leader-election=false, then every
+/// --provisioner-arg.
+///
+///   csi-bench provision --scenario hostpath --runs 3
+///   csi-bench provision --scenario ebs --driver-bin target/debug/ebs-csi-driver --runs 3
+#[derive(Debug, Parser)]
+#[command(verbatim_doc_comment)]
+pub struct Flags {
+    /// Which scenario(s) to run: hostpath (1,000 PVCs), ebs (100 PVCs), all.
+    #[arg(long, value_enum, default_value = "all")]
+    scenario: ScenarioFlag,
+
+    /// Run the scenario(s) this many times, in turn; the table shows median (min-max).
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+
+    /// PVCs per run (default: hostpath 1000, ebs 100).
+    #[arg(long)]
+    pvcs: Option<usize>,
+
+    /// The benchmark's own creates and deletes in flight.
+    #[arg(long, default_value_t = 32)]
+    parallelism: usize,
+
+    /// The provisioner's --worker-threads (the Go sidecar's default: 100).
+    #[arg(long, default_value_t = 100)]
+    worker_threads: usize,
+
+    /// The provisioner's --kube-api-qps (-1: unlimited; the Go sidecar's default is 5).
+    #[arg(long, default_value_t = -1.0, allow_negative_numbers = true)]
+    kube_api_qps: f32,
+
+    /// The provisioner's --kube-api-burst (the Go sidecar's default: 10).
+    #[arg(long, default_value_t = 10)]
+    kube_api_burst: u32,
+
+    /// An extra provisioner argument (repeat for more), e.g. --provisioner-arg=--v=2.
+    #[arg(
+        long = "provisioner-arg",
+        allow_hyphen_values = true,
+        value_name = "ARG"
+    )]
+    provisioner_args: Vec<String>,
+
+    /// Directory with csi-provisioner, hostpath-csi-driver and ebs-csi-driver (default: the
+    /// directory of this binary).
+    #[arg(long, value_name = "DIR")]
+    bin_dir: Option<PathBuf>,
+
+    /// csi-provisioner binary (default: BIN_DIR/csi-provisioner). Its file name tells its
+    /// writes in the audit trail: keep it csi-provisioner.
+    #[arg(long, value_name = "PATH")]
+    provisioner_bin: Option<PathBuf>,
+
+    /// The driver binary of the one scenario chosen with --scenario.
+    #[arg(long, value_name = "PATH")]
+    driver_bin: Option<PathBuf>,
+
+    /// hostpath-csi-driver binary (default: BIN_DIR/hostpath-csi-driver).
+    #[arg(long, value_name = "PATH")]
+    hostpath_driver_bin: Option<PathBuf>,
+
+    /// ebs-csi-driver binary (default: BIN_DIR/ebs-csi-driver).
+    #[arg(long, value_name = "PATH")]
+    ebs_driver_bin: Option<PathBuf>,
+
+    /// Limit for each phase (Go duration: 90s, 10m).
+    #[arg(long, default_value = "10m", value_parser = component_runtime::parse_go_duration)]
+    timeout: Duration,
+
+    /// How long the processes run on after all Bound and after all deleted before that
+    /// phase's writes are counted (late finalizer patches and Events); not in any time.
+    #[arg(long, default_value = "3s", value_parser = component_runtime::parse_go_duration)]
+    settle: Duration,
+
+    /// Keep the processes' logs in DIR/SCENARIO-RUN/ (default: in the temp dir, removed).
+    #[arg(long, value_name = "DIR")]
+    log_dir: Option<PathBuf>,
+
+    /// Print the report as JSON instead of the table.
+    #[arg(long)]
+    json: bool,
+
+    /// Also write the JSON report to this file.
+    #[arg(long, value_name = "PATH")]
+    json_file: Option<PathBuf>,
+}
+
+impl Flags {
+    fn config(self) -> anyhow::Result<LoadConfig> {
+        let scenarios = self.scenario.scenarios();
+        let bin_dir = match self.bin_dir {
+            Some(d) => d,
+            None => std::env::current_exe()
+                .context("finding this binary")?
+                .parent()
+                .map(PathBuf::from)
+                .context("this binary has no directory")?,
+        };
+        let mut binaries = Binaries::in_dir(&bin_dir);
+        if let Some(p) = self.provisioner_bin {
+            binaries.provisioner = p;
+        }
+        if let Some(p) = self.hostpath_driver_bin {
+            binaries.hostpath_driver = p;
+        }
+        if let Some(p) = self.ebs_driver_bin {
+            binaries.ebs_driver = p;
+        }
+        if let Some(p) = self.driver_bin {
+            match scenarios.as_slice() {
+                [Scenario::Hostpath] => binaries.hostpath_driver = p,
+                [Scenario::Ebs] => binaries.ebs_driver = p,
+                _ => anyhow::bail!(
+                    "--driver-bin needs one --scenario (hostpath or ebs); with all, use --hostpath-driver-bin and --ebs-driver-bin"
+                ),
+            }
+        }
+        Ok(LoadConfig {
+            binaries,
+            scenarios,
+            runs: self.runs,
+            pvcs: self.pvcs,
+            parallelism: self.parallelism,
+            worker_threads: self.worker_threads,
+            kube_api_qps: self.kube_api_qps,
+            kube_api_burst: self.kube_api_burst,
+            provisioner_args: self.provisioner_args,
+            timeout: self.timeout,
+            settle: self.settle,
+            log_dir: self.log_dir,
+            temp_parent: None,
+        })
+    }
+}
+
+/// Runs the benchmark and prints its report.
+pub async fn run(f: Flags) -> anyhow::Result<()> {
+    let flags = f;
+    let (json_out, json_file) = (flags.json, flags.json_file.clone());
+    let config = flags.config()?;
+    let report = crate::provision::run(config)
+        .await
+        .context("csi-bench provision")?;
+    let json = serde_json::to_string_pretty(&report).context("encoding the report")?;
+    if let Some(path) = &json_file {
+        std::fs::write(path, format!("{json}\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if json_out {
+        println!("{json}");
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn parse(args: &[&str]) -> Flags {
+        Flags::try_parse_from(component_runtime::normalize_go_args(
+            std::iter::once("csi-bench-provision")
+                .chain(args.iter().copied())
+                .map(Into::into),
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn flags_become_a_config() {
+        let c = parse(&[
+            "--scenario=ebs",
+            "--driver-bin=/d/ebs-csi-driver",
+            "--bin-dir=/r",
+            "-runs=3",
+            "--provisioner-arg=--v=2",
+            "--provisioner-arg",
+            "--timeout=30s",
+            "--timeout=90s",
+            "--settle=500ms",
+        ])
+        .config()
+        .unwrap();
+        assert_eq!(c.scenarios, vec![Scenario::Ebs]);
+        assert_eq!(c.binaries.ebs_driver, PathBuf::from("/d/ebs-csi-driver"));
+        assert_eq!(c.binaries.provisioner, PathBuf::from("/r/csi-provisioner"));
+        assert_eq!(
+            c.binaries.hostpath_driver,
+            PathBuf::from("/r/hostpath-csi-driver")
+        );
+        assert_eq!(c.runs, 3);
+        assert_eq!(c.provisioner_args, vec!["--v=2", "--timeout=30s"]);
+        assert_eq!(c.timeout, Duration::from_secs(90));
+        assert_eq!(c.settle, Duration::from_millis(500));
+        assert_eq!(c.kube_api_qps, -1.0);
+        assert_eq!(c.worker_threads, 100);
+        assert_eq!(c.pvcs, None);
+
+        let all = parse(&["--driver-bin=/x"]).config().unwrap_err();
+        assert!(all.to_string().contains("one --scenario"), "{all}");
+        let q = parse(&["--kube-api-qps", "-1", "--kube-api-burst=20", "--pvcs=5"]);
+        assert_eq!(
+            (q.kube_api_qps, q.kube_api_burst, q.pvcs),
+            (-1.0, 20, Some(5))
+        );
+    }
+}
