@@ -10,7 +10,8 @@
 //! - [`node`]: the node side (CSI driver, registrar, node agent per node), pod volume to Ready;
 //! - [`provision`]: N claims through `csi-provisioner` and a driver, to Bound and back.
 //!
-//! The whole stack in one process is `csi-cluster bench` (docs/cluster.md).
+//! - [`stack`] (feature `stack`, on by default): the whole stack in this process, as
+//!   `csi-cluster` runs it, pods through the scheduler, provisioning, attach and mount.
 //!
 //! [`harness`] is what they measure with; it imports none of them.
 
@@ -19,8 +20,10 @@ pub mod attacher;
 pub mod harness;
 pub mod node;
 pub mod provision;
+#[cfg(feature = "stack")]
+pub mod stack;
 
-/// Errors of a run. Each says which scenario, step, object or process failed; a process that
+/// Errors of a run (but [`stack`]'s, which are its cluster's: `cluster::Error`). Each says which scenario, step, object or process failed; a process that
 /// exited or a phase that timed out carries the end of the processes' logs.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

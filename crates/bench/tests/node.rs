@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use csi_bench::node::{Binaries, LoadConfig, Scenario};
+use test_support::mounts_below;
 
 /// The target dir's `debug/`: `$CARGO_TARGET_DIR/debug`, else the directory above this test
 /// binary (`target/debug/deps/..`).
@@ -21,17 +22,6 @@ fn debug_dir() -> PathBuf {
     }
     let exe = std::env::current_exe().unwrap();
     exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
-
-fn mounts_below(dir: &Path) -> Vec<String> {
-    let root = std::fs::canonicalize(dir).unwrap();
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    table
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|p| Path::new(p).starts_with(&root))
-        .map(str::to_string)
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

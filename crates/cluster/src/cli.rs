@@ -1,4 +1,4 @@
-//! The command line: [`Flags`] with the `up`, `down`, `status`, `demo`, `bench` and `chaos`
+//! The command line: [`Flags`] with the `up`, `down`, `status`, `demo` and `chaos`
 //! subcommands, and the checks that turn `up`'s flags into an [`UpConfig`]. The top of the
 //! crate's module graph: it names every subcommand's flags; nothing but `main` imports it.
 
@@ -29,9 +29,13 @@ pub enum Command {
     /// with its time and what it proves (`demo migration`: the upgrade and downgrade of the
     /// migration design, docs/design/migration.md).
     Demo(crate::demo::DemoFlags),
-    /// Measure pod-volume-ready latency, API writes per pod, provisioning throughput and each
-    /// component's memory, per scenario, on throw-away clusters.
-    Bench(crate::bench::BenchFlags),
+    /// Moved: the whole-stack benchmark is `csi-bench stack` (docs/csi-bench/stack.md). Kept,
+    /// hidden, to say so to whoever runs the old command.
+    #[command(hide = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// A randomized fault test: a seeded schedule of workload operations, CSI and EC2 faults
     /// and component kills on a throw-away cluster, with storage-safety invariants checked
     /// all along; exits non-zero on a violation (docs/chaos.md).

@@ -138,7 +138,7 @@ pub struct UpConfig {
     /// Per-node csi-provisioners for the `--driver` drivers.
     pub driver_node_deployment: bool,
     pub background: bool,
-    /// Keep apiserver-lite's audit record of every request (`bench` counts writes per pod
+    /// Keep apiserver-lite's audit record of every request (`csi-bench stack` counts writes per pod
     /// with it); off for `up`, where nobody reads it and it would only grow.
     pub audit: bool,
     pub kubeconfig_out: Option<PathBuf>,

@@ -97,7 +97,7 @@ pub(crate) const CLUSTER_LOG: &str = "cluster.log";
 /// Installs the per-component subscriber writing under `dir` (created). Our crates log at the
 /// level `verbosity` gives, libraries (kube, hyper, tonic, aws-*) warnings only. If the
 /// process already has a subscriber (a test that runs `up` in-process), that one stays.
-pub(crate) fn init(dir: &Path, verbosity: u8) -> Result<(), Error> {
+pub fn init(dir: &Path, verbosity: u8) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io("creating", dir, e))?;
     let ours = LevelFilter::from_level(telemetry::level_for_verbosity(verbosity));
     let mut layers = Vec::new();

@@ -8,7 +8,7 @@ use clap::Parser;
 use cluster::{Command, Flags};
 
 fn main() -> anyhow::Result<()> {
-    cap_malloc_arenas();
+    cluster::cap_malloc_arenas();
     let flags = Flags::parse();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -41,7 +41,10 @@ fn main() -> anyhow::Result<()> {
                 print!("{}", cluster::status(&status.data_dir, json).await?);
             }
             Command::Demo(demo) => cluster::demo::run(demo).await?,
-            Command::Bench(bench) => cluster::bench::run(bench).await?,
+            Command::Bench { args } => anyhow::bail!(
+                "`csi-cluster bench` is `csi-bench stack` now: run `csi-bench stack {}` (docs/csi-bench/stack.md)",
+                args.join(" ")
+            ),
             Command::Chaos(flags) => {
                 let report =
                     cluster::chaos::run_until(&flags, component_runtime::shutdown_on_signals())
@@ -68,24 +71,3 @@ fn main() -> anyhow::Result<()> {
         Ok(())
     })
 }
-
-/// At most two glibc malloc arenas, unless MALLOC_ARENA_MAX says otherwise. glibc gives a
-/// thread that finds the arenas busy one of its own, up to eight per core, and csi-cluster runs
-/// every component of a cluster on a few hundred threads: freed memory then stays spread over
-/// sixteen arenas. At 1,000 pods on 10 nodes two arenas took the peak RSS from ~330 to
-/// ~300 MiB at no measurable cost in time (docs/benchmarks.md).
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn cap_malloc_arenas() {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
-        return;
-    }
-    // SAFETY: mallopt only sets a tunable of glibc's allocator, which it reads under its own
-    // locks; this runs first in main, before this process starts any other thread.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn cap_malloc_arenas() {}

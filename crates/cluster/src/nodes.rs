@@ -78,7 +78,7 @@ pub(crate) fn spawn_registrar(
 
 /// The hostpath driver's capacity on a node that runs up to `max_pods` pods: the driver's
 /// 100 GiB at the kubelet's default of 110 pods or fewer; above that, room for a 1 GiB volume
-/// per pod (`csi-cluster bench` gives each pod a 1 GiB claim, and capacity tracking would stop
+/// per pod (`csi-bench stack` gives each pod a 1 GiB claim, and capacity tracking would stop
 /// it at 100 pods a node).
 fn hostpath_capacity(max_pods: u32) -> u64 {
     if max_pods <= crate::config::DEFAULT_MAX_PODS {

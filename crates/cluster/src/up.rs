@@ -44,7 +44,7 @@ impl Drop for Guard {
     }
 }
 
-/// A started cluster, for `up` and for whatever drives one in-process (`demo`, `bench`, the
+/// A started cluster, for `up` and for whatever drives one in-process (`demo`, `csi-bench stack`, the
 /// tests): its clients, its components by name (kill, start, restart), the migration gates
 /// and the API server's restart.
 pub struct RunningCluster {
@@ -446,7 +446,7 @@ impl RunningCluster {
         teardown::remove_sockets_below(&data_dir);
         let left = Leftovers::of(&data_dir);
         guard.armed = !left.is_empty();
-        // stderr: stdout belongs to what drives the cluster (`bench --output json` prints its
+        // stderr: stdout belongs to what drives the cluster (`csi-bench stack --output json` prints its
         // report there).
         eprintln!(
             "stopped in {:.1} s: {} volume mounts unmounted, {} loop devices released after ec2-sim; left: {left}",

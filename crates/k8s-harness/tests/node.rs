@@ -10,17 +10,7 @@ use std::time::Duration;
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
-
-/// Mount points at or below `dir` (field 5 of mountinfo; the temp dir has no spaces).
-fn mounts_below(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter(|p| Path::new(p).starts_with(dir))
-        .map(String::from)
-        .collect()
-}
+use test_support::mounts_below;
 
 /// Live (not zombie) processes whose command line mentions `dir`.
 fn processes_mentioning(dir: &Path) -> Vec<u32> {

@@ -1,6 +1,6 @@
 //! The real `csi-cluster` binary as a child process on a temp data dir, and kubectl (the one
 //! on PATH) against it.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -11,35 +11,9 @@ use std::time::Duration;
 pub const PATIENCE: Duration = Duration::from_secs(120);
 
 /// Whether this machine can run a cluster (root, loop devices, kubectl); says why not.
-pub fn can_run() -> bool {
-    if !rustix_is_root() || !Path::new("/dev/loop-control").exists() {
-        test_support::skip_or_fail(
-            "csi-cluster up needs root and loop devices (/dev/loop-control)",
-        );
-        return false;
-    }
-    let kubectl = Command::new("kubectl")
-        .args(["version", "--client"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if !kubectl.is_ok_and(|s| s.success()) {
-        test_support::skip_or_fail("needs kubectl on PATH");
-        return false;
-    }
-    true
-}
-
-fn rustix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
+pub use test_support::can_run_cluster as can_run;
+/// Loop devices whose backing file is below a dir, and mount points below it.
+pub use test_support::{loop_devices_below, mounts_below};
 
 /// A `csi-cluster up` process. Dropped: SIGKILL, then whatever it left (mounts, loop
 /// devices) is cleaned below the data dir, also when an assertion failed.
@@ -266,37 +240,6 @@ impl Drop for Cluster {
             let _ = Command::new("losetup").arg("-d").arg(dev).status();
         }
     }
-}
-
-/// Loop devices whose backing file is below `dir`: (device, backing file).
-pub fn loop_devices_below(dir: &Path) -> Vec<(PathBuf, String)> {
-    let root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/sys/block").unwrap().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("loop") {
-            continue;
-        }
-        if let Ok(backing) = std::fs::read_to_string(entry.path().join("loop/backing_file")) {
-            let backing = backing.trim().to_string();
-            if Path::new(backing.trim_end_matches(" (deleted)")).starts_with(&root) {
-                found.push((PathBuf::from("/dev").join(name), backing));
-            }
-        }
-    }
-    found
-}
-
-/// Mount points below `dir`.
-pub fn mounts_below(dir: &Path) -> Vec<String> {
-    let root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let root = root.to_string_lossy().into_owned();
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4).map(str::to_string))
-        .filter(|p| p.starts_with(&root))
-        .collect()
 }
 
 /// Unix sockets below `dir` (symlinks not followed).

@@ -1,8 +1,6 @@
-//! `csi-cluster bench` as a user runs it: the real binary, two scenarios of 3 pods on 2 nodes,
+//! `csi-bench stack` as a user runs it: the real binary, two scenarios of 3 pods on 2 nodes,
 //! the JSON report checked for shape and sense, nothing left mounted below the data dir.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -27,7 +25,7 @@ impl Drop for Bench {
             let _ = child.wait();
         }
         test_support::unmount_all_below(&self.data_dir);
-        for (dev, _) in common::loop_devices_below(&self.data_dir) {
+        for (dev, _) in test_support::loop_devices_below(&self.data_dir) {
             let _ = Command::new("losetup").arg("-d").arg(dev).status();
         }
     }
@@ -39,14 +37,14 @@ fn read(path: &Path) -> String {
 
 #[test]
 fn bench_measures_ebs_and_bypass_and_leaves_nothing_behind() {
-    if !common::can_run() {
+    if !test_support::can_run_cluster() {
         return;
     }
     let work = tempfile::tempdir().unwrap();
     let data_dir = work.path().join("d");
     let (out, err) = (work.path().join("out"), work.path().join("err"));
-    let child = Command::new(env!("CARGO_BIN_EXE_csi-cluster"))
-        .args(["bench", "--pods", "3", "--nodes", "2", "--timeout", "120"])
+    let child = Command::new(env!("CARGO_BIN_EXE_csi-bench"))
+        .args(["stack", "--pods", "3", "--nodes", "2", "--timeout", "120"])
         .args(["--scenario", "ebs,hostpath-bypass-adc", "--output", "json"])
         .arg("--data-dir")
         .arg(&data_dir)
@@ -157,14 +155,14 @@ fn bench_measures_ebs_and_bypass_and_leaves_nothing_behind() {
     );
 
     assert!(
-        common::mounts_below(&data_dir).is_empty(),
+        test_support::mounts_below(&data_dir).is_empty(),
         "mounts left: {:?}",
-        common::mounts_below(&data_dir)
+        test_support::mounts_below(&data_dir)
     );
     assert!(
-        common::loop_devices_below(&data_dir).is_empty(),
+        test_support::loop_devices_below(&data_dir).is_empty(),
         "loop devices left: {:?}",
-        common::loop_devices_below(&data_dir)
+        test_support::loop_devices_below(&data_dir)
     );
     for i in ["0", "1"] {
         let scenario = data_dir.join(i);
@@ -181,14 +179,14 @@ fn bench_measures_ebs_and_bypass_and_leaves_nothing_behind() {
 
 #[test]
 fn sigterm_mid_scenario_stops_the_bench_and_leaves_nothing_mounted() {
-    if !common::can_run() {
+    if !test_support::can_run_cluster() {
         return;
     }
     let work = tempfile::tempdir().unwrap();
     let data_dir = work.path().join("d");
     let err = work.path().join("err");
-    let child = Command::new(env!("CARGO_BIN_EXE_csi-cluster"))
-        .args(["bench", "--pods", "10", "--nodes", "1"])
+    let child = Command::new(env!("CARGO_BIN_EXE_csi-bench"))
+        .args(["stack", "--pods", "10", "--nodes", "1"])
         .args(["--scenario", "ebs,hostpath-bypass-adc"])
         .arg("--data-dir")
         .arg(&data_dir)
@@ -248,21 +246,21 @@ fn sigterm_mid_scenario_stops_the_bench_and_leaves_nothing_mounted() {
         "nothing starts after the signal:\n{stderr}"
     );
     assert!(
-        common::mounts_below(&data_dir).is_empty(),
+        test_support::mounts_below(&data_dir).is_empty(),
         "mounts left: {:?}",
-        common::mounts_below(&data_dir)
+        test_support::mounts_below(&data_dir)
     );
     assert!(
-        common::loop_devices_below(&data_dir).is_empty(),
+        test_support::loop_devices_below(&data_dir).is_empty(),
         "loop devices left: {:?}",
-        common::loop_devices_below(&data_dir)
+        test_support::loop_devices_below(&data_dir)
     );
 }
 
 #[test]
 fn bench_refuses_bad_flags_naming_them() {
-    let out = Command::new(env!("CARGO_BIN_EXE_csi-cluster"))
-        .args(["bench", "--scenario", "ebs,nfs"])
+    let out = Command::new(env!("CARGO_BIN_EXE_csi-bench"))
+        .args(["stack", "--scenario", "ebs,nfs"])
         .output()
         .unwrap();
     assert!(!out.status.success());

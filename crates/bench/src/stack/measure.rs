@@ -1,5 +1,5 @@
-//! The numbers: latency percentiles, API writes from apiserver-lite's audit record, and this
-//! process's memory from `/proc/self`.
+//! The numbers: latency percentiles, API writes from apiserver-lite's audit record by
+//! component (named from its User-Agent), and this process's memory (the harness's readers).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -7,8 +7,12 @@ use std::time::Duration;
 use apiserver::AuditRecord;
 use serde::{Deserialize, Serialize};
 
+use crate::harness::procfs;
+use crate::harness::stats::percentile;
+use crate::harness::writes::{is_write, request_key};
+
 /// The bench's own client's User-Agent: its creates and deletes are not the stack's work.
-pub(crate) const BENCH_USER_AGENT: &str = "csi-cluster-bench";
+pub(crate) const BENCH_USER_AGENT: &str = "csi-bench-stack";
 
 /// p50 / p99 / max of a set of latencies, in seconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -19,23 +23,14 @@ pub(crate) struct Latency {
     pub max_s: f64,
 }
 
-/// The nearest-rank `p`-th percentile (0 < p ≤ 100) of sorted samples, as the other load
-/// tools report it.
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 pub(crate) fn latency(samples: &[Duration]) -> Latency {
     let mut sorted = samples.to_vec();
     sorted.sort();
+    let secs = |d: Option<Duration>| d.unwrap_or_default().as_secs_f64();
     Latency {
         count: sorted.len(),
-        p50_s: percentile(&sorted, 50.0).as_secs_f64(),
-        p99_s: percentile(&sorted, 99.0).as_secs_f64(),
+        p50_s: secs(percentile(&sorted, 50.0)),
+        p99_s: secs(percentile(&sorted, 99.0)),
         max_s: sorted.last().copied().unwrap_or_default().as_secs_f64(),
     }
 }
@@ -63,13 +58,6 @@ pub(crate) struct Writes {
     pub volume_attachments_created: usize,
 }
 
-fn is_write(verb: &str) -> bool {
-    matches!(
-        verb,
-        "create" | "update" | "patch" | "delete" | "deletecollection"
-    )
-}
-
 /// The component a User-Agent belongs to: the part before the version, with the names the
 /// tables use for the ones that matter here.
 pub(crate) fn component(user_agent: &str) -> String {
@@ -90,10 +78,7 @@ pub(crate) fn component(user_agent: &str) -> String {
 
 /// A request as the tables name it: "attacher patch volumeattachments/status".
 fn request_name(who: &str, r: &AuditRecord) -> String {
-    match &r.subresource {
-        Some(sub) => format!("{who} {} {}/{sub}", r.verb, r.resource),
-        None => format!("{who} {} {}", r.verb, r.resource),
-    }
+    format!("{who} {}", request_key(r))
 }
 
 /// Tallies the writes of `records` (the window's audit record), leaving out the bench's own.
@@ -174,21 +159,10 @@ pub(crate) fn reads(records: &[AuditRecord], n: usize) -> Reads {
     r
 }
 
-/// This process's memory now, in MiB: (VmRSS, VmHWM).
+/// This process's memory now, in MiB: (VmRSS, VmHWM); zeros if `/proc` cannot be read.
 pub(crate) fn memory() -> (f64, f64) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    (
-        status_kib(&status, "VmRSS:") / 1024.0,
-        status_kib(&status, "VmHWM:") / 1024.0,
-    )
-}
-
-fn status_kib(status: &str, field: &str) -> f64 {
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0)
+    let mib = |bytes: u64| bytes as f64 / (1024.0 * 1024.0);
+    procfs::memory(std::process::id()).map_or((0.0, 0.0), |m| (mib(m.rss), mib(m.hwm)))
 }
 
 /// Resets VmHWM to the current RSS (`clear_refs` 5, Linux 4.0+), so each scenario's peak is
@@ -262,7 +236,7 @@ mod tests {
             rec("csi-node-agent/0.1", "patch", "pods", Some("status"), 200),
             rec("csi-node-agent/0.1", "update", "leases", None, 200),
             rec("csi-node-agent/0.1", "get", "pods", None, 200),
-            rec("csi-cluster-bench/0.1", "create", "pods", None, 201),
+            rec("csi-bench-stack/0.1", "create", "pods", None, 201),
         ];
         let w = writes(&records, 2);
         assert_eq!(w.total, 4);
@@ -274,7 +248,7 @@ mod tests {
         assert_eq!(w.per_pod_by_component["node-agent"], 0.5);
         assert_eq!(w.by_request["attacher patch volumeattachments/status"], 1);
         assert_eq!(w.failed_by_request["adc create volumeattachments 409"], 1);
-        assert!(!w.per_pod_by_component.contains_key("csi-cluster-bench"));
+        assert!(!w.per_pod_by_component.contains_key("csi-bench-stack"));
     }
 
     #[test]

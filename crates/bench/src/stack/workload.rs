@@ -16,8 +16,8 @@ use super::report::{PodNumbers, ProvisionNumbers};
 use super::scenarios::IMMEDIATE_CLASS;
 use super::timeline::PodTrail;
 use super::watch::{GoalWatch, LABEL, until_gone};
-use crate::kube_ops::delete_if_present;
-use crate::{EBS_DRIVER, Error, RunningCluster};
+use cluster::kube_ops::delete_if_present;
+use cluster::{EBS_DRIVER, Error, RunningCluster};
 
 const NS: &str = "default";
 

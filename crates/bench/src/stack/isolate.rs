@@ -1,4 +1,4 @@
-//! One scenario (or one idle cluster) in a `csi-cluster bench` child process: the whole stack
+//! One scenario (or one idle cluster) in a `csi-bench stack` child process: the whole stack
 //! runs in one process, and an allocator keeps what a stopped cluster freed, so a second
 //! cluster in the same process would report the first one's memory as its own.
 
@@ -12,15 +12,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::report::{Report, ScenarioReport};
 use super::scenarios::Scenario;
-use super::{BenchFlags, timing_name};
-use crate::Error;
+use super::{Flags, timing_name};
+use cluster::Error;
 
-/// Runs `csi-cluster bench ARGS --output json` with the parent's measurement flags; its
+/// Runs `csi-bench stack ARGS --output json` with the parent's measurement flags; its
 /// progress goes to our stderr, its stdout (the JSON report) is returned with its success. On
 /// `shutdown` the child gets SIGTERM (it then drops its cluster, which cleans up below its
 /// dir) and is waited for.
 async fn child(
-    flags: &BenchFlags,
+    flags: &Flags,
     dir: &Path,
     args: &[String],
     shutdown: &CancellationToken,
@@ -28,7 +28,7 @@ async fn child(
     let exe = std::env::current_exe()
         .map_err(|e| Error::io("finding this program", "/proc/self/exe", e))?;
     let mut child = tokio::process::Command::new(&exe)
-        .arg("bench")
+        .arg("stack")
         .args(["--pods", &flags.pods.to_string()])
         .args(["--nodes", &flags.nodes.to_string()])
         .args(["--timing", timing_name(flags.timing)])
@@ -69,7 +69,7 @@ async fn child(
 
 /// Scenario `s` in a child process on `dir` (its logs stay in `dir/logs`).
 pub(crate) async fn scenario(
-    flags: &BenchFlags,
+    flags: &Flags,
     s: Scenario,
     dir: &Path,
     shutdown: &CancellationToken,
@@ -112,7 +112,7 @@ struct Idle {
 
 /// Idle VmRSS (MiB) of a ready `nodes`-node cluster, in a child process on `dir`.
 pub(crate) async fn idle_rss(
-    flags: &BenchFlags,
+    flags: &Flags,
     nodes: usize,
     dir: &Path,
     shutdown: &CancellationToken,

@@ -5,7 +5,7 @@ use std::str::FromStr;
 
 use volume_plugins::SkipAttachMode;
 
-use crate::{Migration, UpConfig};
+use cluster::{Migration, UpConfig};
 
 /// One measured situation, each on its own throw-away cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,7 +101,7 @@ fn max_pods_for(nodes: usize, pods: usize) -> u32 {
     let wanted = per_node + per_node / 4;
     u32::try_from(wanted)
         .unwrap_or(u32::MAX)
-        .max(crate::config::DEFAULT_MAX_PODS)
+        .max(cluster::config::DEFAULT_MAX_PODS)
 }
 
 impl FromStr for Scenario {

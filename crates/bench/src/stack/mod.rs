@@ -1,4 +1,4 @@
-//! `csi-cluster bench`: pod-volume-ready latency, API writes per pod, provisioning throughput
+//! `csi-bench stack`: pod-volume-ready latency, API writes per pod, provisioning throughput
 //! and the process's memory, per scenario, each on its own throw-away cluster.
 //!
 //! Modules: `scenarios` (which cluster and class each runs), `workload` (the objects, created
@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use self::measure::BENCH_USER_AGENT;
 use self::report::{PerNode, Report, ScenarioReport};
 use self::scenarios::Scenario;
-use crate::{Error, HOSTPATH_DRIVER, RunningCluster, UpConfig};
+use cluster::{Error, HOSTPATH_DRIVER, RunningCluster, UpConfig};
 
 /// The longest data dir of one bench process: a cluster's dir below it (`/N`) plus the
 /// longest socket path a node has (`/nodes/node-NN/kubelet/plugins_registry/
@@ -41,9 +41,21 @@ const CHILD_DIR: usize = 3;
 /// (the components' first lists and watches settle).
 const SETTLE: Duration = Duration::from_secs(2);
 
-/// `csi-cluster bench` flags.
+/// The whole stack in this process, as csi-cluster runs it: pod volume to Ready, writes per pod,
+/// provisioning, memory.
+///
+/// Per scenario a throw-away csi-cluster (every component in this process, real loop devices
+/// and mounts, ec2-sim for EBS) gets --pods claim + pod pairs at once; each pod is timed from
+/// its create until Ready, each claim until Bound, then everything is deleted and the cluster
+/// stopped. API writes and reads per pod by component come from the API server's audit
+/// record; memory is this process's VmRSS/VmHWM. With several scenarios or runs each runs in
+/// a child process of its own, so its memory is its own. Runs as root.
+///
+///   csi-bench stack --scenario all --pods 100 --nodes 10
+///   csi-bench stack --scenario ebs,hostpath-bypass-adc --pods 3 --nodes 2 -o json
 #[derive(clap::Args, Debug, Clone)]
-pub struct BenchFlags {
+#[command(verbatim_doc_comment)]
+pub struct Flags {
     /// Claim + pod pairs per scenario (claims for provisioning), all created at once.
     #[arg(long, default_value_t = 20, value_name = "N")]
     pub pods: usize,
@@ -105,7 +117,7 @@ struct Plan {
     patience: Duration,
 }
 
-impl BenchFlags {
+impl Flags {
     fn plan(&self) -> Result<Plan, Error> {
         let (scenarios, per_node) = scenarios::select(&self.scenario).map_err(Error::Config)?;
         let json = match self.output.as_str() {
@@ -136,7 +148,7 @@ impl BenchFlags {
                 self.runs
             )));
         }
-        crate::require_real_timing(self.timing)?;
+        cluster::require_real_timing(self.timing)?;
         Ok(Plan {
             scenarios,
             runs: self.runs,
@@ -195,13 +207,13 @@ impl DataDir {
 
 /// Runs the benchmark: the scenarios one after the other, the report on stdout, progress on
 /// stderr. Fails if a scenario failed (after printing what was measured). With more than one
-/// scenario or run (or `all`'s per-node memory), each runs in a `csi-cluster bench` child process of
+/// scenario or run (or `all`'s per-node memory), each runs in a `csi-bench stack` child process of
 /// its own, so its memory numbers are its own and not what earlier clusters left allocated.
-/// The child is this program (`/proc/self/exe`) run as `bench`, so `run` belongs to the
-/// `csi-cluster` binary; a single scenario and run stays in-process.
-pub async fn run(flags: BenchFlags) -> Result<(), Error> {
+/// The child is this program (`/proc/self/exe`) run as `stack`, so `run` belongs to the
+/// `csi-bench` binary; a single scenario and run stays in-process.
+pub async fn run(flags: Flags) -> Result<(), Error> {
     let plan = flags.plan()?;
-    crate::require_root("bench")?;
+    cluster::require_root("bench")?;
     let isolated =
         flags.idle_nodes.is_none() && (plan.scenarios.len() * plan.runs > 1 || plan.per_node);
     let data_dir = DataDir::new(
@@ -211,7 +223,7 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
     let shutdown = component_runtime::shutdown_on_signals();
     let interrupted = || Error::Interrupted("the clusters were cleaned up; no report".into());
     if let Some(nodes) = flags.idle_nodes {
-        crate::logs::init(&data_dir.path().join("logs"), 0)?;
+        cluster::logs::init(&data_dir.path().join("logs"), 0)?;
         // Dropping the cluster on a signal unmounts and detaches below its dir (its guard).
         let dir = data_dir.path().join("0");
         let idle = tokio::select! {
@@ -236,7 +248,7 @@ pub async fn run(flags: BenchFlags) -> Result<(), Error> {
         // The children get the signal passed on and clean up themselves; wait for them.
         measure_all(&flags, &plan, data_dir.path(), true, &shutdown).await?
     } else {
-        crate::logs::init(&data_dir.path().join("logs"), 0)?;
+        cluster::logs::init(&data_dir.path().join("logs"), 0)?;
         tokio::select! {
             r = measure_all(&flags, &plan, data_dir.path(), false, &shutdown) => r?,
             () = shutdown.cancelled() => return Err(interrupted()),
@@ -294,7 +306,7 @@ pub(crate) fn timing_name(t: ec2_sim::Timing) -> &'static str {
 /// Every run of every scenario (and `all`'s per-node memory), in child processes when
 /// `isolated`.
 async fn measure_all(
-    flags: &BenchFlags,
+    flags: &Flags,
     plan: &Plan,
     data_dir: &Path,
     isolated: bool,
@@ -498,12 +510,15 @@ mod tests {
     use super::*;
     use clap::Parser as _;
 
-    fn flags(args: &[&str]) -> BenchFlags {
-        let all = ["csi-cluster", "bench"].iter().chain(args.iter()).copied();
-        match crate::Flags::try_parse_from(all).unwrap().command {
-            crate::Command::Bench(b) => b,
-            other => panic!("not bench: {other:?}"),
-        }
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: Flags,
+    }
+
+    fn flags(args: &[&str]) -> Flags {
+        let all = ["csi-bench-stack"].iter().chain(args.iter()).copied();
+        Cli::try_parse_from(all).unwrap().flags
     }
 
     #[test]

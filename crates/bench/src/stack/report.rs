@@ -73,7 +73,7 @@ pub(crate) struct ProvisionNumbers {
     pub claims_per_s: f64,
 }
 
-/// The csi-cluster process (the whole stack in one process), in MiB.
+/// The benchmark's process (the whole stack in one process, as csi-cluster runs it), in MiB.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub(crate) struct Memory {
     /// VmRSS once the cluster was ready and had settled, before the first create.
@@ -183,7 +183,7 @@ impl Report {
         let mut out = String::new();
         let _ = writeln!(
             out,
-            "csi-cluster bench, {}: {} pods per scenario on {} nodes (1 zone), EC2 timing {}, {} cores, {}\n",
+            "csi-bench stack, {}: {} pods per scenario on {} nodes (1 zone), EC2 timing {}, {} cores, {}\n",
             self.date_utc,
             self.pods,
             self.nodes,
@@ -220,10 +220,7 @@ impl Report {
         if groups.is_empty() {
             return;
         }
-        let _ = writeln!(
-            out,
-            "Memory of the csi-cluster process (the whole stack), MiB"
-        );
+        let _ = writeln!(out, "Memory of the process running the whole stack, MiB");
         let _ = writeln!(
             out,
             "| scenario | cluster ready in | VmRSS idle | VmRSS at all Ready | VmHWM (scenario) |"

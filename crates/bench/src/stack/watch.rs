@@ -13,7 +13,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::Error;
+use cluster::Error;
 
 /// The label on every object the bench creates (its watches and deletes select on it).
 pub(crate) const LABEL: &str = "csi.rs/bench";
