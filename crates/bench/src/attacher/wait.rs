@@ -2,42 +2,22 @@
 //! exist and that satisfy a condition (VolumeAttachment `status.attached`), and the phases wait
 //! on those numbers. No polling of GETs: the API server pushes every change.
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::time::Instant;
 
-use futures::StreamExt;
 use kube::Api;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 use serde::de::DeserializeOwned;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::Error;
 use crate::harness::child::{self, Child};
+use crate::harness::goals::{Counts, GoalWatch};
 
-/// What the watch has seen of the run's objects.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Counts {
-    /// The initial list is in: the numbers are real.
-    pub(crate) synced: bool,
-    pub(crate) existing: usize,
-    /// Objects for which the condition holds.
-    pub(crate) matching: usize,
-}
-
-/// A background watch; stops when dropped.
+/// A background watch of one resource's run objects (the harness's goal watch, named for the
+/// errors); stops when dropped.
 pub(crate) struct Tracker {
-    rx: watch::Receiver<Counts>,
-    task: JoinHandle<()>,
+    watch: GoalWatch,
     resource: &'static str,
-}
-
-impl Drop for Tracker {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 impl Tracker {
@@ -51,51 +31,14 @@ impl Tracker {
     where
         K: kube::Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     {
-        let (tx, rx) = watch::channel(Counts::default());
         let config = watcher::Config::default().labels(label_selector);
-        let task = tokio::spawn(async move {
-            let mut state: BTreeMap<String, bool> = BTreeMap::new();
-            let mut pending: BTreeMap<String, bool> = BTreeMap::new();
-            let mut synced = false;
-            let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-            while let Some(event) = stream.next().await {
-                let name = |o: &K| o.meta().name.clone().unwrap_or_default();
-                match event {
-                    Ok(Event::Init) => pending.clear(),
-                    Ok(Event::InitApply(o)) => {
-                        pending.insert(name(&o), cond(&o));
-                        continue;
-                    }
-                    Ok(Event::InitDone) => {
-                        state = std::mem::take(&mut pending);
-                        synced = true;
-                    }
-                    Ok(Event::Apply(o)) => {
-                        state.insert(name(&o), cond(&o));
-                    }
-                    Ok(Event::Delete(o)) => {
-                        state.remove(&name(&o));
-                    }
-                    Err(e) => {
-                        // The watcher re-lists after a backoff; the counts stay as they were.
-                        tracing::warn!(resource, error = %e, "watch failed; retrying");
-                        continue;
-                    }
-                }
-                let counts = Counts {
-                    synced,
-                    existing: state.len(),
-                    matching: state.values().filter(|m| **m).count(),
-                };
-                tx.send_replace(counts);
-            }
-        });
-        Self { rx, task, resource }
+        let watch = GoalWatch::spawn(api, config, move |o: &K| cond(o).then(String::new));
+        Self { watch, resource }
     }
 
     #[cfg(test)]
     pub(crate) fn counts(&self) -> Counts {
-        *self.rx.borrow()
+        self.watch.counts()
     }
 
     /// Waits until `done` holds for the counts, the attacher exits (an error with its log), or
@@ -108,8 +51,8 @@ impl Tracker {
         deadline: Instant,
     ) -> Result<(), Error> {
         let resource = self.resource;
-        let mut rx = self.rx.clone();
-        let seen = self.rx.clone();
+        let mut rx = self.watch.receiver();
+        let seen = self.watch.receiver();
         let progress = move || {
             let c = *seen.borrow();
             format!(

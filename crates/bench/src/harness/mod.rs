@@ -6,6 +6,7 @@
 //! Leaf modules: the scenarios import these, never the other way round.
 
 pub mod child;
+pub mod goals;
 pub mod procfs;
 pub mod stats;
 pub mod table;

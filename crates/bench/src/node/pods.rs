@@ -2,21 +2,16 @@
 //! watch sees it Ready; read the agents' memory; delete the pods and time them until gone and
 //! until nothing is mounted on the nodes any more.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use kube::runtime::WatchStreamExt as _;
-use kube::runtime::watcher::{self, Event};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use kube::runtime::watcher;
 
-use crate::harness::writes::Writes;
-use crate::harness::writes::is_write;
+use crate::harness::goals::{Counts, GoalWatch};
+use crate::harness::writes::{Writes, is_write};
 
 use super::env::{Env, mounts_below};
 use super::report::{AgentStats, ScenarioReport};
@@ -26,33 +21,6 @@ use super::{Error, LoadConfig, Scenario};
 /// How csi-node-agent's requests start (`node_agent::startup::user_agent`).
 const AGENT_USER_AGENT: &str = "csi-node-agent/";
 
-/// When the watch first saw each pod Ready, and each pod gone.
-#[derive(Default)]
-struct Timeline {
-    ready: HashMap<String, Instant>,
-    deleted: HashMap<String, Instant>,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct Counts {
-    synced: bool,
-    ready: usize,
-    deleted: usize,
-}
-
-/// A pods watch in the background; stops when dropped.
-struct PodWatch {
-    timeline: Arc<Mutex<Timeline>>,
-    rx: watch::Receiver<Counts>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for PodWatch {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
 fn is_ready(p: &Pod) -> bool {
     p.status
         .as_ref()
@@ -60,73 +28,38 @@ fn is_ready(p: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-fn lock(t: &Mutex<Timeline>) -> std::sync::MutexGuard<'_, Timeline> {
-    t.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// The run's pods, timed until each is first Ready and until each is gone.
+fn pod_watch(api: Api<Pod>) -> GoalWatch {
+    let config = watcher::Config::default().labels(&format!("{POD_LABEL}={POD_LABEL_VALUE}"));
+    GoalWatch::spawn(api, config, |p: &Pod| is_ready(p).then(String::new))
 }
 
-impl PodWatch {
-    fn spawn(api: Api<Pod>) -> Self {
-        let timeline = Arc::new(Mutex::new(Timeline::default()));
-        let (tx, rx) = watch::channel(Counts::default());
-        let t = Arc::clone(&timeline);
-        let config = watcher::Config::default().labels(&format!("{POD_LABEL}={POD_LABEL_VALUE}"));
-        let task = tokio::spawn(async move {
-            let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-            let mut synced = false;
-            while let Some(event) = stream.next().await {
-                let now = Instant::now();
-                let name = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
-                {
-                    let mut tl = lock(&t);
-                    match event {
-                        Ok(Event::Apply(p)) | Ok(Event::InitApply(p)) => {
-                            if is_ready(&p) {
-                                tl.ready.entry(name(&p)).or_insert(now);
-                            }
-                        }
-                        Ok(Event::Delete(p)) => {
-                            tl.deleted.entry(name(&p)).or_insert(now);
-                        }
-                        Ok(Event::InitDone) => synced = true,
-                        Ok(Event::Init) => {}
-                        Err(e) => tracing::warn!(error = %e, "pods watch; it re-lists"),
-                    }
-                    let _ = tx.send(Counts {
-                        synced,
-                        ready: tl.ready.len(),
-                        deleted: tl.deleted.len(),
-                    });
-                }
-            }
-        });
-        Self { timeline, rx, task }
-    }
-
-    /// Waits until `done(counts)`, checking the processes every 100 ms.
-    async fn wait(
-        &mut self,
-        env: &mut Env,
-        phase: &str,
-        timeout: Duration,
-        done: impl Fn(&Counts) -> bool,
-        progress: impl Fn(&Counts) -> String,
-    ) -> Result<(), Error> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let c = *self.rx.borrow_and_update();
-            if done(&c) {
-                return Ok(());
-            }
-            env.check_alive()?;
-            if Instant::now() > deadline {
-                return Err(Error::timeout(
-                    phase.to_string(),
-                    format!("after {timeout:?}, {}", progress(&c)),
-                    env.agent_log_tails(10),
-                ));
-            }
-            let _ = tokio::time::timeout(Duration::from_millis(100), self.rx.changed()).await;
+/// Waits until `done(counts)` (`reached`: pods seen Ready, `gone`: deleted), checking the
+/// processes every 100 ms.
+async fn wait(
+    w: &GoalWatch,
+    env: &mut Env,
+    phase: &str,
+    timeout: Duration,
+    done: impl Fn(&Counts) -> bool,
+    progress: impl Fn(&Counts) -> String,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + timeout;
+    let mut rx = w.receiver();
+    loop {
+        let c = *rx.borrow_and_update();
+        if done(&c) {
+            return Ok(());
         }
+        env.check_alive()?;
+        if Instant::now() > deadline {
+            return Err(Error::timeout(
+                phase.to_string(),
+                format!("after {timeout:?}, {}", progress(&c)),
+                env.agent_log_tails(10),
+            ));
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100), rx.changed()).await;
     }
 }
 
@@ -164,8 +97,9 @@ pub(crate) async fn measure(
     )
     .await?;
     let pods: Api<Pod> = Api::namespaced(env.kube.clone(), NS);
-    let mut w = PodWatch::spawn(pods.clone());
-    w.wait(
+    let w = pod_watch(pods.clone());
+    wait(
+        &w,
         env,
         "the pods watch's first list",
         config.timeout,
@@ -207,12 +141,13 @@ pub(crate) async fn measure(
         let mut starts = Vec::with_capacity(n);
         for i in 0..n {
             starts.push(create(i).await?);
-            w.wait(
+            wait(
+                &w,
                 env,
                 "the pod Ready (sequential)",
                 config.timeout,
-                |c| c.ready > i,
-                |c| format!("{} of {n} pods Ready", c.ready),
+                |c| c.reached > i,
+                |c| format!("{} of {n} pods Ready", c.reached),
             )
             .await?;
         }
@@ -225,12 +160,13 @@ pub(crate) async fn measure(
             .await?
     };
     let created = t0.elapsed();
-    w.wait(
+    wait(
+        &w,
         env,
         "all pods Ready",
         config.timeout,
-        |c| c.ready >= n,
-        |c| format!("{} of {n} pods Ready", c.ready),
+        |c| c.reached >= n,
+        |c| format!("{} of {n} pods Ready", c.reached),
     )
     .await?;
     let audit_ready = env.audit_len();
@@ -279,17 +215,18 @@ pub(crate) async fn measure(
         .buffer_unordered(config.parallelism)
         .try_collect()
         .await?;
-    w.wait(
+    wait(
+        &w,
         env,
         "all pods deleted",
         config.timeout,
-        |c| c.deleted >= n,
-        |c| format!("{} of {n} pods gone", c.deleted),
+        |c| c.gone >= n,
+        |c| format!("{} of {n} pods gone", c.gone),
     )
     .await?;
     let all_deleted = {
-        let tl = lock(&w.timeline);
-        tl.deleted.values().max().map(|t| t.duration_since(t1))
+        let seen = w.seen();
+        seen.gone.values().max().map(|t| t.duration_since(t1))
     };
     // Unstaging may follow the confirmation: wait until nothing is mounted on the nodes.
     let unmount_deadline = Instant::now() + config.timeout;
@@ -316,27 +253,29 @@ pub(crate) async fn measure(
         a.cpu_s_at_end = node.agent_cpu().map(|d| d.as_secs_f64());
     }
 
-    let tl = lock(&w.timeline);
+    let tl = w.seen();
     let mut latencies = Vec::with_capacity(n);
     for (name, start) in &starts {
-        if let Some(ready) = tl.ready.get(name) {
+        if let Some(ready) = tl.reached_at(name) {
             latencies.push(ready.saturating_duration_since(*start));
         }
     }
     let mut delete_latencies = Vec::with_capacity(n);
     for (name, start) in &delete_starts {
-        if let Some(gone) = tl.deleted.get(name) {
+        if let Some(gone) = tl.gone.get(name) {
             delete_latencies.push(gone.saturating_duration_since(*start));
         }
     }
     let first_ready = tl
-        .ready
+        .reached
         .values()
+        .map(|(at, _)| *at)
         .min()
         .map(|t| t.saturating_duration_since(t0));
     let all_ready = tl
-        .ready
+        .reached
         .values()
+        .map(|(at, _)| *at)
         .max()
         .map(|t| t.saturating_duration_since(t0));
     Ok(ScenarioReport::new(

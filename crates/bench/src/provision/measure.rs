@@ -104,7 +104,7 @@ async fn wait(
 ) -> Result<(), Error> {
     let deadline = Instant::now() + timeout;
     loop {
-        let c = *w.rx.borrow_and_update();
+        let c = w.counts();
         if done(&c) {
             return Ok(());
         }
@@ -112,7 +112,7 @@ async fn wait(
         if Instant::now() > deadline {
             return Err(env.timeout(phase, timeout, progress(&c)));
         }
-        let _ = tokio::time::timeout(Duration::from_millis(100), w.rx.changed()).await;
+        w.changed(Duration::from_millis(100)).await;
     }
 }
 
@@ -239,17 +239,17 @@ pub(crate) async fn measure(
             .tally(audit.get(audit_bound..).unwrap_or_default()),
     );
 
-    let tl = super::watch::lock_timeline(&w);
-    let since = |from: Instant, t: Option<&Instant>| t.map(|t| t.saturating_duration_since(from));
+    let (claims_seen, volumes_seen) = (w.claims(), w.volumes());
+    let since = |from: Instant, t: Option<Instant>| t.map(|t| t.saturating_duration_since(from));
     let latencies: Vec<Duration> = starts
         .iter()
-        .filter_map(|(name, start)| since(*start, tl.bound.get(name)))
+        .filter_map(|(name, start)| since(*start, claims_seen.reached_at(name)))
         .collect();
     let delete_latencies: Vec<Duration> = delete_starts
         .iter()
         .filter_map(|(name, start)| {
-            let volume = tl.volume_of.get(name)?;
-            since(*start, tl.volumes_gone.get(volume))
+            let volume = claims_seen.reached_with(name)?;
+            since(*start, volumes_seen.gone.get(volume).copied())
         })
         .collect();
     let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
@@ -281,14 +281,18 @@ pub(crate) async fn measure(
         pvcs_created_s: created.as_secs_f64(),
         bound: crate::harness::stats::summarize(&latencies),
         first_bound_s: secs(
-            tl.bound
+            claims_seen
+                .reached
                 .values()
+                .map(|(at, _)| *at)
                 .min()
                 .map(|t| t.saturating_duration_since(t0)),
         ),
         all_bound_s: secs(
-            tl.bound
+            claims_seen
+                .reached
                 .values()
+                .map(|(at, _)| *at)
                 .max()
                 .map(|t| t.saturating_duration_since(t0)),
         ),
@@ -300,13 +304,15 @@ pub(crate) async fn measure(
         deletes_sent_s: deletes_sent.as_secs_f64(),
         delete: crate::harness::stats::summarize(&delete_latencies),
         all_volumes_gone_s: secs(
-            tl.volumes_gone
+            volumes_seen
+                .gone
                 .values()
                 .max()
                 .map(|t| t.saturating_duration_since(t1)),
         ),
         all_claims_gone_s: secs(
-            tl.claims_gone
+            claims_seen
+                .gone
                 .values()
                 .max()
                 .map(|t| t.saturating_duration_since(t1)),
