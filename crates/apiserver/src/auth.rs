@@ -46,8 +46,10 @@ fn pki_err(reason: impl std::fmt::Display) -> Error {
     Error::Pki(reason.to_string())
 }
 
-/// Writes `data` to `path` readable by its owner only (keys, tokens, kubeconfigs).
-pub(crate) fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
+/// Writes `data` to `path` readable by its owner only (keys, tokens, kubeconfigs), tightening
+/// the mode of a file that was there; for whoever writes a client's credentials, csi-cluster
+/// too.
+pub fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     use std::os::unix::fs::PermissionsExt;
     let mut f = std::fs::OpenOptions::new()

@@ -32,7 +32,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use audit::{AuditRecord, Sym};
-pub use auth::{ADMIN_USER, UserInfo};
+pub use auth::{ADMIN_USER, UserInfo, write_private};
 pub use config::Config;
 pub use server::{ApiServer, RunningApiServer};
 

@@ -15,6 +15,7 @@
 
 mod capability;
 pub mod config;
+mod context;
 mod controller;
 mod csi;
 mod handler;
@@ -24,9 +25,11 @@ pub mod names;
 mod reconciler;
 mod slim_objects;
 mod startup;
+mod tick;
 
 pub use config::{Config, Options};
-pub use controller::{Capabilities, Controller, Driver};
+pub use context::Capabilities;
+pub use controller::{Controller, Driver};
 pub use startup::run;
 
 /// Everything that can go wrong: per-object problems (recorded on the VolumeAttachment as

@@ -16,7 +16,7 @@ use kube::runtime::reflector::ObjectRef;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::controller::Ctx;
+use crate::context::Ctx;
 use crate::csi::CsiClient;
 use crate::handler::{Source, source_of};
 use crate::migration;
@@ -25,7 +25,7 @@ use crate::migration;
 const MAX_PAGES: usize = 100_000;
 
 pub(crate) async fn run(ctx: Arc<Ctx>, csi: CsiClient, stop: CancellationToken) {
-    crate::controller::every(ctx.opts.reconcile_sync, &stop, || async {
+    crate::tick::every(ctx.opts.reconcile_sync, &stop, || async {
         match reconcile_once(&ctx, &csi).await {
             Ok(0) => tracing::debug!("reconciler: every VolumeAttachment agrees with the driver"),
             Ok(n) => tracing::info!(

@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Error;
 use crate::config::Config;
-use crate::controller::{Capabilities, Controller, Driver};
+use crate::context::Capabilities;
+use crate::controller::{Controller, Driver};
 use crate::metrics::CsiCallObserver;
 
 /// The User-Agent of every API request.

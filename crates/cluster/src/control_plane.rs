@@ -23,7 +23,9 @@ use crate::component_names::{
 };
 use crate::config::{DEFAULT_PORT, Migration, SharedMigration, UpConfig};
 use crate::identity::{self, Identity, Kubeconfigs};
-use crate::kubeconfig::{kubeconfig_path, write_private};
+use apiserver::write_private;
+
+use crate::kubeconfig::kubeconfig_path;
 use crate::supervisor::{self, Factory, Run, Stage, Supervisor};
 use crate::{CLUSTER_NAME, Error, REGION};
 

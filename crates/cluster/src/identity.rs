@@ -135,7 +135,7 @@ impl<'a> Kubeconfigs<'a> {
             .kubeconfig_yaml_for_member(&id.user, &groups)
             .map_err(|e| Error::start(format!("a kubeconfig for {}", id.user), e))?;
         let path = self.dir.join(format!("{}.kubeconfig", id.file));
-        crate::kubeconfig::write_private(&path, yaml.as_bytes())
+        apiserver::write_private(&path, yaml.as_bytes())
             .map_err(|e| Error::io("writing the kubeconfig", &path, e))?;
         Ok(path)
     }

@@ -5,20 +5,6 @@ use std::path::{Path, PathBuf};
 
 use crate::Error;
 
-/// Writes `data` to `path` with mode 0600 (also when the file exists).
-pub(crate) fn write_private(path: &Path, data: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-    f.write_all(data)
-}
-
 pub(crate) fn kubeconfig_path(data_dir: &Path) -> PathBuf {
     data_dir.join("kubeconfig")
 }

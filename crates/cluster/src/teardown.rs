@@ -5,74 +5,10 @@
 
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
-/// Mount points at or below `dir`, deepest first.
-pub(crate) fn mounts_below(dir: &Path) -> Vec<PathBuf> {
-    let Ok(bytes) = std::fs::read("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
-    let Ok(table) = mount_utils::findmnt::parse(&bytes) else {
-        return Vec::new();
-    };
-    let root = mount_utils::findmnt::canonical(dir);
-    let mut points: Vec<PathBuf> = table
-        .into_iter()
-        .map(|e| e.mount_point)
-        .filter(|p| p.starts_with(&root))
-        .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    points.dedup();
-    points
-}
-
-/// Unmounts everything at or below `dir`, deepest first: a plain umount, else a lazy one (a
-/// busy mount is detached from the tree and goes with its last user). Returns what was there.
-pub(crate) fn unmount_below(dir: &Path) -> Vec<PathBuf> {
-    let points = mounts_below(dir);
-    for p in &points {
-        if !run("umount", &[p.as_os_str()]) {
-            run("umount", &[std::ffi::OsStr::new("-l"), p.as_os_str()]);
-        }
-    }
-    points
-}
-
-/// Loop devices whose backing file is below `dir` (ec2-sim's volume images, the hostpath
-/// driver's block volumes): `(device, backing file)`.
-pub(crate) fn loop_devices_below(dir: &Path) -> Vec<(PathBuf, PathBuf)> {
-    let root = mount_utils::findmnt::canonical(dir);
-    let Ok(entries) = std::fs::read_dir("/sys/block") else {
-        return Vec::new();
-    };
-    let mut found = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("loop") {
-            continue;
-        }
-        let Ok(backing) = std::fs::read_to_string(entry.path().join("loop/backing_file")) else {
-            continue;
-        };
-        // A deleted image reads "<path> (deleted)".
-        let backing = backing.trim().trim_end_matches(" (deleted)");
-        let backing = PathBuf::from(backing);
-        if backing.starts_with(&root) {
-            found.push((PathBuf::from("/dev").join(name), backing));
-        }
-    }
-    found.sort();
-    found
-}
-
-/// Detaches the loop devices backed by files below `dir`; returns them.
-pub(crate) fn detach_loop_devices_below(dir: &Path) -> Vec<(PathBuf, PathBuf)> {
-    let devices = loop_devices_below(dir);
-    for (dev, _) in &devices {
-        run("losetup", &[std::ffi::OsStr::new("-d"), dev.as_os_str()]);
-    }
-    devices
-}
+pub(crate) use mount_utils::below::{
+    detach_loop_devices_below, loop_devices_below, mounts_below, unmount_below,
+};
 
 /// Unix sockets below `dir` (symlinks are not followed: ec2-sim's device links point into /dev).
 pub(crate) fn sockets_below(dir: &Path) -> Vec<PathBuf> {
@@ -104,17 +40,6 @@ pub(crate) fn remove_sockets_below(dir: &Path) -> Vec<PathBuf> {
         let _ = std::fs::remove_file(s);
     }
     sockets
-}
-
-/// Runs a command quietly; whether it succeeded.
-fn run(program: &str, args: &[&std::ffi::OsStr]) -> bool {
-    Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
 }
 
 /// What is left below a data dir, for a report (and the test's check).

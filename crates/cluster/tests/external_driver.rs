@@ -206,7 +206,11 @@ async fn up_with_driver_runs_the_hostpath_binary_through_the_whole_lifecycle() {
         || async { plugin_processes(&data_dir).is_empty().then_some(()) },
     )
     .await;
-    assert_eq!(mounts_below(&data_dir), Vec::<String>::new(), "mounts left");
+    assert_eq!(
+        mounts_below(&data_dir),
+        Vec::<PathBuf>::new(),
+        "mounts left"
+    );
     assert_eq!(
         sockets_below(&data_dir),
         Vec::<PathBuf>::new(),
@@ -333,7 +337,7 @@ async fn a_plugin_with_another_name_or_one_that_exits_fails_up_and_leaves_nothin
         || async { processes_naming(&data_dir).is_empty().then_some(()) },
     )
     .await;
-    assert_eq!(mounts_below(&data_dir), Vec::<String>::new());
+    assert_eq!(mounts_below(&data_dir), Vec::<PathBuf>::new());
     assert_eq!(sockets_below(&data_dir), Vec::<PathBuf>::new());
 
     let (ok, out) = up_to_the_end(

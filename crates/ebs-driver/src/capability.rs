@@ -10,7 +10,6 @@ use csi_spec::v1::volume_capability::AccessType as CsiAccessType;
 use csi_spec::v1::volume_capability::access_mode::Mode;
 use mount_utils::FsType;
 
-use crate::node::requests::AccessType;
 use crate::{Error, Result};
 
 /// The driver's own zone topology key (the one PVs carry in their node affinity)...
@@ -39,6 +38,19 @@ pub(crate) const BLOCK_MODES: [Mode; 5] = [
     Mode::SingleNodeMultiWriter,
     Mode::MultiNodeMultiWriter,
 ];
+
+/// How the workload uses the volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessType {
+    /// A filesystem. An empty `fs_type` means "whatever is on the volume, or the default for a
+    /// blank one". `mount_flags` are passed to mount at stage time.
+    Mount {
+        fs_type: String,
+        mount_flags: Vec<String>,
+    },
+    /// The raw block device, bind-mounted onto a file.
+    Block,
+}
 
 /// A volume capability this driver supports, as the node uses it.
 #[derive(Debug, Clone, PartialEq, Eq)]

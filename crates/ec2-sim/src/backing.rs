@@ -49,13 +49,7 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// The Nitro-style by-id name: `nvme-Amazon_Elastic_Block_Store_vol0123...` (no dash).
-pub(crate) fn by_id_name(volume_id: &str) -> String {
-    format!(
-        "nvme-Amazon_Elastic_Block_Store_{}",
-        volume_id.replace('-', "")
-    )
-}
+pub(crate) use crate::links::by_id_name;
 
 impl Disks {
     pub(crate) fn new(

@@ -1,15 +1,13 @@
-//! The simulator's core: the cloud state, its persistence and backing, and action dispatch.
+//! The simulator's core: the cloud state, its persistence and backing. The actions run on it
+//! (`Engine::handle`, in [`crate::actions`], which reads and changes it).
 
 use crate::Error;
-use crate::actions;
 use crate::backing::Disks;
 use crate::config::{Faults, SimConfig};
 use crate::history::{AttachmentLog, HISTORY_CAPACITY};
 use crate::ids::now_ms;
 use crate::model::{AttachState, Cloud, Effect};
-use crate::query::Params;
 use crate::store;
-use crate::xml::{ApiError, Xml};
 
 pub(crate) struct Engine {
     pub(crate) config: SimConfig,
@@ -142,26 +140,6 @@ impl Engine {
             Ok(()) => self.dirty = false,
             Err(e) => tracing::error!(error = %e, "cannot save state; will retry"),
         }
-    }
-
-    /// Runs one EC2 action and returns the response document.
-    pub(crate) fn handle(
-        &mut self,
-        action: &str,
-        params: &Params,
-        request_id: &str,
-    ) -> Result<String, ApiError> {
-        self.tick();
-        let now = now_ms();
-        let mut x = Xml::response(action, request_id);
-        let result = actions::dispatch(self, action, params, now, &mut x);
-        self.history.observe(&self.cloud, now, &Default::default());
-        if self.dirty {
-            // Reconcile right away: with Timing::Instant a device exists when the call returns.
-            self.reconcile();
-            self.tick();
-        }
-        result.map(|()| x.finish())
     }
 
     pub(crate) fn shutdown(&mut self) -> Result<(), Error> {

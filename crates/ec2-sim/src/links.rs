@@ -6,9 +6,16 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::Error;
-use crate::backing::by_id_name;
 use crate::config::DeviceLayout;
 use crate::model::{AttachState, Cloud};
+
+/// The Nitro-style by-id name: `nvme-Amazon_Elastic_Block_Store_vol0123...` (no dash).
+pub(crate) fn by_id_name(volume_id: &str) -> String {
+    format!(
+        "nvme-Amazon_Elastic_Block_Store_{}",
+        volume_id.replace('-', "")
+    )
+}
 
 /// Volume ID → the links its loop device should have, for every volume that needs a device
 /// (an attachment in `attached`, or `detaching` after having been attached). Each visible

@@ -21,6 +21,7 @@
 //!   `ephemeral_volume_controller_create_failures_total`, kcm's names.
 
 pub mod config;
+mod context;
 mod controller;
 pub mod metrics;
 mod orphans;

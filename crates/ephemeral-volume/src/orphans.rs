@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Api;
 use kube::api::{DeleteParams, Preconditions};
 
-use crate::controller::Ctx;
+use crate::context::Ctx;
 
 /// Whether every reference of `claim` is a v1 Pod (and there is at least one).
 fn owned_by_pods_only(claim: &PersistentVolumeClaim) -> bool {

@@ -108,9 +108,10 @@ async fn a_pod_runs_on_the_real_kubelet_and_nothing_is_left_after_drop() {
         let kubelet_root = cluster.kubelet_root_dir().unwrap().to_path_buf();
         let mounts = mounts_below(&root);
         assert!(
-            mounts
-                .iter()
-                .any(|m| m.contains(&pod_uid) && m.contains("kube-api-access")),
+            mounts.iter().any(|m| {
+                let m = m.to_string_lossy();
+                m.contains(&pod_uid) && m.contains("kube-api-access")
+            }),
             "{mounts:#?}"
         );
         assert!(

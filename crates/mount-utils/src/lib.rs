@@ -4,6 +4,7 @@
 //! Each module but [`stage`] wraps one real tool or kernel interface and nothing else, so that
 //! a caller can string them together into its own idempotent steps:
 //!
+//! - [`below`]: what is mounted or attached below a directory, for clean-ups;
 //! - [`cmd`]: running a tool with its output captured (no prompts, C locale);
 //! - [`blkid`]: what is on a device ([`blkid::Probe`]);
 //! - [`format`](mod@format): mkfs, only ever on a device that is provably blank;
@@ -22,6 +23,7 @@
 
 use std::path::PathBuf;
 
+pub mod below;
 pub mod blkid;
 pub mod cmd;
 pub mod findmnt;

@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use clap::Parser;
 use component_runtime::{RuntimeShape, normalize_go_args, run_component};
 use pv_controller::Flags;
@@ -10,19 +9,18 @@ use pv_controller::Flags;
 /// EC2 for the in-tree aws-ebs provisioner (`--cloud-provider=aws`), as the EBS driver builds it.
 #[cfg(feature = "aws")]
 async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cloud>>> {
+    use anyhow::Context as _;
     if !flags.wants_aws_cloud()? {
         return Ok(None);
     }
-    let config = ebs_cloud_aws::AwsConfig {
-        region: flags.region.clone().filter(|r| !r.is_empty()),
-        endpoint: flags.ec2_endpoint.clone().filter(|e| !e.is_empty()),
-        app_name: Some("pv-controller".into()),
-        ..ebs_cloud_aws::AwsConfig::default()
-    };
-    let cloud = ebs_cloud_aws::AwsCloud::new(config, ebs_cloud::CloudMetrics::default())
-        .await
-        .context("--cloud-provider=aws: setting up EC2 access (--region, --ec2-endpoint)")?;
-    Ok(Some(Arc::new(cloud)))
+    let cloud = ebs_cloud_aws::in_tree_cloud(
+        "pv-controller",
+        flags.region.as_deref(),
+        flags.ec2_endpoint.as_deref(),
+    )
+    .await
+    .context("--cloud-provider=aws: setting up EC2 access (--region, --ec2-endpoint)")?;
+    Ok(Some(cloud))
 }
 
 /// Built without the `aws` feature: no EC2 client in this binary.

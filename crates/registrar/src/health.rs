@@ -12,7 +12,7 @@ use axum::routing::get;
 use tokio_util::sync::CancellationToken;
 
 use crate::Error;
-use crate::server::Status;
+use crate::registration_status::Status;
 
 /// A running health server; cancelling `stop` ends it (`Running` does, on wait and on drop).
 pub(crate) struct HealthServer {

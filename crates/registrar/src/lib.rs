@@ -9,6 +9,7 @@
 
 mod flags;
 mod health;
+mod registration_status;
 mod server;
 
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response};
@@ -12,36 +12,8 @@ use crate::pluginregistration::registration_server::{Registration, RegistrationS
 use crate::pluginregistration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
 };
+use crate::registration_status::Status;
 use crate::{CSI_PLUGIN_TYPE, Config, Error, SUPPORTED_VERSIONS};
-
-/// The last status the kubelet reported: `None` before its first NotifyRegistrationStatus.
-#[derive(Default)]
-pub(crate) struct Status {
-    last: Mutex<Option<Result<(), String>>>,
-    /// Cancelled when the kubelet reports a failed registration: the registrar stops.
-    failed: CancellationToken,
-}
-
-impl Status {
-    pub(crate) fn get(&self) -> Option<Result<(), String>> {
-        self.lock().clone()
-    }
-
-    fn set(&self, status: Result<(), String>) {
-        let failed = status.is_err();
-        *self.lock() = Some(status);
-        if failed {
-            self.failed.cancel();
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Result<(), String>>> {
-        // Plain data; a panic elsewhere while holding the lock leaves it consistent.
-        self.last
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
 
 struct Service {
     info: PluginInfo,

@@ -77,47 +77,10 @@ where
     }
 }
 
-/// Mount points at or below `dir` (resolved first), from `/proc/self/mountinfo` (unescaped
-/// by mount-utils, so paths with spaces are whole): what a test asserts is empty once the code
-/// under test cleaned up.
-pub fn mounts_below(dir: &std::path::Path) -> Vec<String> {
-    let Ok(bytes) = std::fs::read("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
-    let Ok(table) = mount_utils::findmnt::parse(&bytes) else {
-        return Vec::new();
-    };
-    let root = mount_utils::findmnt::canonical(dir);
-    table
-        .into_iter()
-        .map(|e| e.mount_point)
-        .filter(|p| p.starts_with(&root))
-        .map(|p| p.to_string_lossy().into_owned())
-        .collect()
-}
-
-/// Loop devices whose backing file is at or below `dir` (resolved first), with that file
-/// (" (deleted)" when it is gone), from `/sys/block/loop*/loop/backing_file`.
-pub fn loop_devices_below(dir: &std::path::Path) -> Vec<(std::path::PathBuf, String)> {
-    let root = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let Ok(entries) = std::fs::read_dir("/sys/block") else {
-        return Vec::new();
-    };
-    let mut found = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if !name.starts_with("loop") {
-            continue;
-        }
-        if let Ok(backing) = std::fs::read_to_string(entry.path().join("loop/backing_file")) {
-            let backing = backing.trim().to_string();
-            if std::path::Path::new(backing.trim_end_matches(" (deleted)")).starts_with(&root) {
-                found.push((std::path::PathBuf::from("/dev").join(name), backing));
-            }
-        }
-    }
-    found
-}
+/// What is mounted and which loop devices are backed by files at or below a dir: what a test
+/// asserts is empty once the code under test cleaned up (mount-utils' own, which csi-cluster
+/// and the benchmarks clean up with).
+pub use mount_utils::below::{loop_devices_below, mounts_below};
 
 /// Whether this machine can run a whole csi-cluster (root, loop devices, kubectl on PATH);
 /// [`skip_or_fail`] says why not.
@@ -146,29 +109,11 @@ pub fn can_run_cluster() -> bool {
     true
 }
 
-/// Unmounts (lazily, deepest first) everything mounted at or below `dir`: for `Drop` guards of
+/// Unmounts (deepest first, lazily if busy) everything mounted at or below `dir`: for `Drop` guards of
 /// tests that mount, so a failed assertion leaves nothing mounted. Synchronous, since `Drop`
 /// cannot await; errors are ignored (there is nothing left to do with them).
 pub fn unmount_all_below(dir: &std::path::Path) {
-    let Ok(bytes) = std::fs::read("/proc/self/mountinfo") else {
-        return;
-    };
-    let Ok(table) = mount_utils::findmnt::parse(&bytes) else {
-        return;
-    };
-    let root = mount_utils::findmnt::canonical(dir);
-    let mut points: Vec<std::path::PathBuf> = table
-        .into_iter()
-        .map(|e| e.mount_point)
-        .filter(|p| p.starts_with(&root))
-        .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    for p in points {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&p)
-            .status();
-    }
+    mount_utils::below::unmount_below(dir);
 }
 
 /// Every loop device and its backing file (`losetup --list`); empty if losetup fails.

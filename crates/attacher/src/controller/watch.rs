@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use super::{Ctx, writes};
+use crate::context::{Ctx, writes};
 use crate::names::NODE_ID_ANNOTATION;
 
 pub(crate) struct Writers {
@@ -205,7 +205,7 @@ fn kick_waiting(ctx: &Ctx, waits_for: impl Fn(&Va) -> bool) {
             && !va.status.as_ref().is_some_and(|s| s.attached);
         if attachable && waits_for(&va) {
             if let Some(name) = va.metadata.name.as_deref() {
-                ctx.va_queue.kick(name, super::ATTACH);
+                ctx.va_queue.kick(name, crate::context::ATTACH);
             }
         }
     }

@@ -6,8 +6,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::watch::pv_needs_sync;
-use super::{Ctx, writes};
+use crate::context::{Ctx, writes};
 use crate::handler::Handler;
+use crate::tick::every;
 use component_runtime::workqueue::Outcome;
 
 pub(crate) async fn va_worker(ctx: Arc<Ctx>, handler: Arc<dyn Handler>, lane: usize) {
@@ -150,29 +151,4 @@ pub(crate) async fn resync(ctx: Arc<Ctx>, stop: CancellationToken) {
         tracing::debug!(volumeattachments = vas.len(), "resync");
     })
     .await;
-}
-
-/// Runs `tick` every `period` (not at once: the caches were just filled) until `stop`; a zero
-/// period turns it off. A tick that overruns delays the next one rather than bunching them.
-pub(crate) async fn every<F, Fut>(
-    period: std::time::Duration,
-    stop: &CancellationToken,
-    mut tick: F,
-) where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    if period.is_zero() {
-        return;
-    }
-    let mut interval = tokio::time::interval(period);
-    interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    interval.tick().await;
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => return,
-            _ = interval.tick() => {}
-        }
-        tick().await;
-    }
 }

@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{CSIPersistentVolumeSource, Secret};
 use kube::Api;
 
 use super::Handler;
-use crate::controller::{Capabilities, Ctx, writes};
+use crate::context::{Capabilities, Ctx, writes};
 use crate::csi::{CsiClient, Publish};
 use crate::migration::{self, CsiVolume};
 use crate::{Error, capability};

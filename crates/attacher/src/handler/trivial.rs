@@ -8,7 +8,7 @@ use crate::slim_objects::Va;
 
 use super::Handler;
 use crate::Error;
-use crate::controller::{Ctx, writes};
+use crate::context::{Ctx, writes};
 
 pub(crate) struct TrivialHandler {
     ctx: Arc<Ctx>,

@@ -23,9 +23,9 @@ pub mod cli;
 mod metrics;
 mod nodes;
 mod report;
-mod rows;
 mod run_objects;
 mod scenario;
+mod table;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,12 +1,10 @@
 //! What a run measured, and the table it prints: one column per scenario.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use super::{Scenario, rows};
-use crate::harness::table;
+use super::Scenario;
 use crate::harness::writes::Writes;
 
 /// One process under test.
@@ -85,25 +83,6 @@ pub struct Report {
     pub through_adc_speedup: Option<f64>,
 }
 
-/// The binary and the arguments that are the same in every scenario (not the temp paths,
-/// ports and the scenario's --skip-attach: the JSON has those).
-fn command(c: &Component) -> String {
-    let varying = [
-        "--kubeconfig=",
-        "--csi-address=",
-        "--http-endpoint=",
-        "--skip-attach=",
-    ];
-    let mut parts = vec![c.bin.as_str()];
-    parts.extend(
-        c.args
-            .iter()
-            .map(String::as_str)
-            .filter(|a| !varying.iter().any(|v| a.starts_with(v))),
-    );
-    parts.join(" ")
-}
-
 impl Report {
     pub fn new(
         pods: usize,
@@ -128,7 +107,8 @@ impl Report {
                 _ => None,
             })
             .collect();
-        let through_adc_speedup = table::spread(&through_adc_speedups).map(|(median, _, _)| median);
+        let through_adc_speedup =
+            crate::harness::table::spread(&through_adc_speedups).map(|(median, _, _)| median);
         Self {
             pods,
             nodes,
@@ -138,104 +118,6 @@ impl Report {
             through_adc_speedups,
             through_adc_speedup,
         }
-    }
-
-    /// The scenarios that ran, each once, in the order they first ran.
-    fn columns(&self) -> Vec<Scenario> {
-        let mut seen = Vec::new();
-        for s in &self.scenarios {
-            if !seen.contains(&s.scenario) {
-                seen.push(s.scenario);
-            }
-        }
-        seen
-    }
-
-    /// The human-readable table: a column per scenario, "median (min-max)" over the runs.
-    pub fn table(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "csi-bench adc: {} pods (one CSI volume each, driver {}) on {} nodes, {} run(s) per scenario",
-            self.pods, self.driver, self.nodes, self.runs
-        );
-        if let Some(first) = self.scenarios.first() {
-            let _ = writeln!(out, "ADC:      {}", command(&first.adc));
-        }
-        if let Some(a) = self.scenarios.iter().find_map(|s| s.attacher.as_ref()) {
-            let _ = writeln!(out, "attacher: {}", command(a));
-        }
-        let _ = writeln!(out);
-        let columns = self.columns();
-        let _ = write!(out, "{:<26}", "");
-        for c in &columns {
-            let _ = write!(out, " {:>22}", c.name());
-        }
-        let _ = writeln!(out);
-        out.push_str(&table::rows(
-            rows::ROWS,
-            &self.scenarios,
-            &columns,
-            |s| s.scenario,
-            self.pods,
-            (26, 22),
-        ));
-        let _ = writeln!(
-            out,
-            "(times from the first pod create; writes per volume and CPU over each process's whole life, settle included{})",
-            if self.runs > 1 {
-                "; median (min-max) of the runs"
-            } else {
-                ""
-            }
-        );
-        if let Some((median, min, max)) = table::spread(&self.through_adc_speedups) {
-            let range = if self.through_adc_speedups.len() > 1 {
-                format!(" ({min:.2}-{max:.2}x)")
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                out,
-                "through-adc is {median:.2}x{range} as fast as attach-required to all in volumesAttached (target >= 3x)"
-            );
-        }
-        for c in &columns {
-            let Some(s) = self.scenarios.iter().find(|s| s.scenario == *c) else {
-                continue;
-            };
-            let _ = writeln!(out);
-            let first = if self.runs > 1 { " (first run)" } else { "" };
-            let _ = writeln!(out, "{} writes by request{first}:", c.name());
-            let parties = [("ADC", Some(&s.adc)), ("attacher", s.attacher.as_ref())];
-            for (who, c) in parties.iter().filter_map(|(w, c)| c.map(|c| (w, c))) {
-                for (key, count) in &c.writes.by_request {
-                    let _ = writeln!(out, "  {who:<9} {key:<40} {count:>8}");
-                }
-                let agents: Vec<&str> = c.user_agents.iter().map(String::as_str).collect();
-                let _ = writeln!(
-                    out,
-                    "  {who:<9} user agents: {}",
-                    if agents.is_empty() {
-                        "(no writes)".to_owned()
-                    } else {
-                        agents.join(", ")
-                    }
-                );
-            }
-        }
-        for s in self
-            .scenarios
-            .iter()
-            .filter(|s| s.own_writes != s.own_writes_seen)
-        {
-            let _ = writeln!(
-                out,
-                "warning: {}: the benchmark counted {} own writes but the API server saw {}",
-                s.scenario, s.own_writes, s.own_writes_seen
-            );
-        }
-        out
     }
 }
 

@@ -15,15 +15,15 @@ use std::time::{Duration, Instant};
 
 use apiserver::{AuditRecord, RunningApiServer};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
-use kube::{Api, Client};
+use kube::Api;
 
 use super::nodes::{Attached, AttachedTracker};
 use super::report::{Component, ScenarioReport};
 use super::run_objects::{LOAD_LABEL, LOAD_LABEL_VALUE, Objects};
 use super::{LoadConfig, Scenario, USER_AGENT, metrics, run_objects};
-use crate::Error;
 use crate::harness::child::{self, Child, ProcessStats};
 use crate::harness::writes::{Parties, Tally};
+use crate::{Error, harness};
 
 pub(crate) const ADC: &str = "attach/detach controller";
 pub(crate) const ATTACHER: &str = "attacher";
@@ -83,11 +83,6 @@ const ATTACHER_WATCHES: &[&str] = &["volumeattachments"];
 const READY_POLL: Duration = Duration::from_millis(50);
 /// The settle phase's own limit beyond `settle` (a process may take a moment to be sampled).
 const SETTLE_SLACK: Duration = Duration::from_secs(30);
-
-/// The benchmark's own client: unthrottled, with its own User-Agent.
-fn own_client(api: &apiserver::RunningApiServer) -> Result<Client, Error> {
-    component_runtime::rate_limited(api.kube_config()?, USER_AGENT, -1.0, 0).map_err(Error::Client)
-}
 
 fn io(op: String) -> impl FnOnce(std::io::Error) -> Error {
     move |source| Error::Io { op, source }
@@ -164,15 +159,9 @@ pub(crate) async fn run_one(
     config: &LoadConfig,
     scenario: Scenario,
 ) -> Result<ScenarioReport, Error> {
-    let dir = tempfile::Builder::new()
-        .prefix("csi-bench-adc-")
-        .tempdir()
-        .map_err(io("creating a temp dir".into()))?;
-    let api = apiserver::ApiServer::start(apiserver::Config::default()).await?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, api.kubeconfig_yaml())
-        .map_err(io(format!("writing {}", kubeconfig.display())))?;
-    let client = own_client(&api)?;
+    let dir = harness::api::run_dir("csi-bench-adc-", None)?;
+    let (api, kubeconfig) = harness::api::start(dir.path()).await?;
+    let client = harness::api::client(&api, USER_AGENT)?;
     let mock_config = csi_mock::MockConfig {
         delay: config.mock_delay,
         ..csi_mock::MockConfig::default()

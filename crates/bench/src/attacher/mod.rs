@@ -12,7 +12,6 @@
 //! table or JSON. `docs/csi-bench/attacher.md` has usage and an example.
 
 pub mod cli;
-mod client;
 mod driver;
 mod report;
 mod run_objects;
@@ -27,9 +26,9 @@ use kube::Api;
 
 pub use report::{CsiCalls, Phase, Report};
 
-use crate::Error;
 use crate::harness::child::Child;
 use crate::harness::writes::Parties;
+use crate::{Error, harness};
 
 /// The one party of this benchmark besides itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -99,21 +98,9 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
             "count, nodes and parallelism must be at least 1".into(),
         ));
     }
-    apiserver::install_crypto_provider();
-    let dir = tempfile::Builder::new()
-        .prefix("csi-bench-attacher-")
-        .tempdir()
-        .map_err(|source| Error::Io {
-            op: "creating a temp dir".into(),
-            source,
-        })?;
-    let api = apiserver::ApiServer::start(apiserver::Config::default()).await?;
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, api.kubeconfig_yaml()).map_err(|source| Error::Io {
-        op: format!("writing {}", kubeconfig.display()),
-        source,
-    })?;
-    let client = client::load_client(&api)?;
+    let dir = harness::api::run_dir("csi-bench-attacher-", None)?;
+    let (api, kubeconfig) = harness::api::start(dir.path()).await?;
+    let client = harness::api::client(&api, USER_AGENT)?;
     let driver = driver::prepare(
         config.csi_address.as_deref(),
         config.driver_name.as_deref(),

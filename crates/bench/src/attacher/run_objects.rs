@@ -239,7 +239,6 @@ impl Objects<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::client::load_client;
     use super::*;
 
     #[tokio::test]
@@ -250,7 +249,7 @@ mod tests {
             .unwrap();
         let own = OwnWrites::default();
         let objects = Objects {
-            client: load_client(&api).unwrap(),
+            client: crate::harness::api::client(&api, super::super::USER_AGENT).unwrap(),
             driver: "load.csi.test",
             count: 25,
             nodes: 4,

@@ -218,6 +218,18 @@ async fn sample(pid: u32, peak_rss: Arc<AtomicU64>, cpu_micros: Arc<AtomicU64>) 
     }
 }
 
+/// Where the binaries under test are by default: beside this one (`target/release/` when
+/// csi-bench was built there with them).
+pub fn default_bin_dir() -> Result<PathBuf, Error> {
+    let exe = std::env::current_exe().map_err(|source| Error::Io {
+        op: "finding this binary".into(),
+        source,
+    })?;
+    exe.parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| Error::Config(format!("{} has no directory", exe.display())))
+}
+
 /// The ends of the children's logs, each under its name.
 pub fn logs_of<'a>(children: impl IntoIterator<Item = &'a Child>, lines: usize) -> String {
     children

@@ -5,6 +5,7 @@
 //!
 //! Leaf modules: the scenarios import these, never the other way round.
 
+pub mod api;
 pub mod child;
 pub mod goals;
 pub mod procfs;

@@ -136,11 +136,7 @@ pub async fn run(f: Flags) -> anyhow::Result<()> {
     let list = scenarios(&f.scenarios)?;
     let bin_dir = match f.bin_dir {
         Some(d) => d,
-        None => std::env::current_exe()
-            .context("finding this binary")?
-            .parent()
-            .map(PathBuf::from)
-            .context("this binary has no directory")?,
+        None => crate::harness::child::default_bin_dir()?,
     };
     let mut binaries = Binaries::in_dir(&bin_dir);
     if let Some(p) = f.node_agent_bin {

@@ -1,7 +1,7 @@
 //! One scenario's world: the in-process control plane and, per node, the driver, registrar and
 //! node agent processes. [`Env::shutdown`] stops it all in order; if the run fails or is
 //! interrupted, dropping the [`Env`] kills the processes, cancels the control plane, unmounts
-//! what is left below the temp dir (`umount -l`), releases ec2-sim's loop devices and removes
+//! what is left below the temp dir (umount, else umount -l), releases ec2-sim's loop devices and removes
 //! the temp dir.
 
 use std::path::{Path, PathBuf};
@@ -15,8 +15,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{Error, LoadConfig, Scenario, ebs};
-use crate::harness::child::{self, Child};
 use crate::harness::procfs::Memory;
+use crate::harness::{
+    self,
+    child::{self, Child},
+};
+pub(crate) use mount_utils::below::{mounts_below, unmount_below};
 
 /// One node's processes and paths.
 pub(crate) struct Node {
@@ -98,15 +102,8 @@ pub(crate) struct Env {
 
 impl Env {
     pub(crate) async fn start(config: &LoadConfig, scenario: Scenario) -> Result<Env, Error> {
-        apiserver::install_crypto_provider();
         let io = |op: String| move |source| Error::Io { op, source };
-        let mut builder = tempfile::Builder::new();
-        builder.prefix("csi-bench-node-");
-        let dir = match &config.temp_parent {
-            Some(parent) => builder.tempdir_in(parent),
-            None => builder.tempdir(),
-        }
-        .map_err(io("creating the temp dir".into()))?;
+        let dir = harness::api::run_dir("csi-bench-node-", config.temp_parent.as_deref())?;
         let root = mount_utils::findmnt::canonical(dir.path());
         let log_dir = match &config.log_dir {
             Some(d) => d.join(scenario.name()),
@@ -114,16 +111,8 @@ impl Env {
         };
         std::fs::create_dir_all(&log_dir)
             .map_err(io(format!("creating the log dir {}", log_dir.display())))?;
-        let server = apiserver::ApiServer::start(apiserver::Config {
-            listen: ([127, 0, 0, 1], 0).into(),
-            audit: true,
-            ..Default::default()
-        })
-        .await?;
-        let kubeconfig = root.join("kubeconfig");
-        std::fs::write(&kubeconfig, server.kubeconfig_yaml())
-            .map_err(io(format!("writing {}", kubeconfig.display())))?;
-        let kube = client(&server).await?;
+        let (server, kubeconfig) = harness::api::start(&root).await?;
+        let kube = harness::api::client(&server, super::USER_AGENT)?;
         let mut env = Env {
             kube,
             nodes: Vec::new(),
@@ -224,14 +213,7 @@ impl Env {
             ..attacher::Options::default()
         };
         let server = self.server()?;
-        let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml())
-            .map_err(|e| Error::Other(format!("kubeconfig for csi-attacher: {e}")))?;
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .map_err(|e| Error::Other(format!("kubeconfig for csi-attacher: {e}")))?;
-        let client =
-            component_runtime::rate_limited(config, "csi-attacher/csi-bench-node", -1.0, 0)
-                .map_err(|e| Error::Other(format!("client for csi-attacher: {e}")))?;
+        let client = harness::api::client(server, "csi-attacher/csi-bench-node")?;
         let mut registry = prometheus_client::registry::Registry::default();
         let controller = attacher::Controller::new(client, driver, options, &mut registry, None);
         let stop = self.stop.clone();
@@ -480,7 +462,7 @@ impl Env {
         for t in std::mem::take(&mut self.tasks) {
             let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
         }
-        let mounts_left = unmount_below(&self.root);
+        let mounts_left = unmount_below(&self.root).len();
         if let Some(e) = self.ebs.take() {
             e.shutdown().await;
         }
@@ -501,7 +483,7 @@ impl Drop for Env {
         for t in &self.tasks {
             t.abort();
         }
-        let left = unmount_below(&self.root);
+        let left = unmount_below(&self.root).len();
         if left > 0 {
             tracing::warn!(left, root = %self.root.display(), "unmounted leftovers");
         }
@@ -510,47 +492,4 @@ impl Drop for Env {
         self.server = None;
         self.dir = None;
     }
-}
-
-/// Lazily unmounts every mount below `dir`, deepest first; returns how many there were.
-pub(crate) fn unmount_below(dir: &Path) -> usize {
-    let points = mounts_below(dir);
-    for p in &points {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(p)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-    points.len()
-}
-
-/// Mount points below `dir`, deepest first.
-pub(crate) fn mounts_below(dir: &Path) -> Vec<PathBuf> {
-    let Ok(bytes) = std::fs::read("/proc/self/mountinfo") else {
-        return Vec::new();
-    };
-    let Ok(table) = mount_utils::findmnt::parse(&bytes) else {
-        return Vec::new();
-    };
-    let root = mount_utils::findmnt::canonical(dir);
-    let mut points: Vec<PathBuf> = table
-        .into_iter()
-        .map(|e| e.mount_point)
-        .filter(|p| p.starts_with(&root))
-        .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    points
-}
-
-/// A client with the benchmark's User-Agent and no rate limit.
-async fn client(server: &apiserver::RunningApiServer) -> Result<Client, Error> {
-    let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml())
-        .map_err(|e| Error::Other(format!("kubeconfig: {e}")))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .map_err(|e| Error::Other(format!("kubeconfig: {e}")))?;
-    component_runtime::rate_limited(config, super::USER_AGENT, -1.0, 0)
-        .map_err(|e| Error::Other(format!("client: {e}")))
 }

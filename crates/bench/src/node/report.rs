@@ -68,7 +68,7 @@ pub struct ScenarioReport {
     pub driver_rss_max_bytes: Option<u64>,
     /// Mounts below the temp dir when every pod was Ready (stage + publish).
     pub mounts_when_ready: usize,
-    /// Mounts left after every process stopped (unmounted with umount -l; 0 after a clean run).
+    /// Mounts left after every process stopped (then unmounted; 0 after a clean run).
     pub mounts_left_at_end: usize,
     /// One pod at a time (`--sequential`).
     pub sequential: bool,

@@ -129,11 +129,7 @@ impl Flags {
         let scenarios = self.scenario.scenarios();
         let bin_dir = match self.bin_dir {
             Some(d) => d,
-            None => std::env::current_exe()
-                .context("finding this binary")?
-                .parent()
-                .map(PathBuf::from)
-                .context("this binary has no directory")?,
+            None => crate::harness::child::default_bin_dir()?,
         };
         let mut binaries = Binaries::in_dir(&bin_dir);
         if let Some(p) = self.provisioner_bin {

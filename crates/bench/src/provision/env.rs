@@ -7,8 +7,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::harness::child::{self, Child};
 use crate::harness::procfs::Memory;
+use crate::harness::{
+    self,
+    child::{self, Child},
+};
 use kube::Client;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -48,32 +51,14 @@ pub(crate) struct Env {
     dir: Option<tempfile::TempDir>,
 }
 
-/// A client for `server` with `user_agent` and no rate limit.
-async fn client(server: &apiserver::RunningApiServer, user_agent: &str) -> Result<Client, Error> {
-    let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml())
-        .map_err(|e| Error::Other(format!("kubeconfig: {e}")))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .map_err(|e| Error::Other(format!("kubeconfig: {e}")))?;
-    component_runtime::rate_limited(config, user_agent, -1.0, 0)
-        .map_err(|e| Error::Other(format!("client {user_agent}: {e}")))
-}
-
 impl Env {
     pub(crate) async fn start(
         config: &LoadConfig,
         scenario: Scenario,
         run: usize,
     ) -> Result<Env, Error> {
-        apiserver::install_crypto_provider();
         let io = |op: String| move |source| Error::Io { op, source };
-        let mut builder = tempfile::Builder::new();
-        builder.prefix("csi-bench-provision-");
-        let dir = match &config.temp_parent {
-            Some(parent) => builder.tempdir_in(parent),
-            None => builder.tempdir(),
-        }
-        .map_err(io("creating the temp dir".into()))?;
+        let dir = harness::api::run_dir("csi-bench-provision-", config.temp_parent.as_deref())?;
         let root = dir.path().to_path_buf();
         let log_dir = match &config.log_dir {
             Some(d) => d.join(format!("{scenario}-{run}")),
@@ -81,16 +66,8 @@ impl Env {
         };
         std::fs::create_dir_all(&log_dir)
             .map_err(io(format!("creating the log dir {}", log_dir.display())))?;
-        let server = apiserver::ApiServer::start(apiserver::Config {
-            listen: ([127, 0, 0, 1], 0).into(),
-            audit: true,
-            ..Default::default()
-        })
-        .await?;
-        let kubeconfig = root.join("kubeconfig");
-        std::fs::write(&kubeconfig, server.kubeconfig_yaml())
-            .map_err(io(format!("writing {}", kubeconfig.display())))?;
-        let kube = client(&server, USER_AGENT).await?;
+        let (server, kubeconfig) = harness::api::start(&root).await?;
+        let kube = harness::api::client(&server, USER_AGENT)?;
         let socket = root.join("csi.sock");
         let mut env = Env {
             scenario,
@@ -200,7 +177,7 @@ impl Env {
             .server
             .as_ref()
             .ok_or_else(|| Error::Other("the API server is not running".into()))?;
-        let client = client(server, &pv_controller::user_agent()).await?;
+        let client = harness::api::client(server, &pv_controller::user_agent())?;
         let config = pv_controller::Config::new(pv_controller::Options::default());
         let stop = self.stop.clone();
         self.pv_controller = Some(tokio::spawn(async move {

@@ -25,8 +25,8 @@ pub mod cli;
 mod env;
 mod measure;
 pub mod report;
-mod rows;
 mod run_objects;
+mod table;
 mod watch;
 
 use std::path::{Path, PathBuf};

@@ -31,18 +31,8 @@ impl Default for NodeConfig {
     }
 }
 
-/// How the workload uses the volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AccessType {
-    /// A filesystem. An empty `fs_type` means "whatever is on the volume, or the default for a
-    /// blank one". `mount_flags` are passed to mount at stage time.
-    Mount {
-        fs_type: String,
-        mount_flags: Vec<String>,
-    },
-    /// The raw block device, bind-mounted onto a file.
-    Block,
-}
+/// How the workload uses the volume (the capability checks decide it).
+pub use crate::capability::AccessType;
 
 #[derive(Debug, Clone)]
 pub struct StageRequest {

@@ -1,6 +1,6 @@
 //! AttachVolume, DetachVolume.
 
-use super::instances::lookup_instance;
+use super::lookup_instance;
 use super::volumes::lookup;
 use super::{check_id, dry_run};
 use crate::engine::Engine;

@@ -15,16 +15,6 @@ use crate::xml::{ApiError, Xml};
 /// One call starts at most this many instances (a sim, not a fleet).
 const MAX_COUNT: i64 = 100;
 
-pub(crate) fn lookup_instance<'a>(engine: &'a Engine, id: &str) -> Result<&'a Instance, ApiError> {
-    check_id(id, "i", "InvalidInstanceID.Malformed")?;
-    engine.cloud.instances.get(id).ok_or_else(|| {
-        ApiError::new(
-            "InvalidInstanceID.NotFound",
-            format!("The instance ID '{id}' does not exist"),
-        )
-    })
-}
-
 fn render_reservation(x: &mut Xml, engine: &Engine, instances: &[&Instance], now: u64) {
     let reservation = instances
         .first()

@@ -59,6 +59,20 @@ pub(crate) fn dry_run(params: &Params) -> Result<(), ApiError> {
 }
 
 /// Checks a resource ID's shape, with EC2's `<Kind>ID.Malformed` code.
+/// An instance by ID, or EC2's error for a malformed or unknown one.
+pub(crate) fn lookup_instance<'a>(
+    engine: &'a Engine,
+    id: &str,
+) -> Result<&'a crate::model::Instance, ApiError> {
+    check_id(id, "i", "InvalidInstanceID.Malformed")?;
+    engine.cloud.instances.get(id).ok_or_else(|| {
+        ApiError::new(
+            "InvalidInstanceID.NotFound",
+            format!("The instance ID '{id}' does not exist"),
+        )
+    })
+}
+
 pub(crate) fn check_id(id: &str, prefix: &str, malformed_code: &str) -> Result<(), ApiError> {
     if ids::is_valid_id(id, prefix) {
         Ok(())
@@ -256,6 +270,28 @@ pub(crate) fn describe_query(
     }
     dry_run(params)?;
     Ok(DescribeQuery { ids, filters, page })
+}
+
+impl Engine {
+    /// Runs one EC2 action and returns the response document.
+    pub(crate) fn handle(
+        &mut self,
+        action: &str,
+        params: &Params,
+        request_id: &str,
+    ) -> Result<String, ApiError> {
+        self.tick();
+        let now = ids::now_ms();
+        let mut x = Xml::response(action, request_id);
+        let result = dispatch(self, action, params, now, &mut x);
+        self.history.observe(&self.cloud, now, &Default::default());
+        if self.dirty {
+            // Reconcile right away: with Timing::Instant a device exists when the call returns.
+            self.reconcile();
+            self.tick();
+        }
+        result.map(|()| x.finish())
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! CreateTags, DeleteTags on volumes, instances and snapshots.
 
 use super::dry_run;
-use super::instances::lookup_instance;
+use super::lookup_instance;
 use super::snapshots::lookup_snapshot;
 use super::volumes::lookup;
 use crate::engine::Engine;

@@ -461,7 +461,7 @@ async fn pass(ctx: &Arc<Ctx>, changed: Option<(changed::Dirty, Vec<String>)>) {
                 return;
             }
             let result = async {
-                protection::pv::sync(ctx, &volume).await?;
+                protection::pv::sync(&**ctx, &volume).await?;
                 match ctx.volume(&name) {
                     Some(v) => sync_volume::sync_volume(ctx, v).await,
                     None => Ok(()),
@@ -495,7 +495,7 @@ async fn pass(ctx: &Arc<Ctx>, changed: Option<(changed::Dirty, Vec<String>)>) {
                 return;
             };
             let result = async {
-                protection::pvc::sync(ctx, &claim, in_use).await?;
+                protection::pvc::sync(&**ctx, &claim, in_use).await?;
                 match ctx.claim(&namespace, &name) {
                     Some(c) => sync_claim::sync_claim(ctx, c, view).await,
                     None => Ok(()),
@@ -608,6 +608,50 @@ fn report(ctx: &Ctx, key: &str, result: Result<(), Error>) {
         Err(e) => tracing::warn!(object = %key, error = %e, "sync failed; retried with backoff"),
     }
     ctx.record_outcome(key, result.is_ok());
+}
+
+/// A claim as the logs name it: `namespace/name`.
+pub(crate) fn claim_name(claim: &PersistentVolumeClaim) -> String {
+    format!(
+        "{}/{}",
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+        claim.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The selected node, read on demand and kept for a few seconds (a node that is gone has no
+/// labels: volumes with node affinity then do not match it).
+pub(crate) async fn selected_node(ctx: &Ctx, name: &str) -> Result<index::NodeInfo, Error> {
+    if let Some(node) = ctx.cached_node(name) {
+        return Ok(node);
+    }
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(ctx.client.clone());
+    let node = api
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::kube(format!("reading the selected node {name}"), e))?;
+    let node = index::NodeInfo {
+        name: name.to_string(),
+        labels: node.and_then(|n| n.metadata.labels).unwrap_or_default(),
+    };
+    ctx.cache_node(node.clone());
+    Ok(node)
+}
+
+/// The protection controllers write through the controller's client and hand it what they
+/// wrote.
+impl protection::Writer for Ctx {
+    fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn remember_volume(&self, volume: PersistentVolume) -> Arc<PersistentVolume> {
+        Ctx::remember_volume(self, volume)
+    }
+
+    fn remember_claim(&self, claim: PersistentVolumeClaim) -> Arc<PersistentVolumeClaim> {
+        Ctx::remember_claim(self, claim)
+    }
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use volume_plugins::names::AWS_EBS_PLUGIN_NAME;
 
 use super::Ctx;
 use super::bind::patch_claim;
-use super::sync_claim::claim_name;
+use super::{claim_name, selected_node};
 use crate::migration::{ClassProvisioner, claim_migrated_to, class_provisioner};
 use crate::names::{
     ANN_BETA_STORAGE_PROVISIONER, ANN_MIGRATED_TO, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER,
@@ -125,7 +125,7 @@ async fn selected_node_zone(
     else {
         return Ok(None);
     };
-    let labels = super::sync_claim::selected_node(ctx, node).await?.labels;
+    let labels = selected_node(ctx, node).await?.labels;
     Ok(labels
         .get(LABEL_ZONE)
         .or_else(|| labels.get(LABEL_BETA_ZONE))

@@ -4,16 +4,15 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::Api;
 
 use serde_json::json;
 
 use super::PassView;
 use super::bind::{bind, patch_claim, update_claim_status};
 use super::index::{self, NodeInfo};
-use super::{Ctx, provision};
+use super::{Ctx, claim_name, provision, selected_node};
 use crate::migration::{claim_migrated_to, current_migrated_to};
 use crate::names::{
     ANN_BIND_COMPLETED, ANN_BOUND_BY_CONTROLLER, ANN_MIGRATED_TO, ANN_SELECTED_NODE,
@@ -28,15 +27,6 @@ fn annotation<'a>(claim: &'a PersistentVolumeClaim, key: &str) -> Option<&'a str
         .and_then(|a| a.get(key))
         .map(String::as_str)
 }
-
-pub(crate) fn claim_name(claim: &PersistentVolumeClaim) -> String {
-    format!(
-        "{}/{}",
-        claim.metadata.namespace.as_deref().unwrap_or_default(),
-        claim.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
 fn phase(claim: &PersistentVolumeClaim) -> Option<&str> {
     claim.status.as_ref().and_then(|s| s.phase.as_deref())
 }
@@ -77,25 +67,6 @@ async fn update_migration_annotation(
 /// Whether the claim's class binds late (`volumeBindingMode: WaitForFirstConsumer`).
 fn delays_binding(class: Option<&StorageClass>) -> bool {
     class.and_then(|c| c.volume_binding_mode.as_deref()) == Some("WaitForFirstConsumer")
-}
-
-/// The selected node, read on demand and kept for a few seconds (a node that is gone has no
-/// labels: volumes with node affinity then do not match it).
-pub(crate) async fn selected_node(ctx: &Ctx, name: &str) -> Result<NodeInfo, Error> {
-    if let Some(node) = ctx.cached_node(name) {
-        return Ok(node);
-    }
-    let api: Api<Node> = Api::all(ctx.client.clone());
-    let node = api
-        .get_opt(name)
-        .await
-        .map_err(|e| Error::kube(format!("reading the selected node {name}"), e))?;
-    let node = NodeInfo {
-        name: name.to_string(),
-        labels: node.and_then(|n| n.metadata.labels).unwrap_or_default(),
-    };
-    ctx.cache_node(node.clone());
-    Ok(node)
 }
 
 async fn sync_unbound_claim(

@@ -10,7 +10,19 @@
 pub(crate) mod pv;
 pub(crate) mod pvc;
 
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use serde_json::json;
+
+/// What the protection controllers need of the controller that runs them (passed in, so this
+/// module depends on no controller): the client, and where a written object goes so that the
+/// next pass sees it before the watch does.
+pub(crate) trait Writer {
+    fn client(&self) -> &kube::Client;
+    fn remember_volume(&self, volume: PersistentVolume) -> Arc<PersistentVolume>;
+    fn remember_claim(&self, claim: PersistentVolumeClaim) -> Arc<PersistentVolumeClaim>;
+}
 
 /// The merge patch that sets `finalizers` to `list`, valid only on `resource_version`.
 pub(crate) fn finalizers_patch(

@@ -3,12 +3,11 @@
 use k8s_openapi::api::core::v1::PersistentVolume;
 use kube::api::{Patch, PatchParams};
 
-use super::{finalizers_patch, unless_gone};
+use super::{Writer, finalizers_patch, unless_gone};
 use crate::Error;
-use crate::controller::Ctx;
 use crate::names::PV_PROTECTION_FINALIZER;
 
-pub(crate) async fn sync(ctx: &Ctx, volume: &PersistentVolume) -> Result<(), Error> {
+pub(crate) async fn sync(ctx: &impl Writer, volume: &PersistentVolume) -> Result<(), Error> {
     let name = volume.metadata.name.clone().unwrap_or_default();
     let finalizers = volume.metadata.finalizers.clone().unwrap_or_default();
     let has = finalizers.iter().any(|f| f == PV_PROTECTION_FINALIZER);
@@ -28,8 +27,7 @@ pub(crate) async fn sync(ctx: &Ctx, volume: &PersistentVolume) -> Result<(), Err
         return Ok(());
     };
     let patch = finalizers_patch(&list, volume.metadata.resource_version.as_deref());
-    let written = ctx
-        .volumes_api()
+    let written = kube::Api::<PersistentVolume>::all(ctx.client().clone())
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await;
     let Some(updated) = unless_gone(written).map_err(|e| {

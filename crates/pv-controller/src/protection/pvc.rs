@@ -7,9 +7,8 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 
-use super::{finalizers_patch, unless_gone};
+use super::{Writer, finalizers_patch, unless_gone};
 use crate::Error;
-use crate::controller::Ctx;
 use crate::names::PVC_PROTECTION_FINALIZER;
 
 /// Whether a pod holds the claims it names: it is scheduled (the kubelet only starts pods
@@ -87,7 +86,7 @@ pub(crate) fn claims_in_use(pods: &[Arc<Pod>]) -> HashSet<(String, String)> {
 }
 
 pub(crate) async fn sync(
-    ctx: &Ctx,
+    ctx: &impl Writer,
     claim: &PersistentVolumeClaim,
     in_use: &HashSet<(String, String)>,
 ) -> Result<(), Error> {
@@ -115,8 +114,7 @@ pub(crate) async fn sync(
         return Ok(());
     };
     let patch = finalizers_patch(&list, claim.metadata.resource_version.as_deref());
-    let written = ctx
-        .claims_api(&namespace)
+    let written = Api::<PersistentVolumeClaim>::namespaced(ctx.client().clone(), &namespace)
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await;
     let Some(updated) = unless_gone(written).map_err(|e| {
@@ -136,8 +134,8 @@ pub(crate) async fn sync(
 
 /// The API server's word (not the cache's) before a finalizer goes: a pod created a moment ago
 /// may not be in the cache yet (kcm asks the same way).
-async fn used_now(ctx: &Ctx, namespace: &str, claim: &str) -> Result<bool, Error> {
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+async fn used_now(ctx: &impl Writer, namespace: &str, claim: &str) -> Result<bool, Error> {
+    let api: Api<Pod> = Api::namespaced(ctx.client().clone(), namespace);
     let pods = api
         .list(&ListParams::default())
         .await

@@ -1,13 +1,10 @@
 //! What each vector row calls, and how its result is compared.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use k8s_openapi::api::core::v1::{PersistentVolume, TopologySelectorTerm, Volume};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::compare::{at_path, diff, strip_type_meta};
+use super::outcome::{Outcome, to_json};
 use super::{Row, Verdict, public};
 use crate::plugins::{
     self, InTreePlugin, aws_ebs, azure_disk, azure_file, gce_pd, plugin_by_csi_name,
@@ -15,104 +12,6 @@ use crate::plugins::{
 };
 use crate::topology::{self, LABEL_FAILURE_DOMAIN_BETA_ZONE, LABEL_TOPOLOGY_ZONE, RegionParser};
 use crate::translator;
-
-/// What a call produced: a value (the result, or for Go functions with several results the
-/// non-error ones as a record) and/or an error text.
-#[derive(Default)]
-pub(super) struct Outcome {
-    pub(super) value: Option<Value>,
-    pub(super) error: Option<String>,
-    /// Results by function name (and the other names upstream's tests give them), for rows
-    /// whose `expected` is keyed that way.
-    pub(super) named: BTreeMap<String, Value>,
-    /// Names in `named` whose function failed (their value is Go's zero value).
-    pub(super) errored: BTreeSet<String>,
-}
-
-impl Outcome {
-    fn ok(value: Value) -> Self {
-        Self {
-            value: Some(value),
-            ..Self::default()
-        }
-    }
-    pub(super) fn err(error: impl ToString) -> Self {
-        Self {
-            error: Some(error.to_string()),
-            ..Self::default()
-        }
-    }
-    fn from<T: Serialize>(r: crate::Result<T>) -> Self {
-        match r {
-            Ok(v) => Self::ok(to_json(&v)),
-            Err(e) => Self::err(e),
-        }
-    }
-    /// A Go `(record..., error)` result: the record is there also on error.
-    fn record(value: Value, error: Option<crate::Error>) -> Self {
-        Self {
-            value: Some(value),
-            error: error.map(|e| e.to_string()),
-            ..Self::default()
-        }
-    }
-
-    /// The result at `path`: a name in `named` (optionally followed by a dotted path into it),
-    /// else a dotted path into the value.
-    fn lookup(&self, path: &str) -> &Value {
-        static NULL: Value = Value::Null;
-        if let Some(v) = self.named.get(path) {
-            return v;
-        }
-        if let Some((head, rest)) = path.split_once('.') {
-            if let Some(v) = self.named.get(head) {
-                return at_path(v, rest);
-            }
-        }
-        self.value.as_ref().map_or(&NULL, |v| at_path(v, path))
-    }
-
-    /// `expected` compared key by key with [`Self::lookup`]; a failed function's entry matches
-    /// `null` and `""` (what Go returns with an error).
-    fn keyed_diff(&self, expected: &serde_json::Map<String, Value>) -> Vec<String> {
-        let mut problems = Vec::new();
-        for (path, want) in expected {
-            if path == "error" {
-                continue;
-            }
-            let head = path.split('.').next().unwrap_or("");
-            if self.errored.contains(head) && (want.is_null() || want == &json!("")) {
-                continue;
-            }
-            if let Some(d) = diff(want, self.lookup(path)) {
-                problems.push(format!("{path}:\n{d}"));
-            }
-        }
-        problems
-    }
-
-    /// Whole-result comparison: the value equals `expected`, or `expected` is an object of
-    /// named results that all match.
-    fn full_diff(&self, expected: &Value) -> Option<String> {
-        let value = self.value.clone().unwrap_or(Value::Null);
-        let d = diff(expected, &value)?;
-        if let Value::Object(fields) = expected {
-            let all_named = !fields.is_empty()
-                && fields.keys().all(|k| {
-                    k == "error" || self.named.contains_key(k.split('.').next().unwrap_or(""))
-                });
-            if all_named {
-                let problems = self.keyed_diff(fields);
-                return (!problems.is_empty()).then(|| problems.join("\n"));
-            }
-        }
-        Some(d)
-    }
-}
-
-pub(super) fn to_json<T: Serialize>(v: &T) -> Value {
-    strip_type_meta(serde_json::to_value(v).unwrap_or(Value::Null))
-}
 
 /// The typed argument, or the error a caller gets for it (`null` is "no object").
 fn typed<T: DeserializeOwned>(v: &Value, what: &str) -> Result<T, String> {

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 mod cases;
 mod compare;
+mod outcome;
 mod public;
 
 pub use public::TRANSLATOR_FUNCTIONS;

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::Row;
-use super::cases::{Outcome, to_json};
+use super::outcome::{Outcome, to_json};
 use crate::plugins::InTreePlugin;
 use crate::translator as t;
 

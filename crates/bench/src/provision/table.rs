@@ -1,9 +1,12 @@
-//! The table's rows as numbers: each row takes one run's report to one value, so that several
+//! The report as a table. The rows as numbers: each row takes one run's report to one value, so that several
 //! runs print as "median (min-max)"  and one run as its value.
 
 use crate::harness::table::{Row, Unit};
 
-use super::report::{MemorySample, ScenarioReport};
+use std::fmt::Write as _;
+
+use super::Scenario;
+use super::report::{MemorySample, Report, ScenarioReport};
 
 fn per_pvc(s: &ScenarioReport, n: u64) -> Option<f64> {
     (s.pvcs > 0).then(|| n as f64 / s.pvcs as f64)
@@ -235,3 +238,122 @@ pub(crate) const ROWS: &[Row<ScenarioReport>] = &[
         value: |s, _| ec2(&s.ec2_calls_delete, "DeleteVolume"),
     },
 ];
+
+/// The arguments that are the same in every run (not the temp paths).
+fn command(bin: &str, args: &[String]) -> String {
+    let varying = [
+        "--kubeconfig=",
+        "--csi-address=",
+        "--endpoint=",
+        "--ec2-endpoint=",
+        "--state-dir=",
+    ];
+    let mut parts = vec![bin];
+    parts.extend(
+        args.iter()
+            .map(String::as_str)
+            .filter(|a| !varying.iter().any(|v| a.starts_with(v))),
+    );
+    parts.join(" ")
+}
+
+impl Report {
+    /// The scenarios that ran, each once, in the order they first ran.
+    fn columns(&self) -> Vec<Scenario> {
+        let mut seen = Vec::new();
+        for s in &self.scenarios {
+            if !seen.contains(&s.scenario) {
+                seen.push(s.scenario);
+            }
+        }
+        seen
+    }
+
+    /// The human-readable table: a column per scenario, "median (min-max)" over the runs;
+    /// then, per scenario, the writes of its first run by request.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let columns = self.columns();
+        let _ = writeln!(
+            out,
+            "csi-bench provision: {} run(s) per scenario",
+            self.runs
+        );
+        for c in &columns {
+            if let Some(s) = self.scenarios.iter().find(|s| s.scenario == *c) {
+                let _ = writeln!(
+                    out,
+                    "{c}: {} PVCs; provisioner: {}",
+                    s.pvcs,
+                    command(&s.provisioner.bin, &s.provisioner.args)
+                );
+                let _ = writeln!(
+                    out,
+                    "{c}: driver: {}",
+                    command(&s.driver.bin, &s.driver.args)
+                );
+            }
+        }
+        let _ = writeln!(out);
+        let _ = write!(out, "{:<34}", "");
+        for c in &columns {
+            let _ = write!(out, " {:>24}", c.name());
+        }
+        let _ = writeln!(out);
+        out.push_str(&crate::harness::table::rows(
+            ROWS,
+            &self.scenarios,
+            &columns,
+            |s| s.scenario,
+            0,
+            (34, 24),
+        ));
+        let _ = writeln!(
+            out,
+            "(times from the first create / the first delete; writes per PVC, counted until {:.1} s after each phase{})",
+            self.settle_s,
+            if self.runs > 1 {
+                "; median (min-max) of the runs"
+            } else {
+                ""
+            }
+        );
+        for c in &columns {
+            let Some(s) = self.scenarios.iter().find(|s| s.scenario == *c) else {
+                continue;
+            };
+            let first = if self.runs > 1 { " (first run)" } else { "" };
+            for (phase, w) in [
+                ("until all Bound", &s.writes_bind),
+                ("delete", &s.writes_delete),
+            ] {
+                let _ = writeln!(out);
+                let _ = writeln!(out, "{c} writes {phase}{first}, by request:");
+                for (who, writes) in [
+                    ("provisioner", &w.provisioner),
+                    ("pv-ctrl", &w.pv_controller),
+                    ("other", &w.other),
+                ] {
+                    for (key, count) in &writes.by_request {
+                        let _ = writeln!(out, "  {who:<12} {key:<44} {count:>8}");
+                    }
+                }
+                if !w.other_agents.is_empty() {
+                    let agents: Vec<&str> = w.other_agents.iter().map(String::as_str).collect();
+                    let _ = writeln!(out, "  other user agents: {}", agents.join(", "));
+                }
+            }
+            for (phase, calls) in [
+                ("until all Bound", &s.ec2_calls_bind),
+                ("delete", &s.ec2_calls_delete),
+            ] {
+                if calls.is_empty() {
+                    continue;
+                }
+                let list: Vec<String> = calls.iter().map(|(k, n)| format!("{k} {n}")).collect();
+                let _ = writeln!(out, "{c} EC2 calls {phase}{first}: {}", list.join(", "));
+            }
+        }
+        out
+    }
+}

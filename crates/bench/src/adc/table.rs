@@ -1,0 +1,236 @@
+//! The report as a table. The rows as numbers: each row takes a scenario's report to one value, so that several
+//! runs of a scenario print as "median (min–max)" and one run as its value.
+
+use std::fmt::Write as _;
+
+use super::Scenario;
+use super::report::{Component, Report, ScenarioReport};
+use crate::harness::table::{Row, Unit};
+
+fn per(n: u64, pods: usize) -> Option<f64> {
+    (pods > 0).then(|| n as f64 / pods as f64)
+}
+
+/// The rows of the table, in order.
+pub(crate) const ROWS: &[Row<ScenarioReport>] = &[
+    Row {
+        label: "setup",
+        unit: Unit::Seconds,
+        value: |s, _| Some(s.setup_seconds),
+    },
+    Row {
+        label: "processes ready",
+        unit: Unit::Seconds,
+        value: |s, _| Some(s.startup_seconds),
+    },
+    Row {
+        label: "pods created",
+        unit: Unit::Seconds,
+        value: |s, _| Some(s.pods_created_seconds),
+    },
+    Row {
+        label: "first in volumesAttached",
+        unit: Unit::Seconds,
+        value: |s, _| s.first_listed_seconds,
+    },
+    Row {
+        label: "all in volumesAttached",
+        unit: Unit::Seconds,
+        value: |s, _| s.all_listed_seconds,
+    },
+    Row {
+        label: "listed at end",
+        unit: Unit::Count,
+        value: |s, _| Some(s.volumes_listed as f64),
+    },
+    Row {
+        label: "  other entries",
+        unit: Unit::Count,
+        value: |s, _| Some(s.unexpected_listed as f64),
+    },
+    Row {
+        label: "VolumeAttachments at end",
+        unit: Unit::Count,
+        value: |s, _| Some(s.volume_attachments as f64),
+    },
+    Row {
+        label: "  attached",
+        unit: Unit::Count,
+        value: |s, _| Some(s.volume_attachments_attached as f64),
+    },
+    Row {
+        label: "ADC writes / volume",
+        unit: Unit::Ratio,
+        value: |s, n| per(s.adc.writes.total, n),
+    },
+    Row {
+        label: "  VolumeAttachment",
+        unit: Unit::Ratio,
+        value: |s, n| per(s.adc.writes.to_resource("volumeattachments"), n),
+    },
+    Row {
+        label: "  Node (status)",
+        unit: Unit::Ratio,
+        value: |s, n| per(s.adc.writes.to_resource("nodes"), n),
+    },
+    Row {
+        label: "  Event",
+        unit: Unit::Ratio,
+        value: |s, n| per(s.adc.writes.to_resource("events"), n),
+    },
+    Row {
+        label: "  failed",
+        unit: Unit::Count,
+        value: |s, _| Some(s.adc.writes.failed as f64),
+    },
+    Row {
+        label: "ADC peak RSS",
+        unit: Unit::Bytes,
+        value: |s, _| s.adc.peak_rss_bytes.map(|b| b as f64),
+    },
+    Row {
+        label: "ADC CPU",
+        unit: Unit::Seconds,
+        value: |s, _| s.adc.cpu_seconds,
+    },
+    Row {
+        label: "attacher writes / volume",
+        unit: Unit::Ratio,
+        value: |s, n| s.attacher.as_ref().and_then(|a| per(a.writes.total, n)),
+    },
+    Row {
+        label: "attacher peak RSS",
+        unit: Unit::Bytes,
+        value: |s, _| {
+            s.attacher
+                .as_ref()
+                .and_then(|a| a.peak_rss_bytes)
+                .map(|b| b as f64)
+        },
+    },
+    Row {
+        label: "attacher CPU",
+        unit: Unit::Seconds,
+        value: |s, _| s.attacher.as_ref().and_then(|a| a.cpu_seconds),
+    },
+];
+
+/// The binary and the arguments that are the same in every scenario (not the temp paths,
+/// ports and the scenario's --skip-attach: the JSON has those).
+fn command(c: &Component) -> String {
+    let varying = [
+        "--kubeconfig=",
+        "--csi-address=",
+        "--http-endpoint=",
+        "--skip-attach=",
+    ];
+    let mut parts = vec![c.bin.as_str()];
+    parts.extend(
+        c.args
+            .iter()
+            .map(String::as_str)
+            .filter(|a| !varying.iter().any(|v| a.starts_with(v))),
+    );
+    parts.join(" ")
+}
+
+impl Report {
+    /// The scenarios that ran, each once, in the order they first ran.
+    fn columns(&self) -> Vec<Scenario> {
+        let mut seen = Vec::new();
+        for s in &self.scenarios {
+            if !seen.contains(&s.scenario) {
+                seen.push(s.scenario);
+            }
+        }
+        seen
+    }
+
+    /// The human-readable table: a column per scenario, "median (min-max)" over the runs.
+    pub fn table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "csi-bench adc: {} pods (one CSI volume each, driver {}) on {} nodes, {} run(s) per scenario",
+            self.pods, self.driver, self.nodes, self.runs
+        );
+        if let Some(first) = self.scenarios.first() {
+            let _ = writeln!(out, "ADC:      {}", command(&first.adc));
+        }
+        if let Some(a) = self.scenarios.iter().find_map(|s| s.attacher.as_ref()) {
+            let _ = writeln!(out, "attacher: {}", command(a));
+        }
+        let _ = writeln!(out);
+        let columns = self.columns();
+        let _ = write!(out, "{:<26}", "");
+        for c in &columns {
+            let _ = write!(out, " {:>22}", c.name());
+        }
+        let _ = writeln!(out);
+        out.push_str(&crate::harness::table::rows(
+            ROWS,
+            &self.scenarios,
+            &columns,
+            |s| s.scenario,
+            self.pods,
+            (26, 22),
+        ));
+        let _ = writeln!(
+            out,
+            "(times from the first pod create; writes per volume and CPU over each process's whole life, settle included{})",
+            if self.runs > 1 {
+                "; median (min-max) of the runs"
+            } else {
+                ""
+            }
+        );
+        if let Some((median, min, max)) = crate::harness::table::spread(&self.through_adc_speedups)
+        {
+            let range = if self.through_adc_speedups.len() > 1 {
+                format!(" ({min:.2}-{max:.2}x)")
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                out,
+                "through-adc is {median:.2}x{range} as fast as attach-required to all in volumesAttached (target >= 3x)"
+            );
+        }
+        for c in &columns {
+            let Some(s) = self.scenarios.iter().find(|s| s.scenario == *c) else {
+                continue;
+            };
+            let _ = writeln!(out);
+            let first = if self.runs > 1 { " (first run)" } else { "" };
+            let _ = writeln!(out, "{} writes by request{first}:", c.name());
+            let parties = [("ADC", Some(&s.adc)), ("attacher", s.attacher.as_ref())];
+            for (who, c) in parties.iter().filter_map(|(w, c)| c.map(|c| (w, c))) {
+                for (key, count) in &c.writes.by_request {
+                    let _ = writeln!(out, "  {who:<9} {key:<40} {count:>8}");
+                }
+                let agents: Vec<&str> = c.user_agents.iter().map(String::as_str).collect();
+                let _ = writeln!(
+                    out,
+                    "  {who:<9} user agents: {}",
+                    if agents.is_empty() {
+                        "(no writes)".to_owned()
+                    } else {
+                        agents.join(", ")
+                    }
+                );
+            }
+        }
+        for s in self
+            .scenarios
+            .iter()
+            .filter(|s| s.own_writes != s.own_writes_seen)
+        {
+            let _ = writeln!(
+                out,
+                "warning: {}: the benchmark counted {} own writes but the API server saw {}",
+                s.scenario, s.own_writes, s.own_writes_seen
+            );
+        }
+        out
+    }
+}
