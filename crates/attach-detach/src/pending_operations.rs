@@ -69,9 +69,11 @@ impl OperationTable {
             .backoff
             .entry((volume.to_string(), node.to_string()))
             .or_insert((0, Instant::now()));
-        let delay = initial
-            .saturating_mul(2u32.saturating_pow(entry.0.min(31)))
-            .min(max);
+        let delay = component_runtime::workqueue::Backoff {
+            start: initial,
+            max,
+        }
+        .delay(entry.0.saturating_add(1));
         entry.0 = entry.0.saturating_add(1);
         entry.1 = Instant::now() + delay;
         delay

@@ -5,20 +5,14 @@
 // Test code (helpers included): a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+mod common;
+
+use common::{assert_gone, binary, script};
 use csi_bench::Error;
 use csi_bench::adc::{LoadConfig, Scenario};
-
-fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
-
 fn small(adc: PathBuf, scenarios: Vec<Scenario>) -> LoadConfig {
     LoadConfig {
         adc_bin: adc,
@@ -29,19 +23,6 @@ fn small(adc: PathBuf, scenarios: Vec<Scenario>) -> LoadConfig {
         settle: Duration::from_secs(1),
         ..LoadConfig::default()
     }
-}
-
-/// A binary named by `var`, else `name` beside this test (target/DEBUG/deps/../NAME).
-fn binary(var: &str, name: &str) -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os(var) {
-        let p = PathBuf::from(p);
-        assert!(p.exists(), "{var}={} does not exist", p.display());
-        return Some(p);
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.join(name)))
-        .filter(|p| p.exists())
 }
 
 #[tokio::test]
@@ -131,18 +112,7 @@ async fn an_adc_that_never_watches_times_out_at_start_up_and_is_killed() {
         .parse()
         .unwrap();
     // Killed and reaped (or a zombie for a moment) within the grace period of the stop.
-    let alive = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .is_ok_and(|stat| !stat.contains(") Z "))
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(pid) {
-        assert!(
-            Instant::now() < deadline,
-            "the ADC stand-in {pid} still runs"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert_gone(pid, "the ADC stand-in").await;
 }
 
 /// The three scenarios with the real controller and attacher, 20 pods on 2 nodes.

@@ -4,21 +4,15 @@
 // Test code (helpers included): a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::{assert_gone, binary, script};
 use csi_bench::Error;
 use csi_bench::attacher::LoadConfig;
 use csi_mock::{Method, MockConfig};
-
-fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
-
 fn small(bin: PathBuf) -> LoadConfig {
     LoadConfig {
         attacher_bin: bin,
@@ -137,18 +131,7 @@ async fn a_hanging_attacher_times_out_and_is_killed() {
         .trim()
         .parse()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        if status.is_empty() || status.contains("State:\tZ") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the hanging attacher {pid} still runs"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert_gone(pid, "the hanging attacher").await;
 }
 
 #[tokio::test]
@@ -182,15 +165,7 @@ async fn zero_count_is_refused() {
 /// csi-attacher built beside this test: a run against a csi-mock this test owns, so it can check what the driver saw.
 #[tokio::test]
 async fn full_load_with_a_real_attacher() {
-    // Else the csi-attacher of this target dir (deps/../csi-attacher), when it has been built.
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| Some(exe.parent()?.parent()?.join("csi-attacher")))
-        .filter(|p| p.exists());
-    let Some(bin) = std::env::var_os("CSI_ATTACHER_BIN")
-        .map(PathBuf::from)
-        .or(beside)
-    else {
+    let Some(bin) = binary("CSI_ATTACHER_BIN", "csi-attacher") else {
         test_support::skip_or_fail(
             "no csi-attacher built in this target dir and CSI_ATTACHER_BIN unset \
              (`cargo build -p attacher` or set CSI_ATTACHER_BIN to any attacher binary)",

@@ -5,24 +5,13 @@
 //! registrar -p hostpath-driver` by hand).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+mod common;
+
+use common::debug_dir;
 use csi_bench::node::{Binaries, LoadConfig, Scenario};
 use test_support::mounts_below;
-
-/// The target dir's `debug/`: `$CARGO_TARGET_DIR/debug`, else the directory above this test
-/// binary (`target/debug/deps/..`).
-fn debug_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        let d = PathBuf::from(dir).join("debug");
-        if d.is_dir() {
-            return d;
-        }
-    }
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiny_run_of_two_hostpath_scenarios() {

@@ -4,23 +4,12 @@
 //! that the report is complete and sane; no timing assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use csi_bench::provision::{Binaries, LoadConfig, Scenario};
+mod common;
 
-/// The target dir's `debug/`: `$CARGO_TARGET_DIR/debug`, else the directory above this test
-/// binary (`target/debug/deps/..`).
-fn debug_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        let d = PathBuf::from(dir).join("debug");
-        if d.is_dir() {
-            return d;
-        }
-    }
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().and_then(Path::parent).unwrap().to_path_buf()
-}
+use common::debug_dir;
+use csi_bench::provision::{Binaries, LoadConfig, Scenario};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_pvcs_on_hostpath_are_bound_and_deleted() {

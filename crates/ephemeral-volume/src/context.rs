@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use component_runtime::ObjectCache;
-use k8s_openapi::api::core::v1::{ObjectReference, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Client;
+use kube::Resource as _;
 
 use crate::config::Options;
 use crate::metrics::Metrics;
@@ -101,11 +102,11 @@ impl Ctx {
             return;
         }
         let attempts = failures.get(key).map_or(0, |f| f.attempts);
-        let delay = self
-            .options
-            .backoff_initial
-            .saturating_mul(2u32.saturating_pow(attempts.min(20)))
-            .min(self.options.backoff_max);
+        let delay = component_runtime::workqueue::Backoff {
+            start: self.options.backoff_initial,
+            max: self.options.backoff_max,
+        }
+        .delay(attempts.saturating_add(1));
         failures.insert(
             key.to_string(),
             Failure {
@@ -123,15 +124,7 @@ impl Ctx {
     /// A Warning Event on `pod`, from `ephemeral_volume` as kcm's.
     pub(crate) async fn warn(&self, pod: &Pod, reason: &str, message: &str) {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        let involved = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(namespace.clone()),
-            name: pod.metadata.name.clone(),
-            uid: pod.metadata.uid.clone(),
-            resource_version: pod.metadata.resource_version.clone(),
-            ..Default::default()
-        };
+        let involved = pod.object_ref(&());
         self.events
             .record(
                 &namespace,

@@ -17,12 +17,10 @@ use std::time::{Duration, Instant};
 use component_runtime::{EventRecorder, EventType};
 use component_runtime::{ObjectCache, SharedCaches};
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::{
-    Node, ObjectReference, PersistentVolume, PersistentVolumeClaim, Pod,
-};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{Patch, PatchParams, PostParams};
-use kube::{Api, Client};
+use kube::{Api, Client, Resource as _};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -596,26 +594,18 @@ impl Scheduler {
             attempts: 0,
             retry_at: Instant::now(),
         });
-        let delay = self
-            .config
-            .initial_backoff
-            .saturating_mul(2u32.saturating_pow(entry.attempts.min(16)))
-            .min(self.config.max_backoff);
+        let delay = component_runtime::workqueue::Backoff {
+            start: self.config.initial_backoff,
+            max: self.config.max_backoff,
+        }
+        .delay(entry.attempts.saturating_add(1));
         entry.attempts = entry.attempts.saturating_add(1);
         entry.retry_at = Instant::now() + delay;
     }
 
     async fn event(&self, pod: &Pod, type_: EventType, reason: &str, message: &str) {
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        let involved = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(namespace.clone()),
-            name: pod.metadata.name.clone(),
-            uid: pod.metadata.uid.clone(),
-            resource_version: pod.metadata.resource_version.clone(),
-            ..Default::default()
-        };
+        let involved = pod.object_ref(&());
         self.events
             .record(&namespace, involved, type_, reason, message)
             .await;

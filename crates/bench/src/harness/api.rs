@@ -46,6 +46,35 @@ pub fn client(server: &RunningApiServer, user_agent: &str) -> Result<Client, Err
         .map_err(Error::Client)
 }
 
+/// Deletes each of `names` through `api`, `parallelism` calls in flight: each name with the
+/// instant just before its call, the start a delete latency is timed from. `what` names the
+/// kind in errors ("pod", "PVC").
+pub async fn delete_timed<K>(
+    api: &kube::Api<K>,
+    names: impl IntoIterator<Item = String>,
+    parallelism: usize,
+    what: &str,
+) -> Result<Vec<(String, std::time::Instant)>, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    use futures::{StreamExt as _, TryStreamExt as _};
+    futures::stream::iter(names)
+        .map(|name| async move {
+            let start = std::time::Instant::now();
+            api.delete(&name, &kube::api::DeleteParams::default())
+                .await
+                .map_err(|source| Error::Kube {
+                    op: format!("deleting {what} {name}"),
+                    source,
+                })?;
+            Ok::<_, Error>((name, start))
+        })
+        .buffer_unordered(parallelism.max(1))
+        .try_collect()
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -67,8 +96,41 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         assert!(server.url().starts_with("https://127.0.0.1:"));
         let c = client(&server, "csi-bench-test/1").unwrap();
-        let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(c);
+        let ns: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(c.clone());
         ns.list(&Default::default()).await.unwrap();
+        // Timed deletes: each name once, its start before the call; an unknown one is an error
+        // that names it.
+        let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(c.clone(), "default");
+        for name in ["a", "b", "c"] {
+            let cm =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+            cms.create(&Default::default(), &cm).await.unwrap();
+        }
+        let before = std::time::Instant::now();
+        let mut deleted = delete_timed(&cms, ["a", "b", "c"].map(String::from), 2, "config map")
+            .await
+            .unwrap();
+        deleted.sort();
+        assert_eq!(
+            deleted.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            ["a", "b", "c"]
+        );
+        assert!(deleted.iter().all(|(_, at)| *at >= before));
+        assert!(
+            cms.list(&Default::default())
+                .await
+                .unwrap()
+                .items
+                .is_empty()
+        );
+        let err = delete_timed(&cms, ["nope".to_string()], 1, "config map")
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("deleting config map nope"),
+            "{err}"
+        );
         let audit = server.audit();
         assert!(
             audit

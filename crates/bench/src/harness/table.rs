@@ -68,6 +68,18 @@ pub fn cell(unit: Unit, values: &[f64]) -> String {
     }
 }
 
+/// The columns of a table of runs: each run's column once, in the order they first ran.
+pub fn columns<R, C: PartialEq>(runs: &[R], column_of: impl Fn(&R) -> C) -> Vec<C> {
+    let mut seen = Vec::new();
+    for r in runs {
+        let c = column_of(r);
+        if !seen.contains(&c) {
+            seen.push(c);
+        }
+    }
+    seen
+}
+
 /// The body of a table: one line per row, one cell per column, each cell over the runs whose
 /// `column_of` is that column. `widths` are the label's and each cell's.
 pub fn rows<R, C: PartialEq>(
@@ -141,7 +153,8 @@ mod tests {
                 value: |r, n| (r.0 == "b").then(|| r.1 / n as f64),
             },
         ];
-        let text = rows(table, &runs, &["a", "b"], |r| r.0, 10, (8, 14));
+        assert_eq!(columns(&runs, |r| r.0), ["a", "b"]);
+        let text = rows(table, &runs, &columns(&runs, |r| r.0), |r| r.0, 10, (8, 14));
         assert_eq!(
             text,
             "time     2.00 (1.00-3.00) s         5.00 s\n\

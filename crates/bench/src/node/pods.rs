@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::watcher;
 
 use crate::harness::goals::{Counts, GoalWatch};
@@ -198,23 +198,9 @@ pub(crate) async fn measure(
 
     // Teardown: every pod deleted at once; gone when the agent confirmed the deletion.
     let t1 = Instant::now();
-    let delete_starts: Vec<(String, Instant)> = futures::stream::iter(starts.iter())
-        .map(|(name, _)| {
-            let pods = pods.clone();
-            async move {
-                let start = Instant::now();
-                pods.delete(name, &DeleteParams::default())
-                    .await
-                    .map_err(|source| Error::Kube {
-                        op: format!("deleting pod {name}"),
-                        source,
-                    })?;
-                Ok::<_, Error>((name.clone(), start))
-            }
-        })
-        .buffer_unordered(config.parallelism)
-        .try_collect()
-        .await?;
+    let names = starts.iter().map(|(name, _)| name.clone());
+    let delete_starts =
+        crate::harness::api::delete_timed(&pods, names, config.parallelism, "pod").await?;
     wait(
         &w,
         env,

@@ -9,7 +9,7 @@ use csi_spec::v1::controller_client::ControllerClient;
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 
 use super::env::Env;
 use super::report::{MemorySample, PhaseWrites, ProcessReport, ScenarioReport};
@@ -195,24 +195,9 @@ pub(crate) async fn measure(
     // Deletes: every claim at once; done when every volume is gone (DeleteVolume, then the
     // provisioner's and pv-protection's finalizers removed) and every claim too.
     let t1 = Instant::now();
-    let delete_starts: Vec<(String, Instant)> = futures::stream::iter(starts.iter())
-        .map(|(name, _)| {
-            let claims = claims.clone();
-            async move {
-                let start = Instant::now();
-                claims
-                    .delete(name, &DeleteParams::default())
-                    .await
-                    .map_err(|source| Error::Kube {
-                        op: format!("deleting PVC {name}"),
-                        source,
-                    })?;
-                Ok::<_, Error>((name.clone(), start))
-            }
-        })
-        .buffer_unordered(config.parallelism)
-        .try_collect()
-        .await?;
+    let names = starts.iter().map(|(name, _)| name.clone());
+    let delete_starts =
+        crate::harness::api::delete_timed(&claims, names, config.parallelism, "PVC").await?;
     let deletes_sent = t1.elapsed();
     wait(
         env,

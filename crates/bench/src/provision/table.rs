@@ -260,13 +260,7 @@ fn command(bin: &str, args: &[String]) -> String {
 impl Report {
     /// The scenarios that ran, each once, in the order they first ran.
     fn columns(&self) -> Vec<Scenario> {
-        let mut seen = Vec::new();
-        for s in &self.scenarios {
-            if !seen.contains(&s.scenario) {
-                seen.push(s.scenario);
-            }
-        }
-        seen
+        crate::harness::table::columns(&self.scenarios, |s| s.scenario)
     }
 
     /// The human-readable table: a column per scenario, "median (min-max)" over the runs;

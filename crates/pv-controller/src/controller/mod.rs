@@ -242,11 +242,11 @@ impl Ctx {
             return;
         }
         let attempts = failures.get(key).map_or(0, |f| f.attempts);
-        let delay = self
-            .options
-            .backoff_initial
-            .saturating_mul(2u32.saturating_pow(attempts.min(16)))
-            .min(self.options.backoff_max);
+        let delay = component_runtime::workqueue::Backoff {
+            start: self.options.backoff_initial,
+            max: self.options.backoff_max,
+        }
+        .delay(attempts.saturating_add(1));
         failures.insert(
             key.to_string(),
             Failure {
