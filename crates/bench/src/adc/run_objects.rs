@@ -5,10 +5,8 @@
 //! Written with bounded parallelism; every write is counted to cross-check the audit trail.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use futures::{TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -19,6 +17,7 @@ use serde_json::json;
 
 use super::nodes::Expected;
 use super::{Error, Scenario};
+use crate::harness::api::bounded;
 
 /// Label on every Node and pod a run creates; the watches select on it.
 pub(crate) const LOAD_LABEL: &str = "app.kubernetes.io/created-by";
@@ -71,21 +70,6 @@ pub(crate) fn expected(driver: &str, pods: usize, nodes: usize) -> Expected {
         );
     }
     map
-}
-
-/// Runs `f` over `items` with at most `parallelism` in flight; the first error ends it.
-async fn bounded<T, F, Fut>(
-    items: impl Iterator<Item = T>,
-    parallelism: usize,
-    f: F,
-) -> Result<(), Error>
-where
-    F: Fn(T) -> Fut,
-    Fut: Future<Output = Result<(), Error>>,
-{
-    stream::iter(items.map(Ok))
-        .try_for_each_concurrent(parallelism.max(1), f)
-        .await
 }
 
 /// Creates a run's objects.

@@ -4,10 +4,8 @@
 //! count cross-checks that).
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Mutex;
 
-use futures::{StreamExt, TryStreamExt, stream};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::api::{DeleteParams, PostParams};
@@ -16,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::Error;
+use crate::harness::api::bounded;
 
 /// Label on every PV and VolumeAttachment a run creates; the watches select on it.
 pub(crate) const LOAD_LABEL: &str = "app.kubernetes.io/created-by";
@@ -82,23 +81,6 @@ fn object<K: DeserializeOwned>(
     value: serde_json::Value,
 ) -> Result<K, Error> {
     serde_json::from_value(value).map_err(|e| Error::Config(format!("building {kind} {name}: {e}")))
-}
-
-/// Runs `f` over `items` with at most `parallelism` in flight; the first error wins.
-async fn bounded<T, F, Fut>(
-    items: impl Iterator<Item = T>,
-    parallelism: usize,
-    f: F,
-) -> Result<(), Error>
-where
-    F: Fn(T) -> Fut,
-    Fut: Future<Output = Result<(), Error>>,
-{
-    stream::iter(items)
-        .map(f)
-        .buffer_unordered(parallelism.max(1))
-        .try_for_each(|()| async { Ok(()) })
-        .await
 }
 
 /// Creates and deletes the run's objects.

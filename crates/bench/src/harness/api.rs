@@ -46,6 +46,23 @@ pub fn client(server: &RunningApiServer, user_agent: &str) -> Result<Client, Err
         .map_err(Error::Client)
 }
 
+/// Runs `f` over `items` with at most `parallelism` in flight; the first error ends it: how a
+/// scenario creates its objects.
+pub async fn bounded<T, F, Fut>(
+    items: impl Iterator<Item = T>,
+    parallelism: usize,
+    f: F,
+) -> Result<(), Error>
+where
+    F: Fn(T) -> Fut,
+    Fut: std::future::Future<Output = Result<(), Error>>,
+{
+    use futures::TryStreamExt as _;
+    futures::stream::iter(items.map(Ok))
+        .try_for_each_concurrent(parallelism.max(1), f)
+        .await
+}
+
 /// Deletes each of `names` through `api`, `parallelism` calls in flight: each name with the
 /// instant just before its call, the start a delete latency is timed from. `what` names the
 /// kind in errors ("pod", "PVC").
