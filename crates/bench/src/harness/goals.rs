@@ -22,8 +22,12 @@ use tokio::task::JoinHandle;
 /// What the watch saw, with when.
 #[derive(Debug, Default)]
 pub struct Seen {
-    /// Objects that exist now, and whether each meets its goal now.
-    pub existing: HashMap<String, bool>,
+    /// Objects that exist now, and whether each meets its goal now (changed only through
+    /// [`Seen::set_existing`] and [`Seen::set_gone`], which keep `matching` with it).
+    existing: HashMap<String, bool>,
+    /// How many of `existing` meet the goal: kept as they change, not counted per event (a
+    /// run of 10,000 objects sends tens of thousands of events).
+    matching: usize,
     /// When each object first met its goal, and what the goal function said then (a claim's
     /// volume; empty when it says nothing).
     pub reached: HashMap<String, (Instant, String)>,
@@ -34,6 +38,18 @@ pub struct Seen {
 }
 
 impl Seen {
+    fn set_existing(&mut self, name: String, met: bool) {
+        let was = self.existing.insert(name, met);
+        self.matching = self.matching + usize::from(met) - usize::from(was == Some(true));
+    }
+
+    fn set_gone(&mut self, name: String, now: Instant) {
+        if self.existing.remove(&name) == Some(true) {
+            self.matching -= 1;
+        }
+        self.gone.entry(name).or_insert(now);
+    }
+
     /// When `name` first met its goal.
     pub fn reached_at(&self, name: &str) -> Option<Instant> {
         self.reached.get(name).map(|(at, _)| *at)
@@ -111,20 +127,20 @@ impl GoalWatch {
                             .cloned()
                             .collect();
                         for name in vanished {
-                            seen.gone.entry(name).or_insert(now);
+                            seen.set_gone(name, now);
                         }
+                        seen.matching = listed.values().filter(|m| **m).count();
                         seen.existing = listed;
                         synced = true;
                     }
                     Ok(Event::Apply(o)) => {
                         let name = o.meta().name.clone().unwrap_or_default();
                         let met = note(&mut seen, &name, goal(&o), now);
-                        seen.existing.insert(name, met);
+                        seen.set_existing(name, met);
                     }
                     Ok(Event::Delete(o)) => {
                         let name = o.meta().name.clone().unwrap_or_default();
-                        seen.existing.remove(&name);
-                        seen.gone.entry(name).or_insert(now);
+                        seen.set_gone(name, now);
                     }
                     Err(e) => {
                         // The watcher lists again after a backoff; what it saw stays.
@@ -135,7 +151,7 @@ impl GoalWatch {
                 tx.send_replace(Counts {
                     synced,
                     existing: seen.existing.len(),
-                    matching: seen.existing.values().filter(|m| **m).count(),
+                    matching: seen.matching,
                     reached: seen.reached.len(),
                     gone: seen.gone.len(),
                 });
@@ -193,6 +209,27 @@ mod tests {
             "metadata": {"name": name, "labels": {"run": "goals"}},
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_match_count_follows_every_change() {
+        let now = Instant::now();
+        let mut seen = Seen::default();
+        seen.set_existing("a".into(), true);
+        seen.set_existing("b".into(), false);
+        seen.set_existing("a".into(), true);
+        assert_eq!(seen.matching, 1, "the same state twice counts once");
+        seen.set_existing("b".into(), true);
+        assert_eq!(seen.matching, 2);
+        seen.set_existing("a".into(), false);
+        assert_eq!(seen.matching, 1);
+        seen.set_gone("b".into(), now);
+        seen.set_gone("c".into(), now);
+        assert_eq!(seen.matching, 0);
+        assert_eq!(seen.existing.len(), 1);
+        assert_eq!(seen.gone.len(), 2);
+        let recount = seen.existing.values().filter(|m| **m).count();
+        assert_eq!(seen.matching, recount);
     }
 
     #[tokio::test]
