@@ -131,18 +131,10 @@ fn whole(v: f64) -> String {
 /// One run's value, or the median over runs with the range when the runs differ at the
 /// shown precision: `1.23 s (1.10 s–1.40 s)`.
 fn agg(values: &[f64], fmt: fn(f64) -> String) -> String {
-    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
+    let Some((median, min, max)) = crate::harness::table::spread(values) else {
         return "n/a".into();
-    }
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    let median = if v.len() % 2 == 0 {
-        (v[mid - 1] + v[mid]) / 2.0
-    } else {
-        v[mid]
     };
-    let (lo, hi) = (fmt(v[0]), fmt(v[v.len() - 1]));
+    let (lo, hi) = (fmt(min), fmt(max));
     if lo == hi {
         fmt(median)
     } else {
