@@ -864,8 +864,11 @@ impl World<'_> {
                         break;
                     }
                     // `--sabotage` left to do (a loaded machine gave it no chance in the
-                    // schedule): every file is written again, each write a chance.
+                    // schedule): every file is written again, each write a chance, and a
+                    // slot the sabotage can act through gets a claim and a pod if the
+                    // schedule left it without.
                     self.verified.clear();
+                    self.offer_sabotage(&pods, &claims).await;
                     last = format!(
                         "sabotage {:?} not done yet (corrupted file read back: {}, deleted volume reported: {})",
                         self.sabotage,
@@ -914,6 +917,66 @@ impl World<'_> {
         if let Some((pods, claims)) = self.list().await {
             self.data(&pods, &claims).await;
             self.check(&pods, &claims).await;
+        }
+    }
+
+    /// Settling with `--sabotage` left: the schedule may have ended with no pod the next
+    /// sabotage can act through (`DeleteVolume` needs an EBS claim, the even slots; every kind
+    /// needs the pod's volume mounted, which an earlier `Unmount` took away). The first slot
+    /// that fits gets what it lacks, one step per call: a claim, a pod, or, for a pod whose
+    /// volume was unmounted under it, its deletion so that a fresh pod mounts it again (a
+    /// claim being deleted is passed over, or its pod deleted if no other slot fits). Only
+    /// called when nothing is stuck, so every live pod is Ready.
+    async fn offer_sabotage(&mut self, pods: &[Pod], claims: &[PersistentVolumeClaim]) {
+        let Some(kind) = self.sabotage.first().copied() else {
+            return;
+        };
+        let mounted = check::mount_points();
+        let live = |slot: usize| {
+            pods.iter()
+                .find(|p| slot_of(p) == Some(slot) && p.metadata.deletion_timestamp.is_none())
+        };
+        let usable = |p: &Pod| {
+            check::volume_paths(p)
+                .into_iter()
+                .any(|(v, path)| v == "data" && mounted.contains(&path))
+        };
+        let claim_of = |slot: usize| {
+            claims
+                .iter()
+                .find(|c| c.metadata.name.as_deref() == Some(claim_name(slot).as_str()))
+        };
+        let deleting =
+            |slot: usize| claim_of(slot).is_some_and(|c| c.metadata.deletion_timestamp.is_some());
+        let fits: Vec<usize> = (0..self.claims)
+            .filter(|s| kind != Sabotage::DeleteVolume || s % 2 == 0)
+            .collect();
+        let slots: Vec<usize> = fits.iter().copied().filter(|s| !deleting(*s)).collect();
+        if slots.iter().any(|s| live(*s).is_some_and(usable)) {
+            return;
+        }
+        let Some(&slot) = slots.first() else {
+            // Every slot that fits has its claim being deleted, held by pvc-protection for a
+            // pod settling leaves alone: that pod goes, then the claim, then a new claim comes.
+            if let Some(pod) = fits.iter().find_map(|s| live(*s)) {
+                let name = pod_name(pod);
+                eprintln!(
+                    "chaos: pod {name} holds a claim being deleted; deleted for sabotage {kind:?}"
+                );
+                self.delete_pod(&name).await;
+            }
+            return;
+        };
+        if claim_of(slot).is_none() {
+            eprintln!("chaos: claim {} for sabotage {kind:?}", claim_name(slot));
+            self.create_claim(slot).await;
+        } else if let Some(pod) = live(slot) {
+            let name = pod_name(pod);
+            eprintln!("chaos: pod {name} lost its volume's mount; a new one for sabotage {kind:?}");
+            self.delete_pod(&name).await;
+        } else {
+            eprintln!("chaos: a pod of {} for sabotage {kind:?}", claim_name(slot));
+            self.create_pod(slot, None).await;
         }
     }
 
