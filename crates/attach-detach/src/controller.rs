@@ -18,7 +18,7 @@ use crate::context::{Caches, Ctx};
 use crate::events::EventRecorder;
 use crate::in_tree::InTree;
 use crate::metrics::Metrics;
-use crate::reconciler::Reconciler;
+use crate::reconciler::{Live, Reconciler};
 use crate::{Error, populator};
 
 /// The least time between two passes started by pod changes: a burst of pods is taken in a
@@ -111,7 +111,11 @@ impl Controller {
         let mut pods_live = true;
         loop {
             let last_pass = std::time::Instant::now();
-            reconciler.pass(&ctx, &mut operations).await;
+            let mut effects = Live {
+                ctx: &ctx,
+                tasks: &mut operations,
+            };
+            reconciler.pass(&ctx, &mut effects).await;
             // Reap finished operation tasks (their results are already in the state).
             while operations.try_join_next().is_some() {}
             let period = ctx.options.reconciler_sync_period;

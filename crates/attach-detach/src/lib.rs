@@ -15,7 +15,10 @@
 //! - `volume_spec`: one pod volume → what to attach, by which plugin (CSI, the in-tree
 //!   `kubernetes.io/aws-ebs` plugin, or CSI after migration);
 //! - `reconciler`: detach first, then attach; operations per volume never overlap, failed ones
-//!   back off exponentially;
+//!   back off exponentially. It reads the caches and the state in the `context` leaf and acts
+//!   only through its `Effects` trait (start an operation, write node status, record an
+//!   Event), as Kubernetes passes its reconciler an operation executor and a node status
+//!   updater; its unit tests run whole passes against a fake that records and can refuse;
 //! - `statusupdater`: `node.status.volumesAttached` on the status subresource;
 //! - `events`, [`metrics`]: pod Events and Prometheus metrics with Kubernetes' names.
 //!

@@ -15,7 +15,7 @@ use crate::context::Ctx;
 use crate::populator::is_managed;
 
 /// What the node's list holds: (name, devicePath).
-type Reported = Vec<(String, String)>;
+pub(crate) type Reported = Vec<(String, String)>;
 
 #[derive(Debug, Default)]
 pub(crate) struct NodeStatusUpdater {
@@ -94,18 +94,6 @@ impl NodeStatusUpdater {
             }
         }
         out
-    }
-
-    /// Writes one node's list; remembers it on success.
-    pub(crate) async fn write(
-        &mut self,
-        ctx: &Ctx,
-        node: &str,
-        reported: Reported,
-    ) -> Result<(), Error> {
-        let updated = Self::patch(ctx, node, &reported).await?;
-        self.written(node, &updated, reported);
-        Ok(())
     }
 
     /// The patch of one node's list, without remembering it (see [`Self::written`]): lets a

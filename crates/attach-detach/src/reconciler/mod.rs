@@ -9,20 +9,24 @@
 //! (or whose driver became attachable, the downgrade in the skip-attach design,
 //! docs/design/skip-attach.md) is attached again.
 
+mod effects;
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::cache::{Attachment, DetachHow, PodRef, VolumeNode, VolumeToAttach};
 use crate::context::{Ctx, State};
 use crate::events::{FAILED_ATTACH, FORCED_DETACH, attach_failed, multi_attach};
 use crate::metrics::{ACTUAL, DESIRED};
-use crate::operations::{attach_no_op, is_no_op, spawn_success_events, start_attach, start_detach};
+use crate::operations::{attach_no_op, is_no_op};
 use crate::populator::{self, Desired};
 use crate::statusupdater::NodeStatusUpdater;
+
+pub(crate) use effects::{Effects, Live};
 
 /// A detach one pass decided to start.
 struct Detach {
@@ -117,12 +121,13 @@ impl Reconciler {
         }
     }
 
-    pub(crate) async fn pass(&mut self, ctx: &Arc<Ctx>, tasks: &mut JoinSet<()>) {
+    /// One pass: reads the caches and the state in `ctx`, acts through `effects`.
+    pub(crate) async fn pass(&mut self, ctx: &Ctx, effects: &mut impl Effects) {
         let desired = {
             let state = ctx.state();
             populator::desired_state(ctx, &state.asw)
         };
-        self.report_failures(ctx, &desired).await;
+        self.report_failures(ctx, effects, &desired).await;
         let plan = {
             let mut state = ctx.state();
             populator::refresh_mounted(ctx, &mut state.asw);
@@ -137,30 +142,28 @@ impl Reconciler {
             plan
         };
         for (pod, message) in &plan.multi_attach_events {
-            ctx.events
-                .pod_event(pod, true, FAILED_ATTACH, message)
-                .await;
+            effects.pod_warning(pod, FAILED_ATTACH, message).await;
         }
-        self.detach(ctx, tasks, plan.detaches).await;
+        self.detach(ctx, effects, plan.detaches).await;
         let mut no_op_events = Vec::new();
         for (volume, node, pods) in plan.attaches {
             if is_no_op(ctx, &volume) {
                 no_op_events.push(attach_no_op(ctx, &volume, &node, pods));
             } else {
-                start_attach(ctx, tasks, volume, node, pods);
+                effects.start_attach(volume, node, pods);
             }
         }
-        self.write_status(ctx).await;
-        spawn_success_events(ctx, tasks, no_op_events);
+        self.write_status(ctx, effects).await;
+        effects.success_events(no_op_events);
     }
 
-    async fn report_failures(&mut self, ctx: &Ctx, desired: &Desired) {
+    async fn report_failures(&mut self, ctx: &Ctx, effects: &impl Effects, desired: &Desired) {
         for (pod, volume, reason) in &desired.failures {
             let key = (pod.uid.clone(), volume.clone(), reason.clone());
             if self.failures_reported.insert(key) {
                 tracing::warn!(pod = %format!("{}/{}", pod.namespace, pod.name), volume = %volume, reason = %reason, "volume will not be attached");
-                ctx.events
-                    .pod_event(pod, true, FAILED_ATTACH, &attach_failed(volume, reason))
+                effects
+                    .pod_warning(pod, FAILED_ATTACH, &attach_failed(volume, reason))
                     .await;
             }
         }
@@ -268,7 +271,7 @@ impl Reconciler {
     /// Writes the nodes' status without the volumes first (as Kubernetes does: the kubelet
     /// must not see a volume as attached while it is being detached), then starts the
     /// detaches whose node status was written.
-    async fn detach(&mut self, ctx: &Arc<Ctx>, tasks: &mut JoinSet<()>, detaches: Vec<Detach>) {
+    async fn detach(&mut self, ctx: &Ctx, effects: &mut impl Effects, detaches: Vec<Detach>) {
         if detaches.is_empty() {
             return;
         }
@@ -279,9 +282,12 @@ impl Reconciler {
                 continue;
             }
             let reported = ctx.state().asw.reported(&node);
-            if let Err(e) = self.status.write(ctx, &node, reported).await {
-                tracing::warn!(node = %node, error = %e, "node status not written; the detach waits for the next pass");
-                failed_nodes.insert(node);
+            match effects.patch_status(&node, &reported).await {
+                Ok(updated) => self.status.written(&node, &updated, reported),
+                Err(e) => {
+                    tracing::warn!(node = %node, error = %e, "node status not written; the detach waits for the next pass");
+                    failed_nodes.insert(node);
+                }
             }
         }
         for Detach {
@@ -308,7 +314,7 @@ impl Reconciler {
                     .nodes
                     .get(&node)
                     .and_then(|n| n.metadata.uid.clone());
-                ctx.events
+                effects
                     .node_warning(
                         &node,
                         uid,
@@ -319,11 +325,11 @@ impl Reconciler {
                     )
                     .await;
             }
-            start_detach(ctx, tasks, volume, node, attachment, mode.verify_safe);
+            effects.start_detach(volume, node, attachment, mode.verify_safe);
         }
     }
 
-    async fn write_status(&mut self, ctx: &Ctx) {
+    async fn write_status(&mut self, ctx: &Ctx, effects: &impl Effects) {
         let changed = {
             let state = ctx.state();
             self.status.changed(ctx, &state.asw)
@@ -332,7 +338,7 @@ impl Reconciler {
         // should not make the last node wait for the others' round trips.
         let results =
             futures::future::join_all(changed.into_iter().map(|(node, reported)| async move {
-                let result = NodeStatusUpdater::patch(ctx, &node, &reported).await;
+                let result = effects.patch_status(&node, &reported).await;
                 (node, reported, result)
             }))
             .await;
@@ -358,86 +364,4 @@ fn record_totals(ctx: &Ctx, desired: &Desired, state: &State) {
         *counts.entry((a.how.plugin_label(), ACTUAL)).or_default() += 1;
     }
     ctx.metrics.set_total_volumes(&counts);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn node(ready: bool, taint: bool) -> Node {
-        let taints = if taint {
-            json!([{"key": OUT_OF_SERVICE_TAINT, "value": "nodeshutdown", "effect": "NoExecute"}])
-        } else {
-            json!([])
-        };
-        serde_json::from_value(json!({
-            "metadata": {"name": "n"},
-            "spec": {"taints": taints},
-            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}
-        }))
-        .expect("node")
-    }
-
-    #[test]
-    fn forced_detach_rules() {
-        let ready = node(true, false);
-        let not_ready = node(false, false);
-        let tainted = node(true, true);
-        // (node, waited out, disabled) → force
-        let rows: [(Option<&Node>, bool, bool, bool); 8] = [
-            (Some(&ready), false, false, false),
-            (Some(&ready), true, false, false),
-            (Some(&not_ready), false, false, false),
-            (Some(&not_ready), true, false, true),
-            (Some(&not_ready), true, true, false),
-            (None, true, false, true),
-            (Some(&tainted), false, false, true),
-            (Some(&tainted), false, true, true),
-        ];
-        for (i, (n, waited, disabled, want)) in rows.into_iter().enumerate() {
-            assert_eq!(force_detach(n, waited, disabled), want, "row {i}");
-        }
-    }
-
-    #[test]
-    fn detach_waits_for_the_node_and_is_verified_unless_forced() {
-        let ready = node(true, false);
-        let not_ready = node(false, false);
-        let tainted = node(true, true);
-        let normal = Some(DetachMode {
-            forced: false,
-            verify_safe: true,
-        });
-        let forced = Some(DetachMode {
-            forced: true,
-            verify_safe: false,
-        });
-        // Not mounted, force allowed: no in-use check (the detach would go ahead anyway).
-        let unchecked = Some(DetachMode {
-            forced: false,
-            verify_safe: false,
-        });
-        // (mounted per cache, node, waited out, disabled) → mode
-        type Row<'a> = (bool, Option<&'a Node>, bool, bool, Option<DetachMode>);
-        let rows: [Row; 12] = [
-            (true, Some(&ready), false, false, None),
-            (true, Some(&ready), true, false, None),
-            (false, Some(&ready), false, false, normal),
-            // A Ready node's volume is checked against the API server also after the wait
-            // (Kubernetes v1.26 skips the check once the wait is over).
-            (false, Some(&ready), true, false, normal),
-            (true, Some(&not_ready), false, false, None),
-            (true, Some(&not_ready), true, false, forced),
-            (true, Some(&not_ready), true, true, None),
-            (false, Some(&not_ready), true, true, normal),
-            (false, Some(&not_ready), true, false, unchecked),
-            (true, None, true, false, forced),
-            (true, Some(&tainted), false, true, forced),
-            (false, Some(&tainted), false, false, unchecked),
-        ];
-        for (i, (mounted, n, waited, disabled, want)) in rows.into_iter().enumerate() {
-            assert_eq!(detach_mode(mounted, n, waited, disabled), want, "row {i}");
-        }
-    }
 }
