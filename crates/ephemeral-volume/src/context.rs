@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use component_runtime::ObjectCache;
+use component_runtime::workqueue::Failures;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::Client;
 use kube::Resource as _;
@@ -21,15 +22,6 @@ pub(crate) struct Caches {
     pub claims: ObjectCache<PersistentVolumeClaim>,
 }
 
-/// A failed pod (or orphan deletion), and when it may be tried again.
-#[derive(Debug, Clone)]
-pub(crate) struct Failure {
-    attempts: u32,
-    retry_at: Instant,
-    /// What the object and its claims looked like when it failed: a change retries at once.
-    fingerprint: String,
-}
-
 /// Everything a pass needs.
 pub(crate) struct Ctx {
     pub client: Client,
@@ -42,7 +34,9 @@ pub(crate) struct Ctx {
     /// them again. An entry goes when the cache has the claim, when this controller deletes
     /// it, or after [`CREATED_TTL`] (the claim was deleted before a pass saw it cached).
     pub(crate) created: Mutex<HashMap<String, (Instant, Arc<PersistentVolumeClaim>)>>,
-    pub(crate) failures: Mutex<HashMap<String, Failure>>,
+    /// Failed pods and orphan deletions, keyed `namespace/name` and `orphan/namespace/name`,
+    /// with a fingerprint of what they looked like: a change retries at once.
+    pub(crate) failures: Failures,
 }
 
 /// How long a created claim is trusted without the cache showing it.
@@ -53,10 +47,6 @@ pub(crate) fn key(namespace: &str, name: &str) -> String {
 }
 
 impl Ctx {
-    pub(crate) fn failures(&self) -> MutexGuard<'_, HashMap<String, Failure>> {
-        self.failures.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     pub(crate) fn created(
         &self,
     ) -> MutexGuard<'_, HashMap<String, (Instant, Arc<PersistentVolumeClaim>)>> {
@@ -85,40 +75,6 @@ impl Ctx {
     /// Forgets a claim this controller created (it deleted it).
     pub(crate) fn forget(&self, namespace: &str, name: &str) {
         self.created().remove(&key(namespace, name));
-    }
-
-    /// Whether `key` failed, its backoff has not passed and nothing changed since.
-    pub(crate) fn backing_off(&self, key: &str, fingerprint: &str) -> bool {
-        self.failures()
-            .get(key)
-            .is_some_and(|f| f.retry_at > Instant::now() && f.fingerprint == fingerprint)
-    }
-
-    /// Records the outcome of `key`: a failure doubles its backoff.
-    pub(crate) fn record_outcome(&self, key: &str, fingerprint: String, ok: bool) {
-        let mut failures = self.failures();
-        if ok {
-            failures.remove(key);
-            return;
-        }
-        let attempts = failures.get(key).map_or(0, |f| f.attempts);
-        let delay = component_runtime::workqueue::Backoff {
-            start: self.options.backoff_initial,
-            max: self.options.backoff_max,
-        }
-        .delay(attempts.saturating_add(1));
-        failures.insert(
-            key.to_string(),
-            Failure {
-                attempts: attempts.saturating_add(1),
-                retry_at: Instant::now() + delay,
-                fingerprint,
-            },
-        );
-    }
-
-    pub(crate) fn next_retry(&self) -> Option<Instant> {
-        self.failures().values().map(|f| f.retry_at).min()
     }
 
     /// A Warning Event on `pod`, from `ephemeral_volume` as kcm's.

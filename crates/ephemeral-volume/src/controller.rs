@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use component_runtime::SharedCaches;
+use component_runtime::workqueue::{Backoff, Failures};
 use k8s_openapi::api::core::v1::{EphemeralVolumeSource, PersistentVolumeClaim, Pod, Volume};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::PostParams;
@@ -67,6 +68,10 @@ impl Controller {
             () = shutdown.cancelled() => return Ok(()),
             r = ready => r?,
         }
+        let backoff = Backoff {
+            start: self.options.backoff_initial,
+            max: self.options.backoff_max,
+        };
         let ctx = Ctx {
             events: component_runtime::EventRecorder::new(self.client.clone(), COMPONENT),
             client: self.client,
@@ -74,7 +79,7 @@ impl Controller {
             options: self.options,
             metrics: self.metrics,
             created: Mutex::new(HashMap::new()),
-            failures: Mutex::new(HashMap::new()),
+            failures: Failures::new(backoff),
         };
         tracing::info!(
             delete_orphaned_claims = ctx.options.delete_orphaned_claims,
@@ -87,6 +92,7 @@ impl Controller {
             claims.borrow_and_update();
             pass(&ctx).await;
             let wait = ctx
+                .failures
                 .next_retry()
                 .map(|at| at.saturating_duration_since(Instant::now()))
                 .unwrap_or(ctx.options.resync_period)
@@ -272,7 +278,7 @@ async fn pass(ctx: &Ctx) {
             .map(|(v, _)| claim_name(name, &v.name))
             .collect();
         let print = fingerprint(ctx, &pod, namespace, &claims);
-        if ctx.backing_off(&pod_key, &print) {
+        if ctx.failures.backing_off(&pod_key, &print) {
             continue;
         }
         let result = sync_pod(ctx, &pod)
@@ -281,12 +287,12 @@ async fn pass(ctx: &Ctx) {
         if let Err(e) = &result {
             tracing::warn!(pod = %key(namespace, name), error = %e, "ephemeral volume not ready; retried with backoff");
         }
-        ctx.record_outcome(&pod_key, print, result.is_ok());
+        ctx.failures.record(&pod_key, print, result.is_ok());
     }
     if ctx.options.delete_orphaned_claims {
         for (key, print, ok) in orphans::collect(ctx).await {
             live_keys.insert(key.clone());
-            ctx.record_outcome(&key, print, ok);
+            ctx.failures.record(&key, print, ok);
         }
     }
     // Forget what the caches caught up with and the failures of objects that are gone.
@@ -294,7 +300,7 @@ async fn pass(ctx: &Ctx) {
         let (namespace, name) = k.split_once('/').unwrap_or_default();
         at.elapsed() < CREATED_TTL && ctx.caches.claims.get_namespaced(namespace, name).is_none()
     });
-    ctx.failures().retain(|k, _| live_keys.contains(k));
+    ctx.failures.retain(|k| live_keys.contains(k));
 }
 
 #[cfg(test)]

@@ -54,7 +54,7 @@ pub(crate) async fn collect(ctx: &Ctx) -> Vec<(String, String, bool)> {
         }
         let key = format!("orphan/{namespace}/{name}");
         let print = claim.metadata.resource_version.clone().unwrap_or_default();
-        if ctx.backing_off(&key, &print) {
+        if ctx.failures.backing_off(&key, &print) {
             continue;
         }
         let result = delete_if_orphaned(ctx, &claim, namespace, name).await;

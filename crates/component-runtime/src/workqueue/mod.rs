@@ -40,6 +40,7 @@
 //! ```
 
 mod backoff;
+mod failures;
 mod kick;
 mod metrics;
 mod state;
@@ -51,6 +52,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 
 pub use self::backoff::Backoff;
+pub use self::failures::Failures;
 pub use self::metrics::{LaneSnapshot, QueueGauges, QueueMetrics, register_queue_gauges};
 use self::state::{State, remove_waiting};
 

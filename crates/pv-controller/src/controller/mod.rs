@@ -21,6 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use component_runtime::workqueue::{Backoff, Failures};
 use component_runtime::{ObjectCache, SharedCaches};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
@@ -124,13 +125,6 @@ fn claim_key(namespace: &str, name: &str) -> String {
     format!("{namespace}/{name}")
 }
 
-/// A sync that failed, and when it may be tried again.
-#[derive(Debug, Clone, Copy)]
-struct Failure {
-    attempts: u32,
-    retry_at: Instant,
-}
-
 /// Everything the syncs and operations need.
 pub(crate) struct Ctx {
     pub client: Client,
@@ -143,7 +137,8 @@ pub(crate) struct Ctx {
     written_volumes: Written<PersistentVolume>,
     /// Provisions and deletes in flight, by operation name (kcm's goroutinemap).
     running: Mutex<HashSet<String>>,
-    failures: Mutex<HashMap<String, Failure>>,
+    /// Syncs and operations that failed, waiting out their backoff.
+    failures: Failures,
     operations: Semaphore,
     /// Woken when an operation ends: its result wants a pass.
     wake: Notify,
@@ -223,61 +218,13 @@ impl Ctx {
         nodes.insert(node.name.clone(), (Instant::now(), node));
     }
 
-    fn failures(&self) -> MutexGuard<'_, HashMap<String, Failure>> {
-        self.failures.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Whether `key` failed and its backoff has not passed yet.
-    pub(crate) fn backing_off(&self, key: &str) -> bool {
-        self.failures()
-            .get(key)
-            .is_some_and(|f| f.retry_at > Instant::now())
-    }
-
-    /// Records the outcome of `key`'s sync or operation: a failure doubles its backoff.
-    pub(crate) fn record_outcome(&self, key: &str, ok: bool) {
-        let mut failures = self.failures();
-        if ok {
-            failures.remove(key);
-            return;
-        }
-        let attempts = failures.get(key).map_or(0, |f| f.attempts);
-        let delay = component_runtime::workqueue::Backoff {
-            start: self.options.backoff_initial,
-            max: self.options.backoff_max,
-        }
-        .delay(attempts.saturating_add(1));
-        failures.insert(
-            key.to_string(),
-            Failure {
-                attempts: attempts.saturating_add(1),
-                retry_at: Instant::now() + delay,
-            },
-        );
-    }
-
-    /// The keys whose backoff has passed: an incremental pass tries them again.
-    fn due_retries(&self) -> Vec<String> {
-        let now = Instant::now();
-        self.failures()
-            .iter()
-            .filter(|(_, f)| f.retry_at <= now)
-            .map(|(k, _)| k.clone())
-            .collect()
-    }
-
-    /// The earliest time a backed-off key may be retried.
-    fn next_retry(&self) -> Option<Instant> {
-        self.failures().values().map(|f| f.retry_at).min()
-    }
-
     /// Starts `operation` unless one of the same name runs or backs off; it ends by waking a
     /// pass.
     pub(crate) fn start_operation<F>(self: &Arc<Self>, name: String, operation: F)
     where
         F: std::future::Future<Output = Result<(), Error>> + Send + 'static,
     {
-        if self.backing_off(&name) {
+        if self.failures.backing_off(&name, "") {
             return;
         }
         {
@@ -296,7 +243,7 @@ impl Ctx {
             if let Err(e) = &result {
                 tracing::warn!(operation = %name, error = %e, "operation failed; retried with backoff");
             }
-            ctx.record_outcome(&name, result.is_ok());
+            ctx.failures.record(&name, String::new(), result.is_ok());
             ctx.running
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -349,6 +296,10 @@ impl Controller {
             () = shutdown.cancelled() => return Ok(()),
             r = caches.wait_until_ready(self.options.cache_sync_timeout) => r?,
         }
+        let failures = Failures::new(Backoff {
+            start: self.options.backoff_initial,
+            max: self.options.backoff_max,
+        });
         let ctx = Arc::new(Ctx {
             events: Recorder::new(self.client.clone()),
             client: self.client,
@@ -360,7 +311,7 @@ impl Controller {
             written_claims: Written::default(),
             written_volumes: Written::default(),
             running: Mutex::new(HashSet::new()),
-            failures: Mutex::new(HashMap::new()),
+            failures,
             wake: Notify::new(),
             nodes: Mutex::new(HashMap::new()),
         });
@@ -384,7 +335,7 @@ impl Controller {
                 rx.borrow_and_update();
             }
             let dirty = changed.take();
-            let due = ctx.due_retries();
+            let due = ctx.failures.due();
             // An operation's retry is started by the sync of its object, which its name does
             // not say: those take a full pass, as every pass was before.
             let operation_due = due
@@ -399,6 +350,7 @@ impl Controller {
             operation_ended = false;
             let now = Instant::now();
             let wait = ctx
+                .failures
                 .next_retry()
                 .map_or(next_full, |at| at.min(next_full))
                 .saturating_duration_since(now);
@@ -457,7 +409,7 @@ async fn pass(ctx: &Arc<Ctx>, changed: Option<(changed::Dirty, Vec<String>)>) {
         .for_each_concurrent(SYNCS_IN_FLIGHT, |volume| async move {
             let name = volume.metadata.name.clone().unwrap_or_default();
             let key = format!("pv/{name}");
-            if ctx.backing_off(&key) {
+            if ctx.failures.backing_off(&key, "") {
                 return;
             }
             let result = async {
@@ -488,7 +440,7 @@ async fn pass(ctx: &Arc<Ctx>, changed: Option<(changed::Dirty, Vec<String>)>) {
             let namespace = claim.metadata.namespace.clone().unwrap_or_default();
             let name = claim.metadata.name.clone().unwrap_or_default();
             let key = format!("pvc/{namespace}/{name}");
-            if ctx.backing_off(&key) {
+            if ctx.failures.backing_off(&key, "") {
                 return;
             }
             let Some(claim) = ctx.claim(&namespace, &name) else {
@@ -607,7 +559,7 @@ fn report(ctx: &Ctx, key: &str, result: Result<(), Error>) {
         }
         Err(e) => tracing::warn!(object = %key, error = %e, "sync failed; retried with backoff"),
     }
-    ctx.record_outcome(key, result.is_ok());
+    ctx.failures.record(key, String::new(), result.is_ok());
 }
 
 /// A claim as the logs name it: `namespace/name`.
