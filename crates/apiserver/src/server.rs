@@ -195,6 +195,32 @@ impl RunningApiServer {
         self.kube_config_for(ADMIN_USER)
     }
 
+    /// The admin's client configuration with `user_agent` as its User-Agent, so the audit
+    /// trail tells its requests from every other client's (a controller under test, the test
+    /// itself).
+    pub fn kube_config_as(&self, user_agent: &str) -> Result<kube::Config, Error> {
+        let mut config = self.kube_config()?;
+        let agent = http::HeaderValue::from_str(user_agent).map_err(|e| Error::Client {
+            url: self.url.clone(),
+            reason: format!("User-Agent {user_agent:?}: {e}"),
+        })?;
+        config.headers.push((http::header::USER_AGENT, agent));
+        Ok(config)
+    }
+
+    /// Writes the admin's kubeconfig to `dir/kubeconfig` (mode 0600, it holds a token), for a
+    /// process started with `--kubeconfig`; the path written.
+    pub fn write_kubeconfig(&self, dir: &std::path::Path) -> Result<std::path::PathBuf, Error> {
+        let path = dir.join("kubeconfig");
+        crate::write_private(&path, self.kubeconfig.as_bytes()).map_err(|source| {
+            Error::Kubeconfig {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        Ok(path)
+    }
+
     /// A client configuration authenticated as `user` (see [`Self::kubeconfig_yaml_for`]).
     pub fn kube_config_for(&self, user: &str) -> Result<kube::Config, Error> {
         let groups: &[&str] = if user == ADMIN_USER {

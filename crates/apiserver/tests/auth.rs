@@ -400,3 +400,49 @@ async fn token_auth_file_users_authenticate() {
         .collect();
     assert_eq!(users, vec!["alice".to_string()]);
 }
+
+/// The fixtures a test of another crate starts from: a client config whose User-Agent the audit trail
+/// shows, and a private kubeconfig file that a process started with `--kubeconfig` can use.
+#[tokio::test]
+async fn a_client_as_a_user_agent_is_audited_as_it_and_the_kubeconfig_file_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let server = apiserver::ApiServer::start(apiserver::Config::default())
+        .await
+        .unwrap();
+    let client =
+        kube::Client::try_from(server.kube_config_as("my-controller/v1").unwrap()).unwrap();
+    Api::<Namespace>::all(client)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(ns("ua")).unwrap(),
+        )
+        .await
+        .unwrap();
+    let create = server
+        .audit()
+        .into_iter()
+        .find(|r| r.verb.as_str() == "create" && r.resource.as_str() == "namespaces")
+        .unwrap();
+    assert_eq!(create.user_agent.as_str(), "my-controller/v1");
+    assert_eq!(create.user.as_str(), apiserver::ADMIN_USER);
+    assert!(server.kube_config_as("bad\nagent").is_err());
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = server.write_kubeconfig(dir.path()).unwrap();
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .unwrap();
+    let from_file = kube::Client::try_from(config).unwrap();
+    assert!(
+        Api::<Namespace>::all(from_file)
+            .get_opt("ua")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}

@@ -54,8 +54,7 @@ async fn python_client_lists_and_watches_volume_attachments() {
     };
     let server = common::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
     let vas: Api<VolumeAttachment> = Api::all(server.client());
     vas.create(&PostParams::default(), &va("va-a"))
         .await

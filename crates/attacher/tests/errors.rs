@@ -341,10 +341,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conflicting_finalizer_writes_are_retried_without_losing_the_other_change() {
     let mut env = Env::new(MockConfig::default()).await;
-    let kc = kube::config::Kubeconfig::from_yaml(&env.server.kubeconfig_yaml()).unwrap();
-    let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
+    let mut config = env.server.kube_config().unwrap();
     config
         .headers
         .push((http::header::USER_AGENT, http::HeaderValue::from_static(UA)));

@@ -197,8 +197,7 @@ async fn deploy_rbac_grants_exactly_what_the_attacher_calls() {
         .await
         .unwrap();
 
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+    let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
     let spawn = |name: &str| {
         let log = std::fs::File::create(dir.path().join(format!("{name}.log"))).unwrap();
         Attacher(

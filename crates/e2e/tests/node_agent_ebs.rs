@@ -239,8 +239,7 @@ impl World {
         .await
         .unwrap();
         let kube = server.client();
-        let kubeconfig = dir.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
+        let kubeconfig = server.write_kubeconfig(dir.path()).unwrap();
 
         // The control plane: the EBS driver's controller service, csi-attacher, the ADC.
         let ctrl_endpoint = format!("unix://{}", dir.path().join("ctrl.sock").display());

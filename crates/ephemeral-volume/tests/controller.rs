@@ -39,13 +39,9 @@ impl Env {
         if std::env::var_os("RUST_LOG").is_some() {
             component_runtime::init_logging(0);
         }
-        apiserver::install_crypto_provider();
-        let server = apiserver::ApiServer::start(apiserver::Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            ..Default::default()
-        })
-        .await
-        .expect("api server");
+        let server = apiserver::ApiServer::start(apiserver::Config::default())
+            .await
+            .expect("api server");
         let kube = server.client();
         Self {
             server,
@@ -56,10 +52,7 @@ impl Env {
 
     async fn start(&mut self, options: Options) {
         assert!(self.controller.is_none());
-        let kc = kube::config::Kubeconfig::from_yaml(&self.server.kubeconfig_yaml()).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
+        let config = self.server.kube_config().unwrap();
         let client =
             component_runtime::rate_limited(config, &ephemeral_volume::user_agent(), -1.0, 0)
                 .unwrap();

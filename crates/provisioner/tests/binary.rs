@@ -102,8 +102,7 @@ fn help_lists_the_go_flags_and_bad_flags_are_refused_naming_them() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_without_create_delete_volume_is_refused_clearly() {
     let env = Env::with_mock(MockConfig::default()).await;
-    let kubeconfig = env.dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, env.server.kubeconfig_yaml()).unwrap();
+    let kubeconfig = env.server.write_kubeconfig(env.dir.path()).unwrap();
     let out = tokio::process::Command::new(BIN)
         .args([
             format!("-kubeconfig={}", kubeconfig.display()),
@@ -121,8 +120,7 @@ async fn a_driver_without_create_delete_volume_is_refused_clearly() {
 async fn the_binary_provisions_with_go_style_flags_and_serves_metrics() {
     let env = Env::with_mock(provisioning_mock(MOCK)).await;
     env.create_class(class("fast", MOCK, &[])).await;
-    let kubeconfig = env.dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, env.server.kubeconfig_yaml()).unwrap();
+    let kubeconfig = env.server.write_kubeconfig(env.dir.path()).unwrap();
     let port = free_port();
     let child = Command::new(BIN)
         .args([

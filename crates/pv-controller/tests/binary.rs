@@ -104,8 +104,7 @@ fn help_names_the_flags_and_bad_values_are_refused() {
 async fn the_binary_binds_serves_metrics_and_stops_on_sigterm() {
     let env = Env::new().await;
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, env.server.kubeconfig_yaml()).unwrap();
+    let kubeconfig = env.server.write_kubeconfig(dir.path()).unwrap();
     env.create_pv("vol", "1Gi", RWO, "").await;
     env.create_pvc("data", "1Gi", RWO, None).await;
     let port = free_port();

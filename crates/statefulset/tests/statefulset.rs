@@ -30,13 +30,9 @@ impl Env {
             static ONCE: std::sync::Once = std::sync::Once::new();
             ONCE.call_once(|| component_runtime::init_logging(0));
         }
-        apiserver::install_crypto_provider();
-        let server = apiserver::ApiServer::start(apiserver::Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            ..Default::default()
-        })
-        .await
-        .expect("api server");
+        let server = apiserver::ApiServer::start(apiserver::Config::default())
+            .await
+            .expect("api server");
         let kube = server.client();
         let config = statefulset::Config {
             resync_period: Duration::from_secs(600),

@@ -60,9 +60,7 @@ pub struct Env {
 impl Env {
     pub async fn new() -> Self {
         init_tracing();
-        apiserver::install_crypto_provider();
         let server = apiserver::ApiServer::start(apiserver::Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
             audit: true,
             ..Default::default()
         })
@@ -134,17 +132,12 @@ impl Env {
     }
 
     async fn client_with_agent(&self, agent: &str) -> Client {
-        let kc = kube::config::Kubeconfig::from_yaml(&self.server.kubeconfig_yaml()).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
+        let config = self.server.kube_config().unwrap();
         component_runtime::rate_limited(config, agent, -1.0, 0).unwrap()
     }
 
     pub fn kubeconfig_file(&self) -> PathBuf {
-        let path = self.dir.path().join("kubeconfig");
-        std::fs::write(&path, self.server.kubeconfig_yaml()).unwrap();
-        path
+        self.server.write_kubeconfig(self.dir.path()).unwrap()
     }
 
     /// Starts the controller through `attach_detach::run`, as the binary does.
@@ -170,15 +163,9 @@ impl Env {
     /// A config for the controller's own client: the server's kubeconfig with the controller's
     /// User-Agent (so the audit trail names its requests).
     pub async fn adc_config(&self) -> kube::Config {
-        let kc = kube::config::Kubeconfig::from_yaml(&self.server.kubeconfig_yaml()).unwrap();
-        let mut config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        config.headers.push((
-            http::header::USER_AGENT,
-            http::HeaderValue::from_str(&format!("{ADC_UA}test")).unwrap(),
-        ));
-        config
+        self.server
+            .kube_config_as(&format!("{ADC_UA}test"))
+            .unwrap()
     }
 
     /// Stops the controller and checks it ended without error.

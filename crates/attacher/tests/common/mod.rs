@@ -121,18 +121,14 @@ impl Env {
 
     /// A client like the binary's: our User-Agent, no rate limit.
     pub async fn controller_client(&self) -> Client {
-        let kc = kube::config::Kubeconfig::from_yaml(&self.server.kubeconfig_yaml())
-            .expect("kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .expect("config");
+        let config = self.server.kube_config().unwrap();
         component_runtime::rate_limited(config, UA, -1.0, 0).expect("client")
     }
 
     pub fn kubeconfig_file(&self) -> PathBuf {
-        let path = self.dir.path().join("kubeconfig");
-        std::fs::write(&path, self.server.kubeconfig_yaml()).expect("write kubeconfig");
-        path
+        self.server
+            .write_kubeconfig(self.dir.path())
+            .expect("write kubeconfig")
     }
 
     /// The mock as a [`Driver`], capabilities asked over the socket like the binary does.

@@ -195,10 +195,7 @@ pub async fn start_pv_controller(
     options: pv_controller::Options,
     cloud: Option<Arc<dyn ebs_cloud::Cloud>>,
 ) -> Task<pv_controller::Error> {
-    let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-        .await
-        .unwrap();
+    let config = server.kube_config().unwrap();
     let client =
         component_runtime::rate_limited(config, &pv_controller::user_agent(), -1.0, 0).unwrap();
     let mut config = pv_controller::Config::new(options);
@@ -447,10 +444,7 @@ impl ProvisionerProcess {
         endpoint: &str,
         args: &[&str],
     ) -> Self {
-        let kubeconfig = dir.join("kubeconfig");
-        if !kubeconfig.exists() {
-            std::fs::write(&kubeconfig, server.kubeconfig_yaml()).unwrap();
-        }
+        let kubeconfig = server.write_kubeconfig(dir).unwrap();
         let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
         Self(
             std::process::Command::new(bin)

@@ -93,9 +93,7 @@ pub struct Env {
 impl Env {
     pub async fn new() -> Self {
         init_tracing();
-        apiserver::install_crypto_provider();
         let server = apiserver::ApiServer::start(apiserver::Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
             audit: true,
             ..Default::default()
         })
@@ -117,18 +115,11 @@ impl Env {
     }
 
     pub fn kubeconfig_file(&self) -> PathBuf {
-        let path = self.dir.path().join("kubeconfig");
-        if !path.exists() {
-            std::fs::write(&path, self.server().kubeconfig_yaml()).unwrap();
-        }
-        path
+        self.server().write_kubeconfig(self.dir.path()).unwrap()
     }
 
     async fn client_with_agent(&self, agent: &str) -> Client {
-        let kc = kube::config::Kubeconfig::from_yaml(&self.server().kubeconfig_yaml()).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
+        let config = self.server().kube_config().unwrap();
         component_runtime::rate_limited(config, agent, -1.0, 0).unwrap()
     }
 

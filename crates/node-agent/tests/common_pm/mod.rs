@@ -56,9 +56,7 @@ pub struct ApiEnv {
 
 pub async fn api_server() -> ApiEnv {
     init_tracing();
-    apiserver::install_crypto_provider();
     let server = apiserver::ApiServer::start(apiserver::Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
         audit: false,
         ..Default::default()
     })

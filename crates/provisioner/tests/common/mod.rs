@@ -101,7 +101,6 @@ impl Env {
     /// [`Self::bare`] on an API server started with `config`.
     pub async fn on(config: apiserver::Config) -> Self {
         init_tracing();
-        apiserver::install_crypto_provider();
         let server = apiserver::ApiServer::start(config)
             .await
             .expect("api server");

@@ -61,13 +61,9 @@ pub struct Env {
 impl Env {
     pub async fn new() -> Self {
         init_tracing();
-        apiserver::install_crypto_provider();
-        let server = apiserver::ApiServer::start(apiserver::Config {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            ..Default::default()
-        })
-        .await
-        .expect("api server");
+        let server = apiserver::ApiServer::start(apiserver::Config::default())
+            .await
+            .expect("api server");
         let kube = server.client();
         Self {
             server,
@@ -77,10 +73,7 @@ impl Env {
     }
 
     async fn controller_client(&self) -> Client {
-        let kc = kube::config::Kubeconfig::from_yaml(&self.server.kubeconfig_yaml()).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
+        let config = self.server.kube_config().unwrap();
         component_runtime::rate_limited(config, &pv_controller::user_agent(), -1.0, 0).unwrap()
     }
 
