@@ -209,15 +209,20 @@ impl RunningApiServer {
     }
 
     /// Writes the admin's kubeconfig to `dir/kubeconfig` (mode 0600, it holds a token), for a
-    /// process started with `--kubeconfig`; the path written.
+    /// process started with `--kubeconfig`; the path written. Written aside and renamed into
+    /// place: a process reading it while it is written again never sees half a file.
     pub fn write_kubeconfig(&self, dir: &std::path::Path) -> Result<std::path::PathBuf, Error> {
         let path = dir.join("kubeconfig");
-        crate::write_private(&path, self.kubeconfig.as_bytes()).map_err(|source| {
-            Error::Kubeconfig {
+        // Unique per call: two writers in one process never share the file aside.
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let aside = dir.join(format!(".kubeconfig.{}.{seq}", std::process::id()));
+        crate::write_private(&aside, self.kubeconfig.as_bytes())
+            .and_then(|()| std::fs::rename(&aside, &path))
+            .map_err(|source| Error::Kubeconfig {
                 path: path.clone(),
                 source,
-            }
-        })?;
+            })?;
         Ok(path)
     }
 

@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PersistentVolumeClaimVolumeSource,
     PersistentVolumeSpec, Pod, PodSpec, Volume, VolumeResourceRequirements,
 };
-use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -218,23 +218,13 @@ impl World {
             .await
             .unwrap();
         if let Some(listed) = row.csinode {
-            let mut m = meta(row.node);
+            let mut csinode = test_support::objects::csinode(row.node, &[(DRIVER, &instance)]);
             if listed {
-                m.annotations = Some(BTreeMap::from([(
+                csinode.metadata.annotations = Some(BTreeMap::from([(
                     "storage.alpha.kubernetes.io/migrated-plugins".to_string(),
                     PLUGIN.to_string(),
                 )]));
             }
-            let csinode = CSINode {
-                metadata: m,
-                spec: CSINodeSpec {
-                    drivers: vec![CSINodeDriver {
-                        name: DRIVER.into(),
-                        node_id: instance.clone(),
-                        ..Default::default()
-                    }],
-                },
-            };
             Api::<CSINode>::all(self.kube.clone())
                 .create(&PostParams::default(), &csinode)
                 .await

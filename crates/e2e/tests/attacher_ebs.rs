@@ -29,8 +29,7 @@ use k8s_openapi::api::core::v1::{
     PersistentVolumeSpec,
 };
 use k8s_openapi::api::storage::v1::{
-    CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment, VolumeAttachmentSource,
-    VolumeAttachmentSpec,
+    CSINode, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, PostParams};
@@ -231,16 +230,7 @@ async fn attacher_drives_the_ebs_driver_through_a_whole_life() {
     let kube: Client = server.client();
     let csinodes: Api<CSINode> = Api::all(kube.clone());
     for (node, instance) in [("node-a", &node_a), ("node-b", &node_b)] {
-        let c = CSINode {
-            metadata: meta(node),
-            spec: CSINodeSpec {
-                drivers: vec![CSINodeDriver {
-                    name: DRIVER.into(),
-                    node_id: instance.instance_id.clone(),
-                    ..Default::default()
-                }],
-            },
-        };
+        let c = test_support::objects::csinode(node, &[(DRIVER, &instance.instance_id)]);
         csinodes.create(&PostParams::default(), &c).await.unwrap();
     }
     let pvs: Api<PersistentVolume> = Api::all(kube.clone());

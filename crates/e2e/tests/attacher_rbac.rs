@@ -26,8 +26,7 @@ use k8s_openapi::api::core::v1::{
     SecretReference,
 };
 use k8s_openapi::api::storage::v1::{
-    CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment, VolumeAttachmentSource,
-    VolumeAttachmentSpec,
+    CSINode, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -174,16 +173,7 @@ async fn deploy_rbac_grants_exactly_what_the_attacher_calls() {
     Api::<CSINode>::all(kube.clone())
         .create(
             &PostParams::default(),
-            &CSINode {
-                metadata: meta("node-1"),
-                spec: CSINodeSpec {
-                    drivers: vec![CSINodeDriver {
-                        name: DRIVER.into(),
-                        node_id: "mock-node-1".into(),
-                        ..Default::default()
-                    }],
-                },
-            },
+            &test_support::objects::csinode("node-1", &[(DRIVER, "mock-node-1")]),
         )
         .await
         .unwrap();

@@ -11,6 +11,7 @@
 //! (the `CapEff` mask of `/proc/self/status`), never from a command that failed.
 
 pub mod csi_sanity;
+pub mod objects;
 
 /// The environment variable that turns every skip into a failure.
 pub const REQUIRE_ALL: &str = "CSI_RS_REQUIRE_ALL";

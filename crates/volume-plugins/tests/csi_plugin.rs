@@ -15,9 +15,7 @@ use csi_mock::{Method, MockConfig, MockDriver, Step};
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
 };
-use k8s_openapi::api::storage::v1::{
-    CSIDriver, CSIDriverSpec, CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment,
-};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec, CSINode, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::PostParams;
@@ -77,16 +75,7 @@ impl Env {
             attacher: None,
             caches: CancellationToken::new(),
         };
-        let csinode = CSINode {
-            metadata: named(NODE),
-            spec: CSINodeSpec {
-                drivers: vec![CSINodeDriver {
-                    name: DRIVER.into(),
-                    node_id: NODE_ID.into(),
-                    ..Default::default()
-                }],
-            },
-        };
+        let csinode = test_support::objects::csinode(NODE, &[(DRIVER, NODE_ID)]);
         Api::<CSINode>::all(env.client.clone())
             .create(&PostParams::default(), &csinode)
             .await

@@ -17,8 +17,7 @@ use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, Event, PersistentVolume, PersistentVolumeSpec,
 };
 use k8s_openapi::api::storage::v1::{
-    CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment, VolumeAttachmentSource,
-    VolumeAttachmentSpec,
+    CSINode, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -222,22 +221,7 @@ impl Env {
     }
 
     pub async fn create_csinode(&self, node: &str, drivers: &[(&str, &str)]) {
-        let csinode = CSINode {
-            metadata: ObjectMeta {
-                name: Some(node.into()),
-                ..Default::default()
-            },
-            spec: CSINodeSpec {
-                drivers: drivers
-                    .iter()
-                    .map(|(name, id)| CSINodeDriver {
-                        name: (*name).into(),
-                        node_id: (*id).into(),
-                        ..Default::default()
-                    })
-                    .collect(),
-            },
-        };
+        let csinode = test_support::objects::csinode(node, drivers);
         self.csinodes()
             .create(&PostParams::default(), &csinode)
             .await

@@ -12,12 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{
-    Event, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec,
-    VolumeResourceRequirements,
-};
-use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -285,37 +281,12 @@ impl Objects {
         labels: &[(&str, &str)],
         keys: &[&str],
     ) {
-        let node = Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(
-                    labels
-                        .iter()
-                        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let node = test_support::objects::node(name, labels);
         Api::<Node>::all(self.kube.clone())
             .create(&PostParams::default(), &node)
             .await
             .unwrap();
-        let csinode = CSINode {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            spec: CSINodeSpec {
-                drivers: vec![CSINodeDriver {
-                    name: driver.into(),
-                    node_id: node_id.into(),
-                    topology_keys: Some(keys.iter().map(|k| (*k).to_string()).collect()),
-                    allocatable: None,
-                }],
-            },
-        };
+        let csinode = test_support::objects::csinode_with_topology(name, driver, node_id, keys);
         Api::<CSINode>::all(self.kube.clone())
             .create(&PostParams::default(), &csinode)
             .await
@@ -390,23 +361,7 @@ pub fn class(
 
 /// A ReadWriteOnce claim of `class` for `size` (no annotations: the PV controller decides).
 pub fn pvc(name: &str, class: Option<&str>, size: &str) -> PersistentVolumeClaim {
-    PersistentVolumeClaim {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".into()]),
-            storage_class_name: class.map(Into::into),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some([("storage".to_string(), Quantity(size.into()))].into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    test_support::objects::claim(NS, name, class, size)
 }
 
 /// `pvc-<uid>`: the volume and PV name both provisioners give a claim.

@@ -20,7 +20,6 @@ use csi_spec::v1::{
 };
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, PostParams};
 use node_agent::nodeinfomanager::NodeInfoManager;
 use node_agent::pluginmanager::PluginManager;
@@ -68,19 +67,7 @@ pub async fn api_server() -> ApiEnv {
 
 /// Creates the Node with these labels.
 pub async fn create_node(kube: &kube::Client, labels: &[(&str, &str)]) -> Node {
-    let node = Node {
-        metadata: ObjectMeta {
-            name: Some(NODE.into()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
-            ),
-            ..ObjectMeta::default()
-        },
-        ..Node::default()
-    };
+    let node = test_support::objects::node(NODE, labels);
     Api::<Node>::all(kube.clone())
         .create(&PostParams::default(), &node)
         .await

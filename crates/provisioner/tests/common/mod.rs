@@ -2,16 +2,11 @@
 //! driver or the CSI mock), and the provisioner controller built in-process from the library.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use csi_mock::{MockConfig, MockDriver};
-use k8s_openapi::api::core::v1::{
-    Event, Node, PersistentVolume, PersistentVolumeClaim, PersistentVolumeClaimSpec, Secret,
-    VolumeResourceRequirements,
-};
-use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec, StorageClass};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
@@ -283,37 +278,12 @@ impl Env {
         labels: &[(&str, &str)],
         keys: &[&str],
     ) {
-        let node = Node {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                labels: Some(
-                    labels
-                        .iter()
-                        .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-                        .collect(),
-                ),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
+        let node = test_support::objects::node(name, labels);
         Api::<Node>::all(self.kube.clone())
             .create(&PostParams::default(), &node)
             .await
             .expect("create node");
-        let csinode = CSINode {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            spec: CSINodeSpec {
-                drivers: vec![CSINodeDriver {
-                    name: driver.into(),
-                    node_id: name.into(),
-                    topology_keys: Some(keys.iter().map(|k| (*k).to_string()).collect()),
-                    allocatable: None,
-                }],
-            },
-        };
+        let csinode = test_support::objects::csinode_with_topology(name, driver, name, keys);
         Api::<CSINode>::all(self.kube.clone())
             .create(&PostParams::default(), &csinode)
             .await
@@ -401,28 +371,14 @@ pub fn pvc(
     size: &str,
     provisioner: Option<&str>,
 ) -> PersistentVolumeClaim {
-    let mut annotations = BTreeMap::new();
-    if let Some(p) = provisioner {
-        annotations.insert(STORAGE_PROVISIONER_ANNOTATION.to_string(), p.to_string());
-    }
-    PersistentVolumeClaim {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(NS.into()),
-            annotations: Some(annotations),
-            ..Default::default()
-        },
-        spec: Some(PersistentVolumeClaimSpec {
-            access_modes: Some(vec!["ReadWriteOnce".into()]),
-            storage_class_name: Some(class.into()),
-            resources: Some(VolumeResourceRequirements {
-                requests: Some([("storage".to_string(), Quantity(size.into()))].into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    let mut claim = test_support::objects::claim(NS, name, Some(class), size);
+    claim.metadata.annotations = Some(
+        provisioner
+            .map(|p| (STORAGE_PROVISIONER_ANNOTATION.to_string(), p.to_string()))
+            .into_iter()
+            .collect(),
+    );
+    claim
 }
 
 /// The PV name the provisioner gives a claim.
