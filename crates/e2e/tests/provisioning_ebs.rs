@@ -354,7 +354,7 @@ async fn migrated_and_in_tree_provisioning_of_an_aws_ebs_class_agree() {
         .pop()
         .unwrap();
     assert_eq!(migrated_source.volume_id, migrated_volume.id);
-    migrated_ctl.stop().await;
+    migrated_ctl.stop("the PV controller", PATIENCE).await;
     let csi_creates = prov.attempts(CREATE_VOLUME);
 
     // (b) Migration off, `--cloud-provider=aws`: the in-tree provisioner makes it.
@@ -510,7 +510,7 @@ async fn migrated_and_in_tree_provisioning_of_an_aws_ebs_class_agree() {
     .await;
     assert_eq!(world.in_tree_ec2.calls("DeleteVolume"), 1);
     assert_eq!(prov.attempts(DELETE_VOLUME), 0);
-    in_tree_ctl.stop().await;
+    in_tree_ctl.stop("the PV controller", PATIENCE).await;
 }
 
 /// 5. Reclaim: Delete removes the EC2 volume and the PV (a CSI PV and a migrated in-tree PV,

@@ -9,8 +9,6 @@ use k8s_openapi::api::core::v1::{Event, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 const NS: &str = "default";
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -18,10 +16,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 struct Env {
     server: apiserver::RunningApiServer,
     kube: Client,
-    controller: Option<(
-        CancellationToken,
-        JoinHandle<Result<(), ephemeral_volume::Error>>,
-    )>,
+    controller: Option<test_support::ComponentTask<ephemeral_volume::Error>>,
 }
 
 fn options(delete_orphaned_claims: bool) -> Options {
@@ -56,23 +51,14 @@ impl Env {
         let client =
             component_runtime::rate_limited(config, &ephemeral_volume::user_agent(), -1.0, 0)
                 .unwrap();
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(ephemeral_volume::run(
-            client,
-            Config::new(options),
-            stop.clone(),
-        ));
-        self.controller = Some((stop, task));
+        self.controller = Some(test_support::ComponentTask::spawn(|stop| {
+            ephemeral_volume::run(client, Config::new(options), stop)
+        }));
     }
 
     async fn stop(&mut self) {
-        if let Some((stop, task)) = self.controller.take() {
-            stop.cancel();
-            tokio::time::timeout(PATIENCE, task)
-                .await
-                .expect("controller stops in time")
-                .expect("controller task")
-                .expect("controller ends without error");
+        if let Some(c) = self.controller.take() {
+            c.stop("the ephemeral volume controller", PATIENCE).await;
         }
     }
 

@@ -11,8 +11,6 @@ use k8s_openapi::api::core::v1::{Event, Node, PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 const NS: &str = "default";
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -20,8 +18,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 struct Env {
     server: apiserver::RunningApiServer,
     kube: Client,
-    stop: CancellationToken,
-    task: Option<JoinHandle<Result<(), statefulset::Error>>>,
+    controller: test_support::ComponentTask<statefulset::Error>,
 }
 
 impl Env {
@@ -39,8 +36,9 @@ impl Env {
             cache_sync_timeout: Duration::from_secs(30),
             ..statefulset::Config::default()
         };
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(statefulset::run(server.client(), config, stop.clone()));
+        let client = server.client();
+        let controller =
+            test_support::ComponentTask::spawn(|stop| statefulset::run(client, config, stop));
         let node: Node = serde_json::from_value(json!({"metadata": {"name": "node-1"}})).unwrap();
         Api::<Node>::all(kube.clone())
             .create(&PostParams::default(), &node)
@@ -49,20 +47,14 @@ impl Env {
         Self {
             server,
             kube,
-            stop,
-            task: Some(task),
+            controller,
         }
     }
 
-    async fn shutdown(mut self) {
-        self.stop.cancel();
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(PATIENCE, task)
-                .await
-                .expect("controller stops in time")
-                .expect("controller task")
-                .expect("controller ends without error");
-        }
+    async fn shutdown(self) {
+        self.controller
+            .stop("the StatefulSet controller", PATIENCE)
+            .await;
         self.server.shutdown().await.expect("api server shutdown");
     }
 

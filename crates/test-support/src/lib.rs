@@ -12,6 +12,9 @@
 
 pub mod csi_sanity;
 pub mod objects;
+mod task;
+
+pub use task::ComponentTask;
 
 /// The environment variable that turns every skip into a failure.
 pub const REQUIRE_ALL: &str = "CSI_RS_REQUIRE_ALL";

@@ -15,8 +15,7 @@ use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, VolumeAttachment};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use test_support::ComponentTask;
 use volume_plugins::SkipAttachMode;
 
 pub const DRIVER: &str = "mock.csi.rs";
@@ -42,19 +41,14 @@ pub fn fast_options(mode: SkipAttachMode) -> Options {
     }
 }
 
-struct Task<E> {
-    stop: CancellationToken,
-    task: JoinHandle<Result<(), E>>,
-}
-
 pub struct Env {
     pub server: apiserver::RunningApiServer,
     /// The test's own client (a User-Agent other than the controller's).
     pub kube: Client,
     pub dir: tempfile::TempDir,
     mocks: Vec<MockDriver>,
-    attachers: Vec<Task<attacher::Error>>,
-    adc: Option<Task<attach_detach::Error>>,
+    attachers: Vec<ComponentTask<attacher::Error>>,
+    adc: Option<ComponentTask<attach_detach::Error>>,
 }
 
 impl Env {
@@ -120,10 +114,9 @@ impl Env {
         let client = self.client_with_agent("csi-attacher-under-test").await;
         let mut registry = prometheus_client::registry::Registry::default();
         let controller = attacher::Controller::new(client, driver, options, &mut registry, None);
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(controller.run(stop.clone()));
         self.mocks.push(mock);
-        self.attachers.push(Task { stop, task });
+        self.attachers
+            .push(ComponentTask::spawn(|stop| controller.run(stop)));
     }
 
     /// The `i`th csi-mock started.
@@ -144,9 +137,9 @@ impl Env {
     pub fn start_adc(&mut self, options: Options) {
         assert!(self.adc.is_none(), "controller already running");
         let config = Config::new(Some(self.kubeconfig_file()), options);
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(attach_detach::run(config, stop.clone()));
-        self.adc = Some(Task { stop, task });
+        self.adc = Some(ComponentTask::spawn(|stop| {
+            attach_detach::run(config, stop)
+        }));
     }
 
     /// Starts the controller alone on `client` (a client the test built, e.g. with a layer
@@ -155,9 +148,7 @@ impl Env {
         assert!(self.adc.is_none(), "controller already running");
         let mut registry = prometheus_client::registry::Registry::default();
         let controller = attach_detach::Controller::new(client, options, None, &mut registry);
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(controller.run(stop.clone()));
-        self.adc = Some(Task { stop, task });
+        self.adc = Some(ComponentTask::spawn(|stop| controller.run(stop)));
     }
 
     /// A config for the controller's own client: the server's kubeconfig with the controller's
@@ -171,20 +162,14 @@ impl Env {
     /// Stops the controller and checks it ended without error.
     pub async fn stop_adc(&mut self) {
         if let Some(t) = self.adc.take() {
-            t.stop.cancel();
-            tokio::time::timeout(PATIENCE, t.task)
-                .await
-                .expect("controller stops in time")
-                .expect("controller task")
-                .expect("controller ends without error");
+            t.stop("the attach/detach controller", PATIENCE).await;
         }
     }
 
     pub async fn shutdown(mut self) {
         self.stop_adc().await;
         for t in self.attachers.drain(..) {
-            t.stop.cancel();
-            let _ = tokio::time::timeout(PATIENCE, t.task).await;
+            t.abandon(PATIENCE).await;
         }
         for m in self.mocks.drain(..) {
             m.shutdown().await;

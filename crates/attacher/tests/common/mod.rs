@@ -24,8 +24,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use test_support::ComponentTask;
 
 pub const DRIVER: &str = "mock.csi.rs";
 pub const FINALIZER: &str = "external-attacher/mock-csi-rs";
@@ -55,8 +54,7 @@ pub fn fast_options() -> Options {
 }
 
 pub struct Running {
-    stop: CancellationToken,
-    task: JoinHandle<Result<(), attacher::Error>>,
+    task: ComponentTask<attacher::Error>,
     pub registry: Arc<Registry>,
 }
 
@@ -177,11 +175,8 @@ impl Env {
                     .push((method.to_string(), code, migrated));
             });
         let controller = Controller::new(client, driver, options, &mut registry, Some(observer));
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(controller.run(stop.clone()));
         self.running = Some(Running {
-            stop,
-            task,
+            task: ComponentTask::spawn(|stop| controller.run(stop)),
             registry: Arc::new(registry),
         });
     }
@@ -189,12 +184,7 @@ impl Env {
     /// Stops the controller gracefully (keys in progress finish) and checks it ended cleanly.
     pub async fn stop(&mut self) {
         if let Some(r) = self.running.take() {
-            r.stop.cancel();
-            tokio::time::timeout(PATIENCE, r.task)
-                .await
-                .expect("controller stops in time")
-                .expect("controller task")
-                .expect("controller ends without error");
+            r.task.stop("the attacher", PATIENCE).await;
         }
     }
 

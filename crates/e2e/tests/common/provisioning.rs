@@ -18,7 +18,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::DRIVER;
@@ -56,40 +55,8 @@ impl Drop for CancelOnDrop {
 }
 
 /// A controller task started from its library; stopped on drop.
-pub struct Task<E> {
-    stop: CancellationToken,
-    task: Option<JoinHandle<Result<(), E>>>,
-}
-
-impl<E: std::fmt::Debug> Task<E> {
-    fn spawn<F>(stop: CancellationToken, fut: F) -> Self
-    where
-        F: std::future::Future<Output = Result<(), E>> + Send + 'static,
-        E: Send + 'static,
-    {
-        Self {
-            stop,
-            task: Some(tokio::spawn(fut)),
-        }
-    }
-
-    /// Cancels it and checks that it ended without an error.
-    pub async fn stop(mut self) {
-        self.stop.cancel();
-        let task = self.task.take().unwrap();
-        tokio::time::timeout(PATIENCE, task)
-            .await
-            .expect("the controller stops in time")
-            .expect("the controller task")
-            .expect("the controller ends without an error");
-    }
-}
-
-impl<E> Drop for Task<E> {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
+/// A controller under test.
+pub type Task<E> = test_support::ComponentTask<E>;
 
 /// The provisioner's controller, with the registry its CSI call metrics live in.
 pub struct Provisioner {
@@ -167,7 +134,7 @@ pub async fn start_provisioner(
     let controller =
         provisioner::Controller::new(kube, driver, options, &mut registry, Some(operations));
     Provisioner {
-        task: Task::spawn(stop.clone(), controller.run(stop)),
+        task: Task::spawn(|stop| controller.run(stop)),
         registry,
     }
 }
@@ -196,8 +163,7 @@ pub async fn start_pv_controller(
         component_runtime::rate_limited(config, &pv_controller::user_agent(), -1.0, 0).unwrap();
     let mut config = pv_controller::Config::new(options);
     config.cloud = cloud;
-    let stop = CancellationToken::new();
-    Task::spawn(stop.clone(), pv_controller::run(client, config, stop))
+    Task::spawn(|stop| pv_controller::run(client, config, stop))
 }
 
 /// Creating and reading the Kubernetes objects of a test.

@@ -12,6 +12,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use provisioner::{Controller, Driver, Options};
+use test_support::ComponentTask;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -58,10 +59,7 @@ pub fn provisioning_mock(name: &str) -> MockConfig {
     }
 }
 
-pub struct Running {
-    pub stop: CancellationToken,
-    pub task: JoinHandle<Result<(), provisioner::Error>>,
-}
+pub type Running = ComponentTask<provisioner::Error>;
 
 /// A hostpath driver served in-process.
 pub struct Hostpath {
@@ -206,18 +204,12 @@ impl Env {
         let driver = self.driver().await;
         let mut registry = Registry::default();
         let controller = Controller::new(self.kube.clone(), driver, options, &mut registry, None);
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(controller.run(stop.clone()));
-        self.running = Some(Running { stop, task });
+        self.running = Some(ComponentTask::spawn(|stop| controller.run(stop)));
     }
 
     pub async fn stop(&mut self) {
         if let Some(r) = self.running.take() {
-            r.stop.cancel();
-            r.task
-                .await
-                .expect("join")
-                .expect("controller ended cleanly");
+            r.stop("the provisioner", PATIENCE).await;
         }
     }
 
@@ -335,15 +327,6 @@ impl Env {
             },
         )
         .await
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        if let Some(r) = self.running.take() {
-            r.stop.cancel();
-            r.task.abort();
-        }
     }
 }
 

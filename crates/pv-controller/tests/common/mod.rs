@@ -9,8 +9,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, Client};
 use pv_controller::{Config, Options};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use test_support::ComponentTask;
 
 pub const NS: &str = "default";
 /// How long anything may take before a test gives up (loaded 2-core CI machines).
@@ -31,10 +30,7 @@ pub fn fast_options() -> Options {
     }
 }
 
-struct Running {
-    stop: CancellationToken,
-    task: JoinHandle<Result<(), pv_controller::Error>>,
-}
+type Running = ComponentTask<pv_controller::Error>;
 
 /// A controller started beside the main one.
 pub struct Controller(Running);
@@ -42,12 +38,7 @@ pub struct Controller(Running);
 impl Controller {
     /// Stops it and checks it ended without error.
     pub async fn stop(self) {
-        self.0.stop.cancel();
-        tokio::time::timeout(PATIENCE, self.0.task)
-            .await
-            .expect("controller stops in time")
-            .expect("controller task")
-            .expect("controller ends without error");
+        self.0.stop("the second PV controller", PATIENCE).await;
     }
 }
 
@@ -85,28 +76,23 @@ impl Env {
     pub async fn start_with(&mut self, config: Config) {
         assert!(self.controller.is_none(), "controller already running");
         let client = self.controller_client().await;
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(pv_controller::run(client, config, stop.clone()));
-        self.controller = Some(Running { stop, task });
+        self.controller = Some(ComponentTask::spawn(|stop| {
+            pv_controller::run(client, config, stop)
+        }));
     }
 
     /// Another controller on the same API server (a second replica), stopped by the caller.
     pub async fn second_controller(&self, config: Config) -> Controller {
         let client = self.controller_client().await;
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(pv_controller::run(client, config, stop.clone()));
-        Controller(Running { stop, task })
+        Controller(ComponentTask::spawn(|stop| {
+            pv_controller::run(client, config, stop)
+        }))
     }
 
     /// Stops the controller and checks it ended without error.
     pub async fn stop(&mut self) {
         if let Some(r) = self.controller.take() {
-            r.stop.cancel();
-            tokio::time::timeout(PATIENCE, r.task)
-                .await
-                .expect("controller stops in time")
-                .expect("controller task")
-                .expect("controller ends without error");
+            r.stop("the PV controller", PATIENCE).await;
         }
     }
 

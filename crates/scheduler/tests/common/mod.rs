@@ -10,8 +10,6 @@ use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 pub const NS: &str = "default";
 /// Generous: loaded 2-core CI machines.
@@ -22,8 +20,7 @@ pub const TOPOLOGY_KEY: &str = "topology.hostpath.csi/node";
 pub struct Env {
     pub server: apiserver::RunningApiServer,
     pub kube: Client,
-    stop: CancellationToken,
-    task: Option<JoinHandle<Result<(), scheduler::Error>>>,
+    scheduler: test_support::ComponentTask<scheduler::Error>,
 }
 
 impl Env {
@@ -44,25 +41,18 @@ impl Env {
             cache_sync_timeout: Duration::from_secs(30),
             ..scheduler::Config::default()
         };
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(scheduler::run(server.client(), config, stop.clone()));
+        let client = server.client();
+        let scheduler =
+            test_support::ComponentTask::spawn(|stop| scheduler::run(client, config, stop));
         Self {
             server,
             kube,
-            stop,
-            task: Some(task),
+            scheduler,
         }
     }
 
-    pub async fn shutdown(mut self) {
-        self.stop.cancel();
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(PATIENCE, task)
-                .await
-                .expect("scheduler stops in time")
-                .expect("scheduler task")
-                .expect("scheduler ends without error");
-        }
+    pub async fn shutdown(self) {
+        self.scheduler.stop("the scheduler", PATIENCE).await;
         self.server.shutdown().await.expect("api server shutdown");
     }
 
