@@ -65,10 +65,22 @@ impl Caches {
 }
 
 /// What operations share with the reconciler: the actual state and the running operations.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct State {
     pub asw: ActualStateOfWorld,
     pub ops: OperationTable,
+}
+
+impl State {
+    pub(crate) fn new(options: &Options) -> Self {
+        Self {
+            asw: ActualStateOfWorld::default(),
+            ops: OperationTable::new(component_runtime::workqueue::Backoff {
+                start: options.backoff_initial,
+                max: options.backoff_max,
+            }),
+        }
+    }
 }
 
 /// Everything the reconciler and the operations need.
@@ -93,6 +105,7 @@ impl Ctx {
         options: Options,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let state = Mutex::new(State::new(&options));
         Self {
             client,
             caches,
@@ -101,7 +114,7 @@ impl Ctx {
             options,
             metrics,
             events,
-            state: Mutex::new(State::default()),
+            state,
         }
     }
 

@@ -290,12 +290,7 @@ async fn attach(ctx: Arc<Ctx>, volume: VolumeToAttach, node: String, pods: Vec<P
                 Ok(attach_succeeded(&volume.spec_name))
             }
             Err(e) => {
-                let delay = state.ops.failed(
-                    &volume.unique_name,
-                    &node,
-                    ctx.options.backoff_initial,
-                    ctx.options.backoff_max,
-                );
+                let delay = state.ops.failed(&volume.unique_name, &node);
                 if may_be_attached(&e) {
                     let how = match &volume.backend {
                         Backend::Csi { volume: v, .. } => DetachHow::Csi {
@@ -352,12 +347,7 @@ async fn detach(
                 tracing::info!(volume = %volume, node = %node, "detached");
             }
             Err(e) => {
-                let delay = state.ops.failed(
-                    &volume,
-                    &node,
-                    ctx.options.backoff_initial,
-                    ctx.options.backoff_max,
-                );
+                let delay = state.ops.failed(&volume, &node);
                 // Still attached: the node lists it again (Kubernetes re-adds it to the
                 // volumes to report as attached). An uncertain attachment stays uncertain:
                 // only a successful detach takes a volume out of the actual state.

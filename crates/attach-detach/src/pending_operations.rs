@@ -6,20 +6,29 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tokio::time::Instant;
+use component_runtime::workqueue::{Backoff, Failures};
 
 use crate::cache::VolumeNode;
 
 /// Running operations and backoffs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct OperationTable {
     /// volume → nodes with a running operation (`None`: the operation holds the whole volume).
     running: HashMap<String, Vec<Option<String>>>,
-    /// (volume, node) → (failures in a row, no retry before).
-    backoff: HashMap<VolumeNode, (u32, Instant)>,
+    /// The (volume, node) pairs whose last operation failed.
+    failures: Failures<VolumeNode>,
 }
 
 impl OperationTable {
+    /// A failed operation waits `backoff.start`, doubling per failure in a row up to
+    /// `backoff.max`.
+    pub(crate) fn new(backoff: Backoff) -> Self {
+        Self {
+            running: HashMap::new(),
+            failures: Failures::new(backoff),
+        }
+    }
+
     /// Whether an operation on `volume` at `node` would overlap a running one.
     pub(crate) fn busy(&self, volume: &str, node: &str, per_node: bool) -> bool {
         self.running.get(volume).is_some_and(|nodes| {
@@ -28,10 +37,9 @@ impl OperationTable {
     }
 
     /// Whether a failed operation on (volume, node) is still waiting out its backoff.
-    pub(crate) fn in_backoff(&self, volume: &str, node: &str, now: Instant) -> bool {
-        self.backoff
-            .get(&(volume.to_string(), node.to_string()))
-            .is_some_and(|(_, until)| now < *until)
+    pub(crate) fn in_backoff(&self, volume: &str, node: &str) -> bool {
+        self.failures
+            .backing_off(&(volume.to_string(), node.to_string()), &())
     }
 
     pub(crate) fn start(&mut self, volume: &str, node: &str, per_node: bool) {
@@ -54,34 +62,19 @@ impl OperationTable {
     }
 
     pub(crate) fn succeeded(&mut self, volume: &str, node: &str) {
-        self.backoff.remove(&(volume.to_string(), node.to_string()));
+        self.failures
+            .succeeded(&(volume.to_string(), node.to_string()));
     }
 
     /// Records a failure; returns the delay before the next try.
-    pub(crate) fn failed(
-        &mut self,
-        volume: &str,
-        node: &str,
-        initial: Duration,
-        max: Duration,
-    ) -> Duration {
-        let entry = self
-            .backoff
-            .entry((volume.to_string(), node.to_string()))
-            .or_insert((0, Instant::now()));
-        let delay = component_runtime::workqueue::Backoff {
-            start: initial,
-            max,
-        }
-        .delay(entry.0.saturating_add(1));
-        entry.0 = entry.0.saturating_add(1);
-        entry.1 = Instant::now() + delay;
-        delay
+    pub(crate) fn failed(&mut self, volume: &str, node: &str) -> Duration {
+        self.failures
+            .failed(&(volume.to_string(), node.to_string()), ())
     }
 
     /// Forgets backoffs of (volume, node) pairs for which `keep` is false.
     pub(crate) fn retain_backoff(&mut self, keep: impl Fn(&VolumeNode) -> bool) {
-        self.backoff.retain(|k, _| keep(k));
+        self.failures.retain(keep);
     }
 }
 
@@ -91,7 +84,10 @@ mod tests {
 
     #[test]
     fn one_operation_per_volume_or_per_volume_and_node() {
-        let mut t = OperationTable::default();
+        let mut t = OperationTable::new(Backoff {
+            start: Duration::from_millis(500),
+            max: Duration::from_secs(122),
+        });
         t.start("rwo", "n1", false);
         assert!(t.busy("rwo", "n1", false) && t.busy("rwo", "n2", false));
         assert!(
@@ -116,16 +112,19 @@ mod tests {
 
     #[test]
     fn backoff_doubles_up_to_the_max_and_resets_on_success() {
-        let mut t = OperationTable::default();
-        let (initial, max) = (Duration::from_millis(500), Duration::from_secs(122));
-        let delays: Vec<Duration> = (0..10).map(|_| t.failed("v", "n", initial, max)).collect();
+        let max = Duration::from_secs(122);
+        let mut t = OperationTable::new(Backoff {
+            start: Duration::from_millis(500),
+            max,
+        });
+        let delays: Vec<Duration> = (0..10).map(|_| t.failed("v", "n")).collect();
         assert_eq!(delays[0], Duration::from_millis(500));
         assert_eq!(delays[1], Duration::from_secs(1));
         assert_eq!(delays[2], Duration::from_secs(2));
         assert_eq!(delays[9], max);
-        assert!(t.in_backoff("v", "n", Instant::now()));
-        assert!(!t.in_backoff("v", "other", Instant::now()));
+        assert!(t.in_backoff("v", "n"));
+        assert!(!t.in_backoff("v", "other"));
         t.succeeded("v", "n");
-        assert!(!t.in_backoff("v", "n", Instant::now()));
+        assert!(!t.in_backoff("v", "n"));
     }
 }

@@ -36,7 +36,7 @@ pub(crate) struct Ctx {
     pub(crate) created: Mutex<HashMap<String, (Instant, Arc<PersistentVolumeClaim>)>>,
     /// Failed pods and orphan deletions, keyed `namespace/name` and `orphan/namespace/name`,
     /// with a fingerprint of what they looked like: a change retries at once.
-    pub(crate) failures: Failures,
+    pub(crate) failures: Failures<String, String>,
 }
 
 /// How long a created claim is trusted without the cache showing it.

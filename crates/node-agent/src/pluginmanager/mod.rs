@@ -42,8 +42,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use component_runtime::workqueue::{Backoff, Failures};
 
 use self::handler::{CsiHandler, Registered};
 use self::metrics::Metrics;
@@ -64,8 +65,7 @@ pub struct PluginManager {
     handler: Arc<CsiHandler>,
     metrics: Metrics,
     poll_interval: Duration,
-    retry_initial: Duration,
-    retry_max: Duration,
+    retry: Backoff,
 }
 
 impl std::fmt::Debug for PluginManager {
@@ -75,13 +75,6 @@ impl std::fmt::Debug for PluginManager {
             .field("poll_interval", &self.poll_interval)
             .finish_non_exhaustive()
     }
-}
-
-/// A socket whose registration failed: retried once `retry_at` passes or the socket changes.
-struct Failure {
-    id: SocketId,
-    pause: Duration,
-    retry_at: Instant,
 }
 
 /// What a finished operation reports back to the loop.
@@ -104,8 +97,10 @@ impl PluginManager {
             handler: Arc::new(CsiHandler::new(drivers, node_info)),
             metrics: Metrics::register(registry),
             poll_interval: DEFAULT_POLL_INTERVAL,
-            retry_initial: DEFAULT_RETRY_INITIAL,
-            retry_max: DEFAULT_RETRY_MAX,
+            retry: Backoff {
+                start: DEFAULT_RETRY_INITIAL,
+                max: DEFAULT_RETRY_MAX,
+            },
         }
     }
 
@@ -118,8 +113,10 @@ impl PluginManager {
     /// Retries failed registrations after `initial`, doubling up to `max`, instead of the
     /// kubelet's 500 ms … 2 min 2 s.
     pub fn with_retry_backoff(mut self, initial: Duration, max: Duration) -> Self {
-        self.retry_initial = initial;
-        self.retry_max = max.max(initial);
+        self.retry = Backoff {
+            start: initial,
+            max: max.max(initial),
+        };
         self
     }
 
@@ -132,7 +129,15 @@ impl PluginManager {
             tracing::error!(dir = %dir.display(), error = %e, "cannot create the plugin registry directory; retrying while watching");
         }
         tracing::info!(dir = %dir.display(), interval = ?self.poll_interval, "watching for plugin registration sockets");
-        let mut state = State::default();
+        let mut state = State {
+            actual: HashMap::new(),
+            in_flight: HashMap::new(),
+            failures: Failures::new(self.retry),
+            ops: JoinSet::new(),
+            desired_metric: BTreeSet::new(),
+            actual_metric: BTreeSet::new(),
+            scan_error: None,
+        };
         let mut ticker = tokio::time::interval(self.poll_interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -193,16 +198,13 @@ impl PluginManager {
             state.in_flight.insert(path, task.id());
         }
 
-        state.failures.retain(|path, _| desired.contains_key(path));
-        let now = Instant::now();
+        state.failures.retain(|path| desired.contains_key(path));
         for (path, id) in desired {
-            if state.actual.contains_key(path) || state.in_flight.contains_key(path) {
+            if state.actual.contains_key(path)
+                || state.in_flight.contains_key(path)
+                || state.failures.backing_off(path, id)
+            {
                 continue;
-            }
-            if let Some(failure) = state.failures.get(path) {
-                if failure.id == *id && now < failure.retry_at {
-                    continue;
-                }
             }
             let handler = Arc::clone(&self.handler);
             let (socket, id) = (path.clone(), *id);
@@ -241,30 +243,19 @@ impl PluginManager {
         state.in_flight.remove(&path);
         match outcome {
             Some(Outcome::Registered(id, Ok(registered))) => {
-                state.failures.remove(&path);
+                state.failures.succeeded(&path);
                 state.actual.insert(path, (id, registered));
                 state.actual_metric =
                     self.metrics
                         .set(metrics::ACTUAL, &state.actual_metric, state.actual.keys());
             }
             Some(Outcome::Registered(id, Err(reason))) => {
-                let pause = match state.failures.get(&path) {
-                    Some(previous) if previous.id == id => (previous.pause * 2).min(self.retry_max),
-                    _ => self.retry_initial,
-                };
+                let pause = state.failures.failed(&path, id);
                 tracing::warn!(
                     socket = %path.display(),
                     error = %reason,
                     retry_in = ?pause,
                     "plugin registration failed"
-                );
-                state.failures.insert(
-                    path,
-                    Failure {
-                        id,
-                        pause,
-                        retry_at: Instant::now() + pause,
-                    },
                 );
             }
             Some(Outcome::Deregistered) | None => {}
@@ -274,13 +265,14 @@ impl PluginManager {
 
 /// The reconciler's memory (the kubelet's actual state of the world plus its pending
 /// operations).
-#[derive(Default)]
 struct State {
     /// Registered sockets: identity at registration and what they registered.
     actual: HashMap<PathBuf, (SocketId, Registered)>,
     /// Sockets with a running operation.
     in_flight: HashMap<PathBuf, tokio::task::Id>,
-    failures: HashMap<PathBuf, Failure>,
+    /// Sockets whose registration failed: retried once their backoff passes, or at once
+    /// when the socket changes.
+    failures: Failures<PathBuf, SocketId>,
     ops: JoinSet<Outcome>,
     desired_metric: BTreeSet<PathBuf>,
     actual_metric: BTreeSet<PathBuf>,

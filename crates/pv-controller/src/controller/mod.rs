@@ -224,7 +224,7 @@ impl Ctx {
     where
         F: std::future::Future<Output = Result<(), Error>> + Send + 'static,
     {
-        if self.failures.backing_off(&name, "") {
+        if self.failures.backing_off(&name, &()) {
             return;
         }
         {
@@ -243,7 +243,7 @@ impl Ctx {
             if let Err(e) = &result {
                 tracing::warn!(operation = %name, error = %e, "operation failed; retried with backoff");
             }
-            ctx.failures.record(&name, String::new(), result.is_ok());
+            ctx.failures.record(&name, (), result.is_ok());
             ctx.running
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -409,7 +409,7 @@ async fn pass(ctx: &Arc<Ctx>, changed: Option<(changed::Dirty, Vec<String>)>) {
         .for_each_concurrent(SYNCS_IN_FLIGHT, |volume| async move {
             let name = volume.metadata.name.clone().unwrap_or_default();
             let key = format!("pv/{name}");
-            if ctx.failures.backing_off(&key, "") {
+            if ctx.failures.backing_off(&key, &()) {
                 return;
             }
             let result = async {
@@ -440,7 +440,7 @@ async fn pass(ctx: &Arc<Ctx>, changed: Option<(changed::Dirty, Vec<String>)>) {
             let namespace = claim.metadata.namespace.clone().unwrap_or_default();
             let name = claim.metadata.name.clone().unwrap_or_default();
             let key = format!("pvc/{namespace}/{name}");
-            if ctx.failures.backing_off(&key, "") {
+            if ctx.failures.backing_off(&key, &()) {
                 return;
             }
             let Some(claim) = ctx.claim(&namespace, &name) else {
@@ -559,7 +559,7 @@ fn report(ctx: &Ctx, key: &str, result: Result<(), Error>) {
         }
         Err(e) => tracing::warn!(object = %key, error = %e, "sync failed; retried with backoff"),
     }
-    ctx.failures.record(key, String::new(), result.is_ok());
+    ctx.failures.record(key, (), result.is_ok());
 }
 
 /// A claim as the logs name it: `namespace/name`.
