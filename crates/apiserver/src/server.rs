@@ -219,9 +219,13 @@ impl RunningApiServer {
         let aside = dir.join(format!(".kubeconfig.{}.{seq}", std::process::id()));
         crate::write_private(&aside, self.kubeconfig.as_bytes())
             .and_then(|()| std::fs::rename(&aside, &path))
-            .map_err(|source| Error::Kubeconfig {
-                path: path.clone(),
-                source,
+            .map_err(|source| {
+                // Nothing of a failed write stays behind (the token is in it).
+                let _ = std::fs::remove_file(&aside);
+                Error::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                }
             })?;
         Ok(path)
     }

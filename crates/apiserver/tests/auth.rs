@@ -445,4 +445,14 @@ async fn a_client_as_a_user_agent_is_audited_as_it_and_the_kubeconfig_file_is_pr
             .unwrap()
             .is_some()
     );
+
+    // A write that cannot be put in place fails and leaves no copy of the token behind.
+    let blocked = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(blocked.path().join("kubeconfig/in-the-way")).unwrap();
+    assert!(server.write_kubeconfig(blocked.path()).is_err());
+    let left: Vec<_> = std::fs::read_dir(blocked.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["kubeconfig"], "only the directory in the way stays");
 }

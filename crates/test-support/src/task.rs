@@ -29,11 +29,6 @@ impl<E: std::fmt::Debug + Send + 'static> ComponentTask<E> {
         }
     }
 
-    /// Whether it ended (returned, failed or panicked) without being stopped.
-    pub fn is_finished(&self) -> bool {
-        self.task.as_ref().is_none_or(JoinHandle::is_finished)
-    }
-
     /// Cancels it and waits up to `patience` for it to end; panics, naming `what`, if it does
     /// not end in time, panicked, or returned an error.
     pub async fn stop(mut self, what: &str, patience: Duration) {
@@ -77,7 +72,6 @@ mod tests {
     #[tokio::test]
     async fn a_component_that_stops_cleanly_passes() {
         let t = ComponentTask::spawn(until_stopped);
-        assert!(!t.is_finished());
         t.stop("it", PATIENCE).await;
     }
 

@@ -212,7 +212,7 @@ impl Reconciler {
                 a.detach_requested = None;
                 continue;
             }
-            if ops.busy(v, n, a.multi_attach) || ops.in_backoff(v, n, now) {
+            if ops.busy(v, n, a.multi_attach) || ops.in_backoff(v, n) {
                 continue;
             }
             let since = *a.detach_requested.get_or_insert(now);
@@ -234,14 +234,13 @@ impl Reconciler {
     }
 
     fn plan_attaches(&mut self, desired: &Desired, state: &mut State, plan: &mut Plan) {
-        let now = Instant::now();
         let State { asw, ops } = state;
         for ((v, n), d) in &desired.dsw.volumes {
             if asw.get(v, n).is_some_and(|a| a.confirmed) || !d.volume.attachable {
                 continue;
             }
             let multi = d.volume.multi_attach;
-            if ops.busy(v, n, multi) || ops.in_backoff(v, n, now) {
+            if ops.busy(v, n, multi) || ops.in_backoff(v, n) {
                 continue;
             }
             let elsewhere = if multi {
@@ -277,10 +276,14 @@ impl Reconciler {
         }
         let nodes: BTreeSet<String> = detaches.iter().map(|d| d.node.clone()).collect();
         let mut failed_nodes = BTreeSet::new();
+        // Each node read once: a node that is gone gets no status write (and no UID on a
+        // forced detach's Event); its volumes are still detached.
+        let mut uids = BTreeMap::new();
         for node in nodes {
-            if ctx.caches.nodes.get(&node).is_none() {
+            let Some(n) = ctx.caches.nodes.get(&node) else {
                 continue;
-            }
+            };
+            uids.insert(node.clone(), n.metadata.uid.clone());
             let reported = ctx.state().asw.reported(&node);
             match effects.patch_status(&node, &reported).await {
                 Ok(updated) => self.status.written(&node, &updated, reported),
@@ -309,11 +312,7 @@ impl Reconciler {
                 ctx.metrics.forced_detach();
                 let max_wait = ctx.options.max_wait_for_unmount;
                 tracing::warn!(volume = %volume, node = %node, ?max_wait, "forced detach: the node still reports the volume in use");
-                let uid = ctx
-                    .caches
-                    .nodes
-                    .get(&node)
-                    .and_then(|n| n.metadata.uid.clone());
+                let uid = uids.get(&node).cloned().flatten();
                 effects
                     .node_warning(
                         &node,
