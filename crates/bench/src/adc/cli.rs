@@ -4,14 +4,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::adc::Scenario;
+use crate::harness::output::ReportFlags;
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Output {
-    Table,
-    Json,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ScenarioFlag {
@@ -106,13 +101,8 @@ pub struct Flags {
     #[arg(long)]
     log_dir: Option<PathBuf>,
 
-    /// How to print the report.
-    #[arg(long, value_enum, default_value = "table")]
-    output: Output,
-
-    /// Also write the JSON report to this file (whatever --output prints).
-    #[arg(long)]
-    json_file: Option<PathBuf>,
+    #[command(flatten)]
+    report: ReportFlags,
 }
 
 /// Runs the benchmark and prints its report.
@@ -133,15 +123,7 @@ pub async fn run(f: Flags) -> anyhow::Result<()> {
         log_dir: f.log_dir,
     };
     let report = crate::adc::run(config).await.context("csi-bench adc")?;
-    let json = serde_json::to_string_pretty(&report).context("encoding the report")?;
-    if let Some(path) = &f.json_file {
-        std::fs::write(path, format!("{json}\n"))
-            .with_context(|| format!("writing the report to {}", path.display()))?;
-    }
-    match f.output {
-        Output::Table => print!("{}", report.table()),
-        Output::Json => println!("{json}"),
-    }
+    f.report.emit(&report, |r| r.table())?;
     Ok(())
 }
 
@@ -171,7 +153,7 @@ mod tests {
         assert_eq!(f.scenario.scenarios(), vec![Scenario::ThroughAdc]);
         assert_eq!(f.settle, Duration::from_millis(500));
         assert_eq!(f.runs, 3);
-        assert_eq!(f.json_file, Some(PathBuf::from("/tmp/r.json")));
+        assert_eq!(f.report.json_file, Some(PathBuf::from("/tmp/r.json")));
         assert_eq!(f.pods, 1000);
         assert_eq!(f.nodes, 10);
         let all = Flags::try_parse_from(["csi-bench-adc", "--adc-bin", "x"]).unwrap();

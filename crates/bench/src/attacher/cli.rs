@@ -3,14 +3,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::harness::output::ReportFlags;
 use anyhow::Context as _;
-use clap::{Parser, ValueEnum};
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum Output {
-    Table,
-    Json,
-}
+use clap::Parser;
 
 /// N PVs + VolumeAttachments against any CSI attacher and a driver socket.
 ///
@@ -67,9 +62,8 @@ pub struct Flags {
     #[arg(long)]
     attacher_log: Option<PathBuf>,
 
-    /// How to print the report.
-    #[arg(long, value_enum, default_value = "table")]
-    output: Output,
+    #[command(flatten)]
+    report: ReportFlags,
 }
 
 /// Runs the benchmark and prints its report.
@@ -89,13 +83,7 @@ pub async fn run(f: Flags) -> anyhow::Result<()> {
     let report = crate::attacher::run(config)
         .await
         .context("csi-bench attacher")?;
-    match f.output {
-        Output::Table => print!("{}", report.table()),
-        Output::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&report).context("encoding the report")?
-        ),
-    }
+    f.report.emit(&report, |r| r.table())?;
     Ok(())
 }
 

@@ -1,13 +1,15 @@
 //! What every scenario measures with: its processes under test ([`child`]: log files, peak
 //! memory and CPU time from `/proc`, stopped on every path), the API writes of each party from
 //! the embedded API server's audit trail ([`writes`]), latency percentiles ([`stats`]) and the
-//! "median (min-max)" tables of several runs ([`table`]).
+//! "median (min-max)" tables of several runs ([`table`]), and how a report is printed
+//! ([`output`]).
 //!
 //! Leaf modules: the scenarios import these, never the other way round.
 
 pub mod api;
 pub mod child;
 pub mod goals;
+pub mod output;
 pub mod procfs;
 pub mod stats;
 pub mod table;

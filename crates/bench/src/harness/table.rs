@@ -21,6 +21,12 @@ pub struct Row<R> {
     pub value: fn(&R, usize) -> Option<f64>,
 }
 
+impl<R> Row<R> {
+    pub const fn new(label: &'static str, unit: Unit, value: fn(&R, usize) -> Option<f64>) -> Self {
+        Self { label, unit, value }
+    }
+}
+
 fn number(unit: Unit, v: f64) -> String {
     match unit {
         Unit::Seconds | Unit::Ratio => format!("{v:.2}"),
@@ -142,16 +148,10 @@ mod tests {
     fn rows_put_each_run_in_its_column() {
         let runs = [("a", 1.0), ("b", 5.0), ("a", 3.0)];
         let table: &[Row<(&str, f64)>] = &[
-            Row {
-                label: "time",
-                unit: Unit::Seconds,
-                value: |r, _| Some(r.1),
-            },
-            Row {
-                label: "per pod",
-                unit: Unit::Ratio,
-                value: |r, n| (r.0 == "b").then(|| r.1 / n as f64),
-            },
+            Row::new("time", Unit::Seconds, |r, _| Some(r.1)),
+            Row::new("per pod", Unit::Ratio, |r, n| {
+                (r.0 == "b").then(|| r.1 / n as f64)
+            }),
         ];
         assert_eq!(columns(&runs, |r| r.0), ["a", "b"]);
         let text = rows(table, &runs, &columns(&runs, |r| r.0), |r| r.0, 10, (8, 14));

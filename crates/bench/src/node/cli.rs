@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::harness::output::ReportFlags;
 use crate::node::{Binaries, LoadConfig, Scenario, ScenarioReport};
 use anyhow::Context as _;
 use clap::Parser;
@@ -91,13 +92,8 @@ pub struct Flags {
     #[arg(long, value_name = "DIR")]
     log_dir: Option<PathBuf>,
 
-    /// Print the reports as JSON instead of the table.
-    #[arg(long)]
-    json: bool,
-
-    /// Also write the JSON reports to this file.
-    #[arg(long, value_name = "PATH")]
-    json_file: Option<PathBuf>,
+    #[command(flatten)]
+    report: ReportFlags,
 }
 
 fn scenarios(names: &[String]) -> anyhow::Result<Vec<Scenario>> {
@@ -165,14 +161,6 @@ pub async fn run(f: Flags) -> anyhow::Result<()> {
         temp_parent: None,
     };
     let reports = run_all(config, list).await?;
-    let json = serde_json::to_string_pretty(&reports).context("encoding the reports")?;
-    if let Some(path) = &f.json_file {
-        std::fs::write(path, &json).with_context(|| format!("writing {}", path.display()))?;
-    }
-    if f.json {
-        println!("{json}");
-    } else {
-        print!("{}", crate::node::report::table(&reports));
-    }
+    f.report.emit(&reports, |r| crate::node::report::table(r))?;
     Ok(())
 }

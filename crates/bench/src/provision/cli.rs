@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::harness::output::ReportFlags;
 use crate::provision::{Binaries, LoadConfig, Scenario};
 use anyhow::Context as _;
 use clap::{Parser, ValueEnum};
@@ -115,13 +116,8 @@ pub struct Flags {
     #[arg(long, value_name = "DIR")]
     log_dir: Option<PathBuf>,
 
-    /// Print the report as JSON instead of the table.
-    #[arg(long)]
-    json: bool,
-
-    /// Also write the JSON report to this file.
-    #[arg(long, value_name = "PATH")]
-    json_file: Option<PathBuf>,
+    #[command(flatten)]
+    report: ReportFlags,
 }
 
 impl Flags {
@@ -170,22 +166,12 @@ impl Flags {
 
 /// Runs the benchmark and prints its report.
 pub async fn run(f: Flags) -> anyhow::Result<()> {
-    let flags = f;
-    let (json_out, json_file) = (flags.json, flags.json_file.clone());
-    let config = flags.config()?;
+    let report_flags = f.report.clone();
+    let config = f.config()?;
     let report = crate::provision::run(config)
         .await
         .context("csi-bench provision")?;
-    let json = serde_json::to_string_pretty(&report).context("encoding the report")?;
-    if let Some(path) = &json_file {
-        std::fs::write(path, format!("{json}\n"))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
-    if json_out {
-        println!("{json}");
-    } else {
-        print!("{}", report.table());
-    }
+    report_flags.emit(&report, |r| r.table())?;
     Ok(())
 }
 

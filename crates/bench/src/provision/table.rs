@@ -26,217 +26,111 @@ fn ec2(calls: &std::collections::BTreeMap<String, u64>, action: &str) -> Option<
 
 /// The rows of the table, in order.
 pub(crate) const ROWS: &[Row<ScenarioReport>] = &[
-    Row {
-        label: "PVCs",
-        unit: Unit::Count,
-        value: |s, _| Some(s.pvcs as f64),
-    },
-    Row {
-        label: "load average at start",
-        unit: Unit::Ratio,
-        value: |s, _| s.load_average_1m,
-    },
-    Row {
-        label: "setup (not timed)",
-        unit: Unit::Seconds,
-        value: |s, _| Some(s.setup_s),
-    },
-    Row {
-        label: "PVCs created",
-        unit: Unit::Seconds,
-        value: |s, _| Some(s.pvcs_created_s),
-    },
-    Row {
-        label: "first Bound",
-        unit: Unit::Seconds,
-        value: |s, _| s.first_bound_s,
-    },
-    Row {
-        label: "all Bound",
-        unit: Unit::Seconds,
-        value: |s, _| s.all_bound_s,
-    },
-    Row {
-        label: "Bound p50 (per PVC)",
-        unit: Unit::Seconds,
-        value: |s, _| Some(s.bound.p50_s),
-    },
-    Row {
-        label: "Bound p99",
-        unit: Unit::Seconds,
-        value: |s, _| Some(s.bound.p99_s),
-    },
-    Row {
-        label: "Bound max",
-        unit: Unit::Seconds,
-        value: |s, _| Some(s.bound.max_s),
-    },
-    Row {
-        label: "PVCs Bound",
-        unit: Unit::Count,
-        value: |s, _| Some(s.bound.count as f64),
-    },
-    Row {
-        label: "writes / PVC: provisioner",
-        unit: Unit::Ratio,
-        value: |s, _| per_pvc(s, s.writes_bind.provisioner.total),
-    },
-    Row {
-        label: "  create PV",
-        unit: Unit::Ratio,
-        value: |s, _| {
-            per_pvc(
-                s,
-                s.writes_bind
-                    .provisioner
-                    .of_requests(&["create persistentvolumes"]),
-            )
-        },
-    },
-    Row {
-        label: "  Events",
-        unit: Unit::Ratio,
-        value: |s, _| per_pvc(s, s.writes_bind.provisioner.to_resource("events")),
-    },
-    Row {
-        label: "writes / PVC: pv-controller",
-        unit: Unit::Ratio,
-        value: |s, _| per_pvc(s, s.writes_bind.pv_controller.total),
-    },
-    Row {
-        label: "  PVC (spec + status)",
-        unit: Unit::Ratio,
-        value: |s, _| {
-            per_pvc(
-                s,
-                s.writes_bind
-                    .pv_controller
-                    .to_resource("persistentvolumeclaims"),
-            )
-        },
-    },
-    Row {
-        label: "  PV (spec + status)",
-        unit: Unit::Ratio,
-        value: |s, _| {
-            per_pvc(
-                s,
-                s.writes_bind.pv_controller.to_resource("persistentvolumes"),
-            )
-        },
-    },
-    Row {
-        label: "  Events",
-        unit: Unit::Ratio,
-        value: |s, _| per_pvc(s, s.writes_bind.pv_controller.to_resource("events")),
-    },
-    Row {
-        label: "failed writes (bind, both)",
-        unit: Unit::Count,
-        value: |s, _| {
-            Some((s.writes_bind.provisioner.failed + s.writes_bind.pv_controller.failed) as f64)
-        },
-    },
-    Row {
-        label: "other writers' writes",
-        unit: Unit::Count,
-        value: |s, _| Some((s.writes_bind.other.total + s.writes_delete.other.total) as f64),
-    },
-    Row {
-        label: "provisioner VmRSS at all Bound",
-        unit: Unit::Bytes,
-        value: |s, _| rss(s.provisioner.at_bound),
-    },
-    Row {
-        label: "provisioner VmRSS at end",
-        unit: Unit::Bytes,
-        value: |s, _| rss(s.provisioner.at_end),
-    },
-    Row {
-        label: "provisioner VmHWM at end",
-        unit: Unit::Bytes,
-        value: |s, _| hwm(s.provisioner.at_end),
-    },
-    Row {
-        label: "provisioner CPU until all Bound",
-        unit: Unit::Seconds,
-        value: |s, _| s.provisioner.cpu_bind_s,
-    },
-    Row {
-        label: "driver VmRSS at all Bound",
-        unit: Unit::Bytes,
-        value: |s, _| rss(s.driver.at_bound),
-    },
-    Row {
-        label: "driver VmHWM at end",
-        unit: Unit::Bytes,
-        value: |s, _| hwm(s.driver.at_end),
-    },
-    Row {
-        label: "driver CPU until all Bound",
-        unit: Unit::Seconds,
-        value: |s, _| s.driver.cpu_bind_s,
-    },
-    Row {
-        label: "in-process CPU until all Bound",
-        unit: Unit::Seconds,
-        value: |s, _| s.in_process_cpu_bind_s,
-    },
-    Row {
-        label: "driver volumes at all Bound",
-        unit: Unit::Count,
-        value: |s, _| s.driver_volumes_at_bound.map(|n| n as f64),
-    },
-    Row {
-        label: "EC2 CreateVolume calls",
-        unit: Unit::Count,
-        value: |s, _| ec2(&s.ec2_calls_bind, "CreateVolume"),
-    },
-    Row {
-        label: "deletes sent",
-        unit: Unit::Seconds,
-        value: |s, _| Some(s.deletes_sent_s),
-    },
-    Row {
-        label: "all PVs gone",
-        unit: Unit::Seconds,
-        value: |s, _| s.all_volumes_gone_s,
-    },
-    Row {
-        label: "PV gone p50 (per PVC)",
-        unit: Unit::Seconds,
-        value: |s, _| Some(s.delete.p50_s),
-    },
-    Row {
-        label: "PV gone p99",
-        unit: Unit::Seconds,
-        value: |s, _| Some(s.delete.p99_s),
-    },
-    Row {
-        label: "delete writes / PVC: provisioner",
-        unit: Unit::Ratio,
-        value: |s, _| per_pvc(s, s.writes_delete.provisioner.total),
-    },
-    Row {
-        label: "delete writes / PVC: pv-ctrl",
-        unit: Unit::Ratio,
-        value: |s, _| per_pvc(s, s.writes_delete.pv_controller.total),
-    },
-    Row {
-        label: "provisioner CPU for the deletes",
-        unit: Unit::Seconds,
-        value: |s, _| s.provisioner.cpu_delete_s,
-    },
-    Row {
-        label: "driver volumes at end",
-        unit: Unit::Count,
-        value: |s, _| s.driver_volumes_at_end.map(|n| n as f64),
-    },
-    Row {
-        label: "EC2 DeleteVolume calls",
-        unit: Unit::Count,
-        value: |s, _| ec2(&s.ec2_calls_delete, "DeleteVolume"),
-    },
+    Row::new("PVCs", Unit::Count, |s, _| Some(s.pvcs as f64)),
+    Row::new("load average at start", Unit::Ratio, |s, _| {
+        s.load_average_1m
+    }),
+    Row::new("setup (not timed)", Unit::Seconds, |s, _| Some(s.setup_s)),
+    Row::new("PVCs created", Unit::Seconds, |s, _| Some(s.pvcs_created_s)),
+    Row::new("first Bound", Unit::Seconds, |s, _| s.first_bound_s),
+    Row::new("all Bound", Unit::Seconds, |s, _| s.all_bound_s),
+    Row::new("Bound p50 (per PVC)", Unit::Seconds, |s, _| {
+        Some(s.bound.p50_s)
+    }),
+    Row::new("Bound p99", Unit::Seconds, |s, _| Some(s.bound.p99_s)),
+    Row::new("Bound max", Unit::Seconds, |s, _| Some(s.bound.max_s)),
+    Row::new("PVCs Bound", Unit::Count, |s, _| Some(s.bound.count as f64)),
+    Row::new("writes / PVC: provisioner", Unit::Ratio, |s, _| {
+        per_pvc(s, s.writes_bind.provisioner.total)
+    }),
+    Row::new("  create PV", Unit::Ratio, |s, _| {
+        per_pvc(
+            s,
+            s.writes_bind
+                .provisioner
+                .of_requests(&["create persistentvolumes"]),
+        )
+    }),
+    Row::new("  Events", Unit::Ratio, |s, _| {
+        per_pvc(s, s.writes_bind.provisioner.to_resource("events"))
+    }),
+    Row::new("writes / PVC: pv-controller", Unit::Ratio, |s, _| {
+        per_pvc(s, s.writes_bind.pv_controller.total)
+    }),
+    Row::new("  PVC (spec + status)", Unit::Ratio, |s, _| {
+        per_pvc(
+            s,
+            s.writes_bind
+                .pv_controller
+                .to_resource("persistentvolumeclaims"),
+        )
+    }),
+    Row::new("  PV (spec + status)", Unit::Ratio, |s, _| {
+        per_pvc(
+            s,
+            s.writes_bind.pv_controller.to_resource("persistentvolumes"),
+        )
+    }),
+    Row::new("  Events", Unit::Ratio, |s, _| {
+        per_pvc(s, s.writes_bind.pv_controller.to_resource("events"))
+    }),
+    Row::new("failed writes (bind, both)", Unit::Count, |s, _| {
+        Some((s.writes_bind.provisioner.failed + s.writes_bind.pv_controller.failed) as f64)
+    }),
+    Row::new("other writers' writes", Unit::Count, |s, _| {
+        Some((s.writes_bind.other.total + s.writes_delete.other.total) as f64)
+    }),
+    Row::new("provisioner VmRSS at all Bound", Unit::Bytes, |s, _| {
+        rss(s.provisioner.at_bound)
+    }),
+    Row::new("provisioner VmRSS at end", Unit::Bytes, |s, _| {
+        rss(s.provisioner.at_end)
+    }),
+    Row::new("provisioner VmHWM at end", Unit::Bytes, |s, _| {
+        hwm(s.provisioner.at_end)
+    }),
+    Row::new("provisioner CPU until all Bound", Unit::Seconds, |s, _| {
+        s.provisioner.cpu_bind_s
+    }),
+    Row::new("driver VmRSS at all Bound", Unit::Bytes, |s, _| {
+        rss(s.driver.at_bound)
+    }),
+    Row::new("driver VmHWM at end", Unit::Bytes, |s, _| {
+        hwm(s.driver.at_end)
+    }),
+    Row::new("driver CPU until all Bound", Unit::Seconds, |s, _| {
+        s.driver.cpu_bind_s
+    }),
+    Row::new("in-process CPU until all Bound", Unit::Seconds, |s, _| {
+        s.in_process_cpu_bind_s
+    }),
+    Row::new("driver volumes at all Bound", Unit::Count, |s, _| {
+        s.driver_volumes_at_bound.map(|n| n as f64)
+    }),
+    Row::new("EC2 CreateVolume calls", Unit::Count, |s, _| {
+        ec2(&s.ec2_calls_bind, "CreateVolume")
+    }),
+    Row::new("deletes sent", Unit::Seconds, |s, _| Some(s.deletes_sent_s)),
+    Row::new("all PVs gone", Unit::Seconds, |s, _| s.all_volumes_gone_s),
+    Row::new("PV gone p50 (per PVC)", Unit::Seconds, |s, _| {
+        Some(s.delete.p50_s)
+    }),
+    Row::new("PV gone p99", Unit::Seconds, |s, _| Some(s.delete.p99_s)),
+    Row::new("delete writes / PVC: provisioner", Unit::Ratio, |s, _| {
+        per_pvc(s, s.writes_delete.provisioner.total)
+    }),
+    Row::new("delete writes / PVC: pv-ctrl", Unit::Ratio, |s, _| {
+        per_pvc(s, s.writes_delete.pv_controller.total)
+    }),
+    Row::new("provisioner CPU for the deletes", Unit::Seconds, |s, _| {
+        s.provisioner.cpu_delete_s
+    }),
+    Row::new("driver volumes at end", Unit::Count, |s, _| {
+        s.driver_volumes_at_end.map(|n| n as f64)
+    }),
+    Row::new("EC2 DeleteVolume calls", Unit::Count, |s, _| {
+        ec2(&s.ec2_calls_delete, "DeleteVolume")
+    }),
 ];
 
 /// The arguments that are the same in every run (not the temp paths).

@@ -70,9 +70,9 @@ pub struct Flags {
     #[arg(long, default_value = "all", value_name = "SCENARIO[,...]")]
     pub scenario: Vec<String>,
 
-    /// text (one table per metric) or json (one object, every number).
-    #[arg(long, short = 'o', default_value = "text", value_name = "text|json")]
-    pub output: String,
+    /// text prints one table per metric, json one object with every number.
+    #[command(flatten)]
+    pub report: crate::harness::output::ReportFlags,
 
     /// Where the clusters live (one directory per scenario, with its logs); kept
     /// afterwards. Default: a temp dir under /var/tmp, removed afterwards. At most 34
@@ -110,7 +110,7 @@ struct Plan {
     runs: usize,
     sequential: bool,
     per_node: bool,
-    json: bool,
+    report: crate::harness::output::ReportFlags,
     pods: usize,
     nodes: usize,
     timing: ec2_sim::Timing,
@@ -120,15 +120,6 @@ struct Plan {
 impl Flags {
     fn plan(&self) -> Result<Plan, Error> {
         let (scenarios, per_node) = scenarios::select(&self.scenario).map_err(Error::Config)?;
-        let json = match self.output.as_str() {
-            "json" => true,
-            "text" => false,
-            other => {
-                return Err(Error::Config(format!(
-                    "--output {other:?}: want text or json"
-                )));
-            }
-        };
         // The 20-node × 5,000-pod memory run (docs/csi-bench/node.md), with room to spare.
         if self.pods == 0 || self.pods > MAX_PODS {
             return Err(Error::Config(format!(
@@ -154,7 +145,7 @@ impl Flags {
             runs: self.runs,
             sequential: self.sequential,
             per_node: per_node && self.nodes > 1,
-            json,
+            report: self.report.clone(),
             pods: self.pods,
             nodes: self.nodes,
             timing: self.timing,
@@ -270,15 +261,10 @@ pub async fn run(flags: Flags) -> Result<(), Error> {
         scenarios: reports,
         per_node,
     };
-    let text = if plan.json {
-        let mut s = serde_json::to_string_pretty(&report)
-            .map_err(|e| Error::Config(format!("encoding the report as JSON: {e}")))?;
-        s.push('\n');
-        s
-    } else {
-        report.text()
-    };
-    print!("{text}");
+    // Only --json-file can fail here: a path the user gave.
+    plan.report
+        .emit(&report, Report::text)
+        .map_err(|e| Error::Config(e.to_string()))?;
     let failed: Vec<String> = report
         .scenarios
         .iter()
@@ -524,7 +510,7 @@ mod tests {
     #[test]
     fn flags_default_and_check() {
         let p = flags(&[]).plan().unwrap();
-        assert_eq!((p.pods, p.nodes, p.json), (20, 3, false));
+        assert_eq!((p.pods, p.nodes, p.report.json()), (20, 3, false));
         assert_eq!(p.scenarios.len(), 6);
         assert!(p.per_node);
         let p = flags(&[
@@ -541,13 +527,7 @@ mod tests {
             p.scenarios,
             vec![Scenario::Ebs, Scenario::HostpathBypassAdc]
         );
-        assert!(p.json && !p.per_node);
-        let e = flags(&["--output", "yaml"])
-            .plan()
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains("--output"), "{e}");
+        assert!(p.report.json() && !p.per_node);
         let e = flags(&["--pods", "0"]).plan().err().unwrap().to_string();
         assert!(e.contains("--pods"), "{e}");
         assert_eq!(flags(&["--pods", "5000"]).plan().unwrap().pods, 5000);
