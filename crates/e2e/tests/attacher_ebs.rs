@@ -28,9 +28,7 @@ use k8s_openapi::api::core::v1::{
     AWSElasticBlockStoreVolumeSource, CSIPersistentVolumeSource, PersistentVolume,
     PersistentVolumeSpec,
 };
-use k8s_openapi::api::storage::v1::{
-    CSINode, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
-};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -129,18 +127,7 @@ fn in_tree_pv(name: &str, volume_id: &str) -> PersistentVolume {
 }
 
 fn va(name: &str, pv: &str, node: &str) -> VolumeAttachment {
-    VolumeAttachment {
-        metadata: meta(name),
-        spec: VolumeAttachmentSpec {
-            attacher: DRIVER.into(),
-            node_name: node.into(),
-            source: VolumeAttachmentSource {
-                persistent_volume_name: Some(pv.into()),
-                ..Default::default()
-            },
-        },
-        status: None,
-    }
+    test_support::objects::volume_attachment(name, DRIVER, pv, node)
 }
 
 /// Polls `check` on the object until it returns Some, or fails after PATIENCE.

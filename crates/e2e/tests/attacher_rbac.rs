@@ -21,14 +21,8 @@ use std::time::{Duration, Instant};
 use csi_mock::MockConfig;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, Namespace, PersistentVolume, PersistentVolumeSpec, Secret,
-    SecretReference,
-};
-use k8s_openapi::api::storage::v1::{
-    CSINode, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, Secret, SecretReference};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -92,36 +86,15 @@ fn meta(name: &str) -> ObjectMeta {
 }
 
 fn pv(name: &str, secret_ref: Option<SecretReference>) -> PersistentVolume {
-    PersistentVolume {
-        metadata: meta(name),
-        spec: Some(PersistentVolumeSpec {
-            access_modes: Some(vec!["ReadWriteOnce".into()]),
-            capacity: Some([("storage".to_string(), Quantity("1Gi".into()))].into()),
-            csi: Some(CSIPersistentVolumeSource {
-                driver: DRIVER.into(),
-                volume_handle: format!("vol-{name}"),
-                controller_publish_secret_ref: secret_ref,
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
+    let mut pv = test_support::objects::csi_pv(name, DRIVER, &format!("vol-{name}"));
+    if let Some(csi) = pv.spec.as_mut().and_then(|s| s.csi.as_mut()) {
+        csi.controller_publish_secret_ref = secret_ref;
     }
+    pv
 }
 
 fn va(name: &str, pv: &str) -> VolumeAttachment {
-    VolumeAttachment {
-        metadata: meta(name),
-        spec: VolumeAttachmentSpec {
-            attacher: DRIVER.into(),
-            node_name: "node-1".into(),
-            source: VolumeAttachmentSource {
-                persistent_volume_name: Some(pv.into()),
-                ..Default::default()
-            },
-        },
-        status: None,
-    }
+    test_support::objects::volume_attachment(name, DRIVER, pv, "node-1")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,16 +8,7 @@ use k8s_openapi::api::core::v1::{Namespace, PersistentVolume};
 use kube::api::{Api, PostParams};
 
 fn pv(name: &str) -> PersistentVolume {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": { "name": name },
-        "spec": {
-            "capacity": { "storage": "1Gi" },
-            "accessModes": ["ReadWriteOnce"],
-            "csi": { "driver": "hostpath.csi.k8s.io", "volumeHandle": name },
-        },
-    }))
-    .unwrap()
+    test_support::objects::csi_pv(name, "hostpath.csi.k8s.io", name)
 }
 
 fn api_code(e: &kube::Error) -> Option<u16> {

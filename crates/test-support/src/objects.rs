@@ -1,13 +1,17 @@
 //! The Kubernetes objects tests across the workspace create the same way: a labelled Node, a
-//! CSINode, a claim. Each builder sets only what its doc says; a test changes the rest on
+//! CSINode, a CSIDriver, a CSI PersistentVolume, a claim, a VolumeAttachment. Each builder sets only what its doc says; a test changes the rest on
 //! the value it gets.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Node, PersistentVolumeClaim, PersistentVolumeClaimSpec, VolumeResourceRequirements,
+    CSIPersistentVolumeSource, Node, PersistentVolume, PersistentVolumeClaim,
+    PersistentVolumeClaimSpec, PersistentVolumeSpec, VolumeResourceRequirements,
 };
-use k8s_openapi::api::storage::v1::{CSINode, CSINodeDriver, CSINodeSpec};
+use k8s_openapi::api::storage::v1::{
+    CSIDriver, CSIDriverSpec, CSINode, CSINodeDriver, CSINodeSpec, VolumeAttachment,
+    VolumeAttachmentSource, VolumeAttachmentSpec,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -91,6 +95,56 @@ pub fn claim(
     }
 }
 
+/// A CSIDriver object for `name` with `spec.attachRequired` set; everything else unset (the
+/// API server's defaults).
+pub fn csidriver(name: &str, attach_required: bool) -> CSIDriver {
+    CSIDriver {
+        metadata: meta(name),
+        spec: CSIDriverSpec {
+            attach_required: Some(attach_required),
+            ..CSIDriverSpec::default()
+        },
+    }
+}
+
+/// A 1Gi ReadWriteOnce PersistentVolume of CSI driver `driver` with volume handle `handle`; no
+/// class, no claim, no reclaim policy (the API server's default: Retain).
+pub fn csi_pv(name: &str, driver: &str, handle: &str) -> PersistentVolume {
+    PersistentVolume {
+        metadata: meta(name),
+        spec: Some(PersistentVolumeSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            capacity: Some(BTreeMap::from([(
+                "storage".to_owned(),
+                Quantity("1Gi".into()),
+            )])),
+            csi: Some(CSIPersistentVolumeSource {
+                driver: driver.into(),
+                volume_handle: handle.into(),
+                ..CSIPersistentVolumeSource::default()
+            }),
+            ..PersistentVolumeSpec::default()
+        }),
+        ..PersistentVolume::default()
+    }
+}
+
+/// A VolumeAttachment of PersistentVolume `pv` to `node` for `attacher`, without status.
+pub fn volume_attachment(name: &str, attacher: &str, pv: &str, node: &str) -> VolumeAttachment {
+    VolumeAttachment {
+        metadata: meta(name),
+        spec: VolumeAttachmentSpec {
+            attacher: attacher.into(),
+            node_name: node.into(),
+            source: VolumeAttachmentSource {
+                persistent_volume_name: Some(pv.into()),
+                inline_volume_spec: None,
+            },
+        },
+        status: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,5 +185,32 @@ mod tests {
             classed.spec.unwrap().storage_class_name.as_deref(),
             Some("fast")
         );
+
+        let d = csidriver("d1", false);
+        assert_eq!(d.metadata.name.as_deref(), Some("d1"));
+        assert_eq!(d.spec.attach_required, Some(false));
+        assert!(d.spec.pod_info_on_mount.is_none());
+
+        let pv = csi_pv("pv1", "d1", "vol-1").spec.unwrap();
+        let csi = pv.csi.unwrap();
+        assert_eq!(
+            (csi.driver.as_str(), csi.volume_handle.as_str()),
+            ("d1", "vol-1")
+        );
+        assert_eq!(pv.capacity.unwrap()["storage"].0, "1Gi");
+        assert_eq!(pv.access_modes, Some(vec!["ReadWriteOnce".to_owned()]));
+        assert!(pv.claim_ref.is_none() && pv.storage_class_name.is_none());
+
+        let va = volume_attachment("va1", "d1", "pv1", "n1");
+        assert_eq!(va.metadata.name.as_deref(), Some("va1"));
+        assert_eq!(
+            (va.spec.attacher.as_str(), va.spec.node_name.as_str()),
+            ("d1", "n1")
+        );
+        assert_eq!(
+            va.spec.source.persistent_volume_name.as_deref(),
+            Some("pv1")
+        );
+        assert!(va.status.is_none());
     }
 }

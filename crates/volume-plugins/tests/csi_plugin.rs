@@ -5,7 +5,6 @@
 //! VolumeAttachment writes are counted in the API server's audit trail.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -15,12 +14,11 @@ use csi_mock::{Method, MockConfig, MockDriver, Step};
 use k8s_openapi::api::core::v1::{
     CSIPersistentVolumeSource, PersistentVolume, PersistentVolumeSpec,
 };
-use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec, CSINode, VolumeAttachment};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, VolumeAttachment};
 use kube::api::PostParams;
 use kube::runtime::watcher;
 use kube::{Api, Client};
+use test_support::objects;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use volume_plugins::names::volume_attachment_name;
@@ -75,7 +73,7 @@ impl Env {
             attacher: None,
             caches: CancellationToken::new(),
         };
-        let csinode = test_support::objects::csinode(NODE, &[(DRIVER, NODE_ID)]);
+        let csinode = objects::csinode(NODE, &[(DRIVER, NODE_ID)]);
         Api::<CSINode>::all(env.client.clone())
             .create(&PostParams::default(), &csinode)
             .await
@@ -143,33 +141,20 @@ impl Env {
     }
 
     async fn create_csidriver(&self, attach_required: bool) {
-        let driver = CSIDriver {
-            metadata: named(DRIVER),
-            spec: CSIDriverSpec {
-                attach_required: Some(attach_required),
-                ..Default::default()
-            },
-        };
         Api::<CSIDriver>::all(self.client.clone())
-            .create(&PostParams::default(), &driver)
+            .create(
+                &PostParams::default(),
+                &objects::csidriver(DRIVER, attach_required),
+            )
             .await
             .expect("create CSIDriver");
     }
 
     async fn create_pv(&self, name: &str, handle: &str) {
-        let pv = PersistentVolume {
-            metadata: named(name),
-            spec: Some(PersistentVolumeSpec {
-                access_modes: Some(vec!["ReadWriteOnce".into()]),
-                capacity: Some(BTreeMap::from([(
-                    "storage".to_string(),
-                    Quantity("1Gi".into()),
-                )])),
-                csi: Some(csi_source(handle)),
-                ..Default::default()
-            }),
-            status: None,
-        };
+        let mut pv = objects::csi_pv(name, DRIVER, handle);
+        if let Some(spec) = pv.spec.as_mut() {
+            spec.csi = Some(csi_source(handle));
+        }
         Api::<PersistentVolume>::all(self.client.clone())
             .create(&PostParams::default(), &pv)
             .await
@@ -216,13 +201,6 @@ impl Env {
             mock.shutdown().await;
         }
         self.server.shutdown().await.expect("api server shutdown");
-    }
-}
-
-fn named(name: &str) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.into()),
-        ..Default::default()
     }
 }
 

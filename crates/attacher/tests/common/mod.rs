@@ -2,7 +2,6 @@
 //! controller built in-process from the library (or the `csi-attacher` binary).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -13,14 +12,8 @@ use attacher::{Capabilities, Controller, Driver, Options};
 use csi_mock::{MockConfig, MockDriver};
 use csi_spec::v1::ControllerGetCapabilitiesRequest;
 use csi_spec::v1::controller_client::ControllerClient;
-use k8s_openapi::api::core::v1::{
-    CSIPersistentVolumeSource, Event, PersistentVolume, PersistentVolumeSpec,
-};
-use k8s_openapi::api::storage::v1::{
-    CSINode, VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec,
-};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::{Event, PersistentVolume};
+use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use prometheus_client::registry::Registry;
@@ -371,26 +364,7 @@ pub fn csi_pv(name: &str, handle: &str) -> PersistentVolume {
 }
 
 pub fn csi_pv_of(name: &str, handle: &str, driver: &str) -> PersistentVolume {
-    PersistentVolume {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: Some(PersistentVolumeSpec {
-            access_modes: Some(vec!["ReadWriteOnce".into()]),
-            capacity: Some(BTreeMap::from([(
-                "storage".to_string(),
-                Quantity("1Gi".into()),
-            )])),
-            csi: Some(CSIPersistentVolumeSource {
-                driver: driver.into(),
-                volume_handle: handle.into(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
-        status: None,
-    }
+    test_support::objects::csi_pv(name, driver, handle)
 }
 
 pub fn va_for_pv(name: &str, pv: &str, node: &str) -> VolumeAttachment {
@@ -398,21 +372,7 @@ pub fn va_for_pv(name: &str, pv: &str, node: &str) -> VolumeAttachment {
 }
 
 pub fn va_of(name: &str, attacher: &str, pv: &str, node: &str) -> VolumeAttachment {
-    VolumeAttachment {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        spec: VolumeAttachmentSpec {
-            attacher: attacher.into(),
-            node_name: node.into(),
-            source: VolumeAttachmentSource {
-                persistent_volume_name: Some(pv.into()),
-                inline_volume_spec: None,
-            },
-        },
-        status: None,
-    }
+    test_support::objects::volume_attachment(name, attacher, pv, node)
 }
 
 pub fn finalizers_of<K: kube::Resource>(obj: &K) -> Vec<String> {
