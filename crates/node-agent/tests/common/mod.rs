@@ -15,7 +15,7 @@ use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
+use test_support::ComponentTask;
 use tokio_util::sync::CancellationToken;
 use volume_plugins::SkipAttachMode;
 
@@ -37,16 +37,8 @@ pub fn can_mount() -> bool {
     false
 }
 
-struct Task {
-    stop: CancellationToken,
-    task: Option<JoinHandle<()>>,
-}
-
-impl Drop for Task {
-    fn drop(&mut self) {
-        self.stop.cancel();
-    }
-}
+/// A component of the test cluster as a task: cancelled when dropped; its error as text.
+type Task = ComponentTask<String>;
 
 /// One node: its root dir, the hostpath driver, the registrar, the agent.
 pub struct TestNode {
@@ -135,17 +127,11 @@ impl Env {
             ..attach_detach::Options::default()
         };
         let config = attach_detach::Config::new(Some(self.kubeconfig_file()), options);
-        let stop = CancellationToken::new();
-        let s = stop.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = attach_detach::run(config, s).await {
-                panic!("attach/detach controller failed: {e}");
-            }
-        });
-        self.adc = Some(Task {
-            stop,
-            task: Some(task),
-        });
+        self.adc = Some(Task::spawn(|stop| async move {
+            attach_detach::run(config, stop)
+                .await
+                .map_err(|e| e.to_string())
+        }));
     }
 
     /// csi-attacher for the hostpath driver of node 0 (it has no ControllerPublish: the
@@ -173,37 +159,36 @@ impl Env {
         let client = self.client_with_agent("csi-attacher-under-test").await;
         let mut registry = prometheus_client::registry::Registry::default();
         let controller = attacher::Controller::new(client, driver, options, &mut registry, None);
-        let stop = CancellationToken::new();
-        let s = stop.clone();
-        let task = tokio::spawn(async move {
-            let _ = controller.run(s).await;
-        });
-        self.attacher = Some(Task {
-            stop,
-            task: Some(task),
-        });
+        self.attacher = Some(Task::spawn(|stop| async move {
+            controller.run(stop).await.map_err(|e| e.to_string())
+        }));
+    }
+
+    /// Node `name`'s directories, nothing started: the registered socket is
+    /// `plugins/DRIVER/csi.sock`, and with `shimmed` the driver itself serves on
+    /// `hostpath.sock` beside it.
+    fn new_node(&self, name: &str, shimmed: bool) -> TestNode {
+        let root = self.dir.path().join(name).join("kubelet");
+        let sock_dir = root.join("plugins").join(DRIVER);
+        std::fs::create_dir_all(&sock_dir).unwrap();
+        std::fs::create_dir_all(root.join("plugins_registry")).unwrap();
+        TestNode {
+            name: name.into(),
+            state_dir: self.dir.path().join(name).join("hostpath-state"),
+            driver_socket: sock_dir.join("csi.sock"),
+            behind_shim: shimmed.then(|| sock_dir.join("hostpath.sock")),
+            root,
+            driver: None,
+            shim: None,
+            registrar: None,
+            agent: None,
+        }
     }
 
     /// A node directory with the hostpath driver serving and registered through the
     /// registrar (the agent is started separately). Returns the node's index.
     pub async fn add_node(&mut self, name: &str) -> usize {
-        let root = self.dir.path().join(name).join("kubelet");
-        let state_dir = self.dir.path().join(name).join("hostpath-state");
-        let sock_dir = root.join("plugins").join(DRIVER);
-        std::fs::create_dir_all(&sock_dir).unwrap();
-        std::fs::create_dir_all(root.join("plugins_registry")).unwrap();
-        let driver_socket = sock_dir.join("csi.sock");
-        let mut node = TestNode {
-            name: name.into(),
-            root,
-            driver_socket,
-            state_dir,
-            behind_shim: None,
-            driver: None,
-            shim: None,
-            registrar: None,
-            agent: None,
-        };
+        let mut node = self.new_node(name, false);
         start_driver(&mut node).await;
         start_registrar(&mut node).await;
         self.nodes.push(node);
@@ -256,38 +241,16 @@ impl Env {
             Box<dyn std::future::Future<Output = Result<(), csi_spec::Error>> + Send>,
         >,
     {
-        let root = self.dir.path().join(name).join("kubelet");
-        let state_dir = self.dir.path().join(name).join("hostpath-state");
-        let sock_dir = root.join("plugins").join(DRIVER);
-        std::fs::create_dir_all(&sock_dir).unwrap();
-        std::fs::create_dir_all(root.join("plugins_registry")).unwrap();
-        let mut node = TestNode {
-            name: name.into(),
-            root,
-            driver_socket: sock_dir.join("csi.sock"),
-            state_dir,
-            behind_shim: Some(sock_dir.join("hostpath.sock")),
-            driver: None,
-            shim: None,
-            registrar: None,
-            agent: None,
-        };
+        let mut node = self.new_node(name, true);
         start_driver(&mut node).await;
         let socket =
             csi_spec::UnixSocket::bind(&format!("unix://{}", node.driver_socket.display()))
                 .unwrap_or_else(|e| panic!("bind the {what}'s socket: {e}"));
         let target = format!("unix://{}", node.hostpath_socket().display());
-        let stop = CancellationToken::new();
-        let serving = shim(socket, target, stop.clone());
-        let task = tokio::spawn(async move {
-            if let Err(e) = serving.await {
-                eprintln!("{what} stopped: {e}");
-            }
-        });
-        node.shim = Some(Task {
-            stop,
-            task: Some(task),
-        });
+        node.shim = Some(Task::spawn(|stop| {
+            let serving = shim(socket, target, stop);
+            async move { serving.await.map_err(|e| format!("{what}: {e}")) }
+        }));
         start_registrar(&mut node).await;
         self.nodes.push(node);
         self.nodes.len() - 1
@@ -323,35 +286,24 @@ impl Env {
         let mut config = node_agent::Config::new(Some(self.kubeconfig_file()), options);
         config.serving.http_endpoint = http;
         config.kube_api_qps = -1.0;
-        let stop = CancellationToken::new();
-        let s = stop.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = node_agent::run(config, s).await {
-                panic!("node agent failed: {e}");
-            }
-        });
-        self.nodes[i].agent = Some(Task {
-            stop,
-            task: Some(task),
-        });
+        self.nodes[i].agent = Some(Task::spawn(|stop| async move {
+            node_agent::run(config, stop)
+                .await
+                .map_err(|e| e.to_string())
+        }));
     }
 
     /// Stops the agent of node `i` cleanly (volumes stay mounted).
     pub async fn stop_agent(&mut self, i: usize) {
-        if let Some(mut t) = self.nodes[i].agent.take() {
-            t.stop.cancel();
-            let task = t.task.take().unwrap();
-            tokio::time::timeout(PATIENCE, task)
-                .await
-                .expect("agent stops in time")
-                .expect("agent task");
+        if let Some(t) = self.nodes[i].agent.take() {
+            t.stop("the node agent", PATIENCE).await;
         }
     }
 
     /// Stops node `i`'s driver (its socket goes away).
     pub async fn stop_driver(&mut self, i: usize) {
         if let Some(t) = self.nodes[i].driver.take() {
-            stop_task(t).await;
+            t.abandon(PATIENCE).await;
         }
     }
 
@@ -366,7 +318,7 @@ impl Env {
             .into_iter()
             .flatten()
         {
-            stop_task(t).await;
+            t.abandon(PATIENCE).await;
         }
         for n in &mut self.nodes {
             for t in [
@@ -378,7 +330,7 @@ impl Env {
             .into_iter()
             .flatten()
             {
-                stop_task(t).await;
+                t.abandon(PATIENCE).await;
             }
         }
         test_support::unmount_all_below(self.dir.path());
@@ -619,13 +571,6 @@ impl Env {
     }
 }
 
-async fn stop_task(mut t: Task) {
-    t.stop.cancel();
-    if let Some(task) = t.task.take() {
-        let _ = tokio::time::timeout(PATIENCE, task).await;
-    }
-}
-
 async fn start_driver(node: &mut TestNode) {
     let config = hostpath_driver::Config {
         endpoint: format!("unix://{}", node.hostpath_socket().display()),
@@ -635,17 +580,11 @@ async fn start_driver(node: &mut TestNode) {
     };
     let _ = std::fs::remove_file(node.hostpath_socket());
     let socket = csi_spec::UnixSocket::bind(&config.endpoint).expect("bind driver socket");
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let task = tokio::spawn(async move {
-        if let Err(e) = hostpath_driver::serve(socket, config, s.cancelled_owned()).await {
-            eprintln!("hostpath driver stopped: {e}");
-        }
-    });
-    node.driver = Some(Task {
-        stop,
-        task: Some(task),
-    });
+    node.driver = Some(Task::spawn(|stop| async move {
+        hostpath_driver::serve(socket, config, stop.cancelled_owned())
+            .await
+            .map_err(|e| format!("hostpath driver: {e}"))
+    }));
 }
 
 async fn start_registrar(node: &mut TestNode) {
@@ -661,15 +600,12 @@ async fn start_registrar(node: &mut TestNode) {
     let running = registrar::start(&config, DRIVER.to_string())
         .await
         .expect("registrar");
-    let stop = CancellationToken::new();
-    let s = stop.clone();
-    let task = tokio::spawn(async move {
-        let _ = running.wait(s).await;
-    });
-    node.registrar = Some(Task {
-        stop,
-        task: Some(task),
-    });
+    node.registrar = Some(Task::spawn(|stop| async move {
+        running
+            .wait(stop)
+            .await
+            .map_err(|e| format!("registrar: {e}"))
+    }));
 }
 
 /// Whether `path` is a mount point now.
