@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 
 use ebs_driver::{DriverConfig, EmbeddedTiming, Mode};
 
-/// The driver on `DIR/csi.sock` with its EC2 in `DIR/ec2`; stops when the sender drops.
+/// The driver on `DIR/csi.sock` with its EC2 in `DIR/ec2`; stops when dropped.
 struct Driver {
     endpoint: String,
     node_id: String,
-    stop: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<()>,
+    task: test_support::ComponentTask<ebs_driver::Error>,
 }
 
 impl Driver {
@@ -28,13 +27,8 @@ impl Driver {
             embedded_timing: EmbeddedTiming::Fast,
             ..DriverConfig::default()
         };
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            ebs_driver::serve(socket, config, async {
-                let _ = stopped.await;
-            })
-            .await
-            .unwrap();
+        let task = test_support::ComponentTask::spawn(|stop| {
+            ebs_driver::serve(socket, config, stop.cancelled_owned())
         });
         // The driver registers this machine in its EC2 and saves the instance ID before it
         // serves; Identity answering means both are done.
@@ -61,7 +55,6 @@ impl Driver {
         Driver {
             endpoint,
             node_id,
-            stop,
             task,
         }
     }
@@ -127,8 +120,7 @@ async fn csictl_prints_canonical_json() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    drop(d.stop);
-    d.task.await.unwrap();
+    d.task.stop("the EBS driver", Duration::from_secs(30)).await;
     assert!(!dir.path().join("csi.sock").exists());
 }
 

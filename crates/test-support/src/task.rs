@@ -29,6 +29,12 @@ impl<E: std::fmt::Debug + Send + 'static> ComponentTask<E> {
         }
     }
 
+    /// Whether it ended on its own (returned, failed or panicked): a test that waits for a
+    /// component to come up fails early when it did not.
+    pub fn is_finished(&self) -> bool {
+        self.task.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
     /// Cancels it and waits up to `patience` for it to end; panics, naming `what`, if it does
     /// not end in time, panicked, or returned an error.
     pub async fn stop(mut self, what: &str, patience: Duration) {
@@ -72,6 +78,7 @@ mod tests {
     #[tokio::test]
     async fn a_component_that_stops_cleanly_passes() {
         let t = ComponentTask::spawn(until_stopped);
+        assert!(!t.is_finished());
         t.stop("it", PATIENCE).await;
     }
 

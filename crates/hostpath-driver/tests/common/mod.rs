@@ -15,6 +15,7 @@ use csi_spec::v1::node_client::NodeClient;
 use csi_spec::v1::volume_capability::access_mode::Mode;
 use csi_spec::v1::*;
 use hostpath_driver::Config;
+use test_support::ComponentTask;
 use tonic::transport::Channel;
 
 pub const MIB: i64 = 1 << 20;
@@ -167,11 +168,11 @@ pub fn config(scratch: &Scratch) -> Config {
 
 /// The driver served on a socket in its own temp dir; stops on drop (or with `stop`).
 pub struct Driver {
-    _dir: tempfile::TempDir,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    task: ComponentTask<hostpath_driver::Error>,
     pub channel: Channel,
     pub endpoint: String,
+    /// Declared last: removed once the driver is stopped.
+    _dir: tempfile::TempDir,
 }
 
 impl Driver {
@@ -179,35 +180,23 @@ impl Driver {
         let dir = tempfile::tempdir().unwrap();
         let endpoint = format!("unix://{}", dir.path().join("csi.sock").display());
         let socket = csi_spec::UnixSocket::bind(&endpoint).unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            hostpath_driver::serve(socket, config, async {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("driver serves until stopped");
+        let task = ComponentTask::spawn(|stop| {
+            hostpath_driver::serve(socket, config, stop.cancelled_owned())
         });
         let channel = csi_spec::connect_unix(&endpoint).await.unwrap();
         Driver {
-            _dir: dir,
-            stop: Some(stop),
-            task: Some(task),
+            task,
             channel,
             endpoint,
+            _dir: dir,
         }
     }
 
-    /// Stops serving and waits until the server is gone.
-    pub async fn stop(mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(30), t)
-                .await
-                .expect("driver stops within 30 s")
-                .unwrap();
-        }
+    /// Stops serving and waits until the server is gone; fails the test if it failed.
+    pub async fn stop(self) {
+        self.task
+            .stop("the hostpath driver", Duration::from_secs(30))
+            .await;
     }
 
     pub fn identity(&self) -> IdentityClient<Channel> {
@@ -218,14 +207,6 @@ impl Driver {
     }
     pub fn node(&self) -> NodeClient<Channel> {
         NodeClient::new(self.channel.clone())
-    }
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
     }
 }
 

@@ -28,6 +28,7 @@ use registrar::pluginregistration::registration_server::{Registration, Registrat
 use registrar::pluginregistration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
 };
+use test_support::ComponentTask;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -82,8 +83,7 @@ pub struct Env {
     pub drivers: DriverRegistry,
     pub node_info: NodeInfoManager,
     pub metrics: prometheus_client::registry::Registry,
-    stop: CancellationToken,
-    task: Option<JoinHandle<()>>,
+    task: ComponentTask<std::convert::Infallible>,
 }
 
 impl Env {
@@ -110,8 +110,10 @@ impl Env {
         )
         .with_poll_interval(poll)
         .with_retry_backoff(Duration::from_millis(100), Duration::from_secs(1));
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(manager.run(stop.clone()));
+        let task = ComponentTask::spawn(|stop| async move {
+            manager.run(stop).await;
+            Ok(())
+        });
         // run() creates the directory.
         let dir_ready = registry_dir.clone();
         test_support::eventually("the registry directory exists", PATIENCE, || {
@@ -126,8 +128,7 @@ impl Env {
             drivers,
             node_info,
             metrics,
-            stop,
-            task: Some(task),
+            task,
         }
     }
 
@@ -204,17 +205,8 @@ impl Env {
     }
 
     /// Stops the plugin manager and waits for it.
-    pub async fn stop(mut self) {
-        self.stop.cancel();
-        if let Some(task) = self.task.take() {
-            tokio::time::timeout(PATIENCE, task).await.unwrap().unwrap();
-        }
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        self.stop.cancel();
+    pub async fn stop(self) {
+        self.task.stop("the plugin manager", PATIENCE).await;
     }
 }
 

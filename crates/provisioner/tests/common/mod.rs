@@ -13,7 +13,6 @@ use kube::{Api, Client};
 use prometheus_client::registry::Registry;
 use provisioner::{Controller, Driver, Options};
 use test_support::ComponentTask;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 #[allow(unused_imports)]
@@ -65,14 +64,11 @@ pub type Running = ComponentTask<provisioner::Error>;
 pub struct Hostpath {
     pub endpoint: String,
     pub state_dir: std::path::PathBuf,
-    stop: CancellationToken,
-    task: JoinHandle<()>,
+    _task: ComponentTask<hostpath_driver::Error>,
 }
 
 impl Drop for Hostpath {
     fn drop(&mut self) {
-        self.stop.cancel();
-        self.task.abort();
         test_support::unmount_all_below(&self.state_dir);
     }
 }
@@ -154,18 +150,17 @@ impl Env {
             state_dir: state_dir.clone(),
             ..hostpath_driver::Config::default()
         };
-        let stop = CancellationToken::new();
-        let s = stop.clone();
-        let task = tokio::spawn(async move {
-            if let Err(e) = hostpath_driver::serve(socket, config, s.cancelled_owned()).await {
-                eprintln!("hostpath driver: {e}");
-            }
-        });
         env.hostpath = Some(Hostpath {
             endpoint,
             state_dir,
-            stop,
-            task,
+            // Never stopped on purpose (dropped with the Env): an error is printed.
+            _task: ComponentTask::spawn(|stop| async move {
+                let served = hostpath_driver::serve(socket, config, stop.cancelled_owned()).await;
+                if let Err(e) = &served {
+                    eprintln!("hostpath driver: {e}");
+                }
+                served
+            }),
         });
         env
     }
