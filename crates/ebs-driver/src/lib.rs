@@ -26,6 +26,7 @@ mod driver;
 #[cfg(feature = "embedded-ec2")]
 mod embedded;
 mod error;
+pub mod flags;
 pub mod go_args;
 pub mod identity;
 pub mod metrics;
