@@ -35,6 +35,7 @@ mod config;
 mod controller;
 mod driver;
 mod expand;
+pub mod flags;
 mod identity;
 mod locks;
 mod loopdev;
