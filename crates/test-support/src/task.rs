@@ -49,11 +49,15 @@ impl<E: std::fmt::Debug + Send + 'static> ComponentTask<E> {
     }
 
     /// Cancels it and waits up to `patience`, whatever the outcome (a test that broke the
-    /// component on purpose).
-    pub async fn abandon(mut self, patience: Duration) {
+    /// component on purpose): what went wrong is printed, naming `what`, not failed on.
+    pub async fn abandon(mut self, what: &str, patience: Duration) {
         self.stop.cancel();
-        if let Some(task) = self.task.take() {
-            let _ = tokio::time::timeout(patience, task).await;
+        let Some(task) = self.task.take() else { return };
+        match tokio::time::timeout(patience, task).await {
+            Err(_) => eprintln!("{what} did not stop within {patience:?}"),
+            Ok(Err(e)) => eprintln!("{what} panicked: {e}"),
+            Ok(Ok(Err(e))) => eprintln!("{what} ended with an error: {e:?}"),
+            Ok(Ok(Ok(()))) => {}
         }
     }
 }

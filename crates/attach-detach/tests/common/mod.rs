@@ -169,7 +169,7 @@ impl Env {
     pub async fn shutdown(mut self) {
         self.stop_adc().await;
         for t in self.attachers.drain(..) {
-            t.abandon(PATIENCE).await;
+            t.abandon("an attacher", PATIENCE).await;
         }
         for m in self.mocks.drain(..) {
             m.shutdown().await;

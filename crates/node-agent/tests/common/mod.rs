@@ -303,7 +303,7 @@ impl Env {
     /// Stops node `i`'s driver (its socket goes away).
     pub async fn stop_driver(&mut self, i: usize) {
         if let Some(t) = self.nodes[i].driver.take() {
-            t.abandon(PATIENCE).await;
+            t.abandon("the hostpath driver", PATIENCE).await;
         }
     }
 
@@ -314,23 +314,24 @@ impl Env {
 
     /// Stops everything and unmounts what the agents left (a failed test's leftovers).
     pub async fn shutdown(mut self) {
-        for t in [self.adc.take(), self.attacher.take()]
-            .into_iter()
-            .flatten()
-        {
-            t.abandon(PATIENCE).await;
+        for (what, t) in [
+            ("the attach/detach controller", self.adc.take()),
+            ("the attacher", self.attacher.take()),
+        ] {
+            if let Some(t) = t {
+                t.abandon(what, PATIENCE).await;
+            }
         }
         for n in &mut self.nodes {
-            for t in [
-                n.agent.take(),
-                n.registrar.take(),
-                n.shim.take(),
-                n.driver.take(),
-            ]
-            .into_iter()
-            .flatten()
-            {
-                t.abandon(PATIENCE).await;
+            for (what, t) in [
+                ("the node agent", n.agent.take()),
+                ("the registrar", n.registrar.take()),
+                ("the CSI shim", n.shim.take()),
+                ("the hostpath driver", n.driver.take()),
+            ] {
+                if let Some(t) = t {
+                    t.abandon(&format!("{what} of {}", n.name), PATIENCE).await;
+                }
             }
         }
         test_support::unmount_all_below(self.dir.path());
