@@ -265,39 +265,30 @@ fn parse_http_endpoint(s: &str) -> Result<SocketAddr, String> {
         .map_err(|e| format!("'{s}' is not host:port or :port ({e})"))
 }
 
-/// klog's `-v` and `--logging-format` through [`telemetry::init_logging_with`]: our crates at
-/// the `-v` level, libraries at info (the AWS SDK at debug with `--aws-sdk-debug-log`),
-/// `RUST_LOG` overrides; on stderr, as klog.
 impl Flags {
     /// The flags of this process: Go's single-dash and first-word forms normalized first.
     pub fn from_args() -> Self {
         Self::parse_from(go_args::normalize(std::env::args_os()))
     }
 
-    /// Starts logging as the flags say, then tells which accepted Go flags do nothing here.
+    /// klog's `-v` and `--logging-format` through [`telemetry::init_logging_with`]: our crates
+    /// at the `-v` level, libraries at info (the AWS SDK at debug with `--aws-sdk-debug-log`),
+    /// `RUST_LOG` overrides; on stderr, as klog. Then tells which accepted Go flags do nothing
+    /// here.
     pub fn init_logging(&self) {
-        init_logging(self);
+        const AWS_SDK_DEBUG: &[&str] = &[
+            "aws_smithy_runtime=debug",
+            "aws_sdk_ec2=debug",
+            "aws_config=debug",
+        ];
+        let extra = if self.aws_sdk_debug_log {
+            AWS_SDK_DEBUG
+        } else {
+            &[]
+        };
+        telemetry::init_logging_with(self.verbosity, self.logging_format, extra);
         warn_ignored(&self.ignored);
     }
-
-    /// What the flags ask for, checked: the driver's config, or the pre-stop hook.
-    pub fn into_command(self) -> Result<Command, Error> {
-        into_command(self)
-    }
-}
-
-fn init_logging(f: &Flags) {
-    const AWS_SDK_DEBUG: &[&str] = &[
-        "aws_smithy_runtime=debug",
-        "aws_sdk_ec2=debug",
-        "aws_config=debug",
-    ];
-    let extra = if f.aws_sdk_debug_log {
-        AWS_SDK_DEBUG
-    } else {
-        &[]
-    };
-    telemetry::init_logging_with(f.verbosity, f.logging_format, extra);
 }
 
 /// Tells, once at start, which accepted Go flags do nothing here.
@@ -334,103 +325,107 @@ fn warn_ignored(i: &IgnoredGoFlags) {
     }
 }
 
-fn into_command(f: Flags) -> Result<Command, Error> {
-    let mode = match f.mode {
-        CliMode::Controller => Mode::Controller,
-        CliMode::Node => Mode::Node,
-        CliMode::All => Mode::All,
-        CliMode::PreStopHook => return Ok(Command::PreStopHook),
-    };
-    if f.ignored.metrics_cert_file.is_some() || f.ignored.metrics_key_file.is_some() {
-        return Err(Error::invalid(
-            "--metrics-cert-file / --metrics-key-file",
-            "HTTPS metrics are not supported; serve plain HTTP on --http-endpoint (e.g. behind kube-rbac-proxy) and drop these flags",
-        ));
-    }
-    if f.volume_attach_limit != -1 && f.reserved_volume_attachments != -1 {
-        return Err(Error::invalid(
-            "--volume-attach-limit",
-            "only one of --volume-attach-limit and --reserved-volume-attachments may be specified",
-        ));
-    }
-    let volume_attach_limit = if f.volume_attach_limit > 0 {
-        f.volume_attach_limit
-    } else {
-        // 28 Nitro attachment slots, less two network interfaces and the reserved ones.
-        let reserved = if f.reserved_volume_attachments < 0 {
-            1
-        } else {
-            f.reserved_volume_attachments
+impl Flags {
+    /// What the flags ask for, checked: the driver's config, or the pre-stop hook.
+    pub fn into_command(self) -> Result<Command, Error> {
+        let f = self;
+        let mode = match f.mode {
+            CliMode::Controller => Mode::Controller,
+            CliMode::Node => Mode::Node,
+            CliMode::All => Mode::All,
+            CliMode::PreStopHook => return Ok(Command::PreStopHook),
         };
-        (26 - reserved).max(1)
-    };
-    #[cfg(feature = "embedded-ec2")]
-    let embedded_timing = f
-        .embedded_timing
-        .parse::<crate::EmbeddedTiming>()
-        .map_err(|e| Error::invalid("--embedded-timing", e.to_string()))?;
-    #[cfg(not(feature = "embedded-ec2"))]
-    {
-        if f.embedded_ec2.is_some() {
-            return Err(Error::invalid("--embedded-ec2", crate::NO_EMBEDDED_EC2));
+        if f.ignored.metrics_cert_file.is_some() || f.ignored.metrics_key_file.is_some() {
+            return Err(Error::invalid(
+                "--metrics-cert-file / --metrics-key-file",
+                "HTTPS metrics are not supported; serve plain HTTP on --http-endpoint (e.g. behind kube-rbac-proxy) and drop these flags",
+            ));
         }
-        // Only read with --embedded-ec2, which this build refuses.
-        let _ = &f.embedded_timing;
-    }
-    let mut extra_tags: BTreeMap<String, String> = BTreeMap::new();
-    extra_tags.extend(f.extra_volume_tags.into_iter().flatten());
-    extra_tags.extend(f.extra_tags.into_iter().flatten());
-    extra_tags.extend(f.extra_tag);
-    let config = DriverConfig {
-        endpoint: f.endpoint,
-        mode,
-        identity: IdentityConfig {
-            driver_name: f.driver_name,
-            ..IdentityConfig::default()
-        },
-        node: NodeConfig {
-            dev_root: f.dev_root,
-            sys_root: f.sys_root,
-            device_wait: Duration::from_millis(f.device_wait_ms),
-            default_fs_type: f.default_fs_type,
-            ..NodeConfig::default()
-        },
-        node_info: NodeInfo {
-            node_id: f.node_id,
-            zone: f.zone,
-            max_volumes_per_node: volume_attach_limit,
-        },
-        controller: ControllerConfig {
-            default_zone: None,
-            extra_tags,
-            cluster_id: f.k8s_tag_cluster_id.filter(|c| !c.is_empty()),
-            modify_timeout: f.modify_volume_timeout,
-            warn_on_invalid_tag: f.warn_on_invalid_tag,
-            publish: PublishConfig {
-                attach_timeout: Duration::from_secs(f.attach_timeout_secs),
-                detach_timeout: Duration::from_secs(f.detach_timeout_secs),
-                attach_limit: usize::try_from(volume_attach_limit).ok(),
-                ..PublishConfig::default()
-            },
-        },
-        aws: AwsConfig {
-            region: f.region,
-            endpoint: f.ec2_endpoint,
-            app_name: f.user_agent_extra.filter(|u| !u.is_empty()),
-            batching: BatchConfig {
-                enabled: f.batching,
-                window: Duration::from_millis(f.batch_window_ms),
-                max_size: usize::try_from(f.batch_max_size).unwrap_or(200),
-            },
-            ..AwsConfig::default()
-        },
-        embedded_ec2: f.embedded_ec2,
+        if f.volume_attach_limit != -1 && f.reserved_volume_attachments != -1 {
+            return Err(Error::invalid(
+                "--volume-attach-limit",
+                "only one of --volume-attach-limit and --reserved-volume-attachments may be specified",
+            ));
+        }
+        let volume_attach_limit = if f.volume_attach_limit > 0 {
+            f.volume_attach_limit
+        } else {
+            // 28 Nitro attachment slots, less two network interfaces and the reserved ones.
+            let reserved = if f.reserved_volume_attachments < 0 {
+                1
+            } else {
+                f.reserved_volume_attachments
+            };
+            (26 - reserved).max(1)
+        };
         #[cfg(feature = "embedded-ec2")]
-        embedded_timing,
-        http_endpoint: f.http_endpoint,
-        metrics: crate::DriverMetrics::default(),
-    };
-    Ok(Command::Serve(Box::new(config)))
+        let embedded_timing = f
+            .embedded_timing
+            .parse::<crate::EmbeddedTiming>()
+            .map_err(|e| Error::invalid("--embedded-timing", e.to_string()))?;
+        #[cfg(not(feature = "embedded-ec2"))]
+        {
+            if f.embedded_ec2.is_some() {
+                return Err(Error::invalid("--embedded-ec2", crate::NO_EMBEDDED_EC2));
+            }
+            // Only read with --embedded-ec2, which this build refuses.
+            let _ = &f.embedded_timing;
+        }
+        let mut extra_tags: BTreeMap<String, String> = BTreeMap::new();
+        extra_tags.extend(f.extra_volume_tags.into_iter().flatten());
+        extra_tags.extend(f.extra_tags.into_iter().flatten());
+        extra_tags.extend(f.extra_tag);
+        let config = DriverConfig {
+            endpoint: f.endpoint,
+            mode,
+            identity: IdentityConfig {
+                driver_name: f.driver_name,
+                ..IdentityConfig::default()
+            },
+            node: NodeConfig {
+                dev_root: f.dev_root,
+                sys_root: f.sys_root,
+                device_wait: Duration::from_millis(f.device_wait_ms),
+                default_fs_type: f.default_fs_type,
+                ..NodeConfig::default()
+            },
+            node_info: NodeInfo {
+                node_id: f.node_id,
+                zone: f.zone,
+                max_volumes_per_node: volume_attach_limit,
+            },
+            controller: ControllerConfig {
+                default_zone: None,
+                extra_tags,
+                cluster_id: f.k8s_tag_cluster_id.filter(|c| !c.is_empty()),
+                modify_timeout: f.modify_volume_timeout,
+                warn_on_invalid_tag: f.warn_on_invalid_tag,
+                publish: PublishConfig {
+                    attach_timeout: Duration::from_secs(f.attach_timeout_secs),
+                    detach_timeout: Duration::from_secs(f.detach_timeout_secs),
+                    attach_limit: usize::try_from(volume_attach_limit).ok(),
+                    ..PublishConfig::default()
+                },
+            },
+            aws: AwsConfig {
+                region: f.region,
+                endpoint: f.ec2_endpoint,
+                app_name: f.user_agent_extra.filter(|u| !u.is_empty()),
+                batching: BatchConfig {
+                    enabled: f.batching,
+                    window: Duration::from_millis(f.batch_window_ms),
+                    max_size: usize::try_from(f.batch_max_size).unwrap_or(200),
+                },
+                ..AwsConfig::default()
+            },
+            embedded_ec2: f.embedded_ec2,
+            #[cfg(feature = "embedded-ec2")]
+            embedded_timing,
+            http_endpoint: f.http_endpoint,
+            metrics: crate::DriverMetrics::default(),
+        };
+        Ok(Command::Serve(Box::new(config)))
+    }
 }
 
 #[cfg(test)]
