@@ -25,6 +25,7 @@ fn any_string(s: &str) -> Result<String, String> {
 /// them once no pod on the node uses them (Kubernetes' attach/detach controller).
 #[derive(Parser, Debug, Clone)]
 #[command(name = "attach-detach-controller", version, about, long_about = None)]
+#[command(mut_args = component_runtime::go_bools)]
 // The shared group's help does not name the lease; this one always has the same name.
 #[command(mut_arg("leader_election", |a| a.help(
     "Elect a leader on a Lease (named attachdetach-controller); only the leader works"
@@ -61,15 +62,7 @@ pub struct Flags {
 
     /// Never force a detach: a volume the node still reports in use stays attached until the
     /// node stops reporting it, however long that takes.
-    #[arg(
-        long,
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
+    #[arg(long, default_value_t = false, value_parser = parse_go_bool, value_name = "BOOL")]
     pub disable_force_detach_on_timeout: bool,
 
     /// How long one CSI attach waits for the external attacher to set the VolumeAttachment's

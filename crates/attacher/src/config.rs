@@ -10,6 +10,7 @@ use component_runtime::{parse_go_bool, parse_go_duration};
 /// csi-attacher: attaches and detaches CSI volumes for VolumeAttachment objects.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "csi-attacher", version, about, long_about = None)]
+#[command(mut_args = component_runtime::go_bools)]
 pub struct Config {
     #[command(flatten)]
     pub common: component_runtime::CommonFlags,
@@ -49,15 +50,7 @@ pub struct Config {
 
     /// Dummy mode: no CSI driver; mark VolumeAttachments of attacher "csi/dummy" (or
     /// "csi-dummy", which today's API servers accept) attached.
-    #[arg(
-        long,
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
+    #[arg(long, default_value_t = false, value_parser = parse_go_bool, value_name = "BOOL")]
     pub dummy: bool,
 }
 

@@ -67,18 +67,11 @@ impl KubeClientFlags {
 /// its Lease: `#[command(mut_arg("leader_elect_resource_name", |a|
 /// a.default_value("pv-controller")))]`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(mut_args = crate::go_bools)]
 pub struct LeaderElectFlags {
     /// Elect a leader on a Lease (--leader-elect-resource-name in
     /// --leader-elect-resource-namespace); only the leader works.
-    #[arg(
-        long,
-        default_value_t = true,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
+    #[arg(long, default_value_t = true, value_parser = parse_go_bool, value_name = "BOOL")]
     pub leader_elect: bool,
 
     /// How long non-leaders wait after the last renewal before they may take the lease.

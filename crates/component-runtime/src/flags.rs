@@ -13,6 +13,23 @@ pub use telemetry::{normalize_go_args, parse_go_bool, parse_go_duration};
 
 use crate::leader::{LeaderElectionConfig, default_identity, default_namespace};
 
+/// Gives every flag whose value is named `BOOL` Go's boolean syntax: `--flag` alone means true,
+/// a value must be attached (`--flag=false`; `--flag false` would leave `false` as an
+/// argument, as Go's `flag` package does), and the values are `strconv.ParseBool`'s. A struct
+/// that declares such flags, each `#[arg(long, default_value_t = .., value_parser =
+/// parse_go_bool, value_name = "BOOL")]`, applies it with `#[command(mut_args = go_bools)]`.
+pub fn go_bools(arg: clap::Arg) -> clap::Arg {
+    let is_bool = arg
+        .get_value_names()
+        .is_some_and(|names| names.len() == 1 && names[0] == "BOOL");
+    if !is_bool {
+        return arg;
+    }
+    arg.num_args(0..=1)
+        .require_equals(true)
+        .default_missing_value("true")
+}
+
 /// Accepts any string, including the empty one Go manifests pass for "unset".
 fn any_string(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
@@ -123,17 +140,10 @@ impl CommonFlags {
 /// A binary that names its lease in `--leader-election`'s help overrides the help with
 /// `#[command(mut_arg("leader_election", |a| a.help("...")))]`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(mut_args = go_bools)]
 pub struct LeaderElectionFlags {
     /// Elect a leader on a Lease; only the leader works. `--leader-election` alone means true.
-    #[arg(
-        long,
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
+    #[arg(long, default_value_t = false, value_parser = parse_go_bool, value_name = "BOOL")]
     pub leader_election: bool,
 
     /// Namespace of the leader election Lease. Empty: the pod's own namespace.
@@ -184,13 +194,12 @@ mod tests {
     use clap::Parser;
 
     #[derive(Parser, Debug)]
-    #[command(name = "test-sidecar")]
+    #[command(name = "test-sidecar", mut_args = go_bools)]
     struct Cli {
         #[command(flatten)]
         common: CommonFlags,
         /// A binary-specific bool flag, as the attacher's --dummy.
-        #[arg(long, num_args = 0..=1, require_equals = true, default_missing_value = "true",
-              default_value_t = false, value_parser = parse_go_bool)]
+        #[arg(long, default_value_t = false, value_parser = parse_go_bool, value_name = "BOOL")]
         dummy: bool,
         #[arg(long, default_value = "15s", value_parser = parse_go_duration)]
         timeout: Duration,

@@ -58,7 +58,7 @@ pub use controller_flags::{ControllerFlags, KubeClientFlags, LeaderElectFlags, T
 pub use csi_conn::{DriverInfo, connect, connect_and_describe, driver_info, probe_until_ready};
 pub use events::{EventRecorder, EventType, Recorded};
 pub use flags::{
-    CommonFlags, LeaderElectionFlags, normalize_go_args, parse_go_bool, parse_go_duration,
+    CommonFlags, LeaderElectionFlags, go_bools, normalize_go_args, parse_go_bool, parse_go_duration,
 };
 pub use kube_client::{build_client, install_crypto_provider, rate_limited};
 pub use leader::{

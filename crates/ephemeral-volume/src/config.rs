@@ -15,20 +15,13 @@ use component_runtime::parse_go_bool;
 /// the pod (kube-controller-manager's ephemeral-volume controller).
 #[derive(Parser, Debug, Clone)]
 #[command(name = "csi-ephemeral-volume-controller", version, about, long_about = None)]
+#[command(mut_args = component_runtime::go_bools)]
 #[command(mut_arg("leader_elect_resource_name", |a| a.default_value("csi-ephemeral-volume-controller")))]
 pub struct Flags {
     /// Also delete claims whose ownerReferences all name Pods that no longer exist (the
     /// garbage collector's part, for clusters without one, such as apiserver-lite). Leave it
     /// off next to a real kube-controller-manager: its garbage collector does this.
-    #[arg(
-        long,
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
+    #[arg(long, default_value_t = false, value_parser = parse_go_bool, value_name = "BOOL")]
     pub delete_orphaned_claims: bool,
 
     /// `--kubeconfig`, `--kube-api-*`, `--leader-elect*`, `--http-endpoint`, `-v`.

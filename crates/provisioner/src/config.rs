@@ -10,6 +10,7 @@ use component_runtime::{parse_go_bool, parse_go_duration};
 /// csi-provisioner: provisions and deletes CSI volumes for PersistentVolumeClaims.
 #[derive(Parser, Debug, Clone)]
 #[command(name = "csi-provisioner", version, about, long_about = None)]
+#[command(mut_args = component_runtime::go_bools)]
 #[command(mut_arg("leader_election", |a| a.help(
     "Elect a leader on a Lease named after the driver (ebs.csi.aws.com -> ebs-csi-aws-com); only the leader provisions. --leader-election alone means true."
 )))]
@@ -42,15 +43,7 @@ pub struct Config {
     pub volume_name_uuid_length: i32,
 
     /// Pass csi.storage.k8s.io/pvc/name, pvc/namespace and pv/name to CreateVolume.
-    #[arg(
-        long,
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
+    #[arg(long, default_value_t = false, value_parser = parse_go_bool, value_name = "BOOL")]
     pub extra_create_metadata: bool,
 
     /// Filesystem of mount volumes whose class names none (empty: the driver decides).
@@ -63,41 +56,17 @@ pub struct Config {
     pub feature_gates: String,
 
     /// Requisite topology of a WaitForFirstConsumer volume is only the selected node's.
-    #[arg(
-        long,
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
+    #[arg(long, default_value_t = false, value_parser = parse_go_bool, value_name = "BOOL")]
     pub strict_topology: bool,
 
     /// Immediate volumes without allowedTopologies get every node's topology as requisite.
-    #[arg(
-        long,
-        default_value_t = true,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
+    #[arg(long, default_value_t = true, value_parser = parse_go_bool, value_name = "BOOL")]
     pub immediate_topology: bool,
 
     /// Run next to a node-local driver on one node (`--node-name`): only claims whose
     /// `volume.kubernetes.io/selected-node` is that node are provisioned (Immediate claims are
     /// not), and only PVs whose node affinity matches that node are deleted.
-    #[arg(
-        long,
-        default_value_t = false,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
+    #[arg(long, default_value_t = false, value_parser = parse_go_bool, value_name = "BOOL")]
     pub node_deployment: bool,
 
     /// The node this provisioner runs on, for `--node-deployment` (the Go sidecar reads it

@@ -26,6 +26,7 @@ fn any_string(s: &str) -> Result<String, String> {
 /// manager's persistentvolume-binder, pvc-protection and pv-protection controllers).
 #[derive(Parser, Debug, Clone)]
 #[command(name = "pv-controller", version, about, long_about = None)]
+#[command(mut_args = component_runtime::go_bools)]
 #[command(mut_arg("leader_elect_resource_name", |a| a.default_value("pv-controller")))]
 pub struct Flags {
     /// Kubernetes feature gates; only the CSIMigration* gates matter here (e.g.
@@ -44,15 +45,7 @@ pub struct Flags {
     pub pvclaimbinder_sync_period: Duration,
 
     /// Whether classes of in-tree plugins are provisioned here at all.
-    #[arg(
-        long,
-        default_value_t = true,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = parse_go_bool,
-        value_name = "BOOL"
-    )]
+    #[arg(long, default_value_t = true, value_parser = parse_go_bool, value_name = "BOOL")]
     pub enable_dynamic_provisioning: bool,
 
     /// Cloud provider of the in-tree plugins: "" (none: classes of kubernetes.io/aws-ebs that
