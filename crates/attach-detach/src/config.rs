@@ -75,19 +75,10 @@ pub struct Flags {
     #[arg(long, default_value = "2m", value_parser = parse_go_duration, value_name = "DURATION")]
     pub detach_timeout: Duration,
 
-    /// Cloud provider of the in-tree volume plugins: "" (none: in-tree aws-ebs volumes that are
-    /// not migrated get a FailedAttachVolume Event saying so) or "aws".
-    #[arg(long, default_value = "", value_name = "PROVIDER", value_parser = any_string)]
-    pub cloud_provider: String,
-
-    /// AWS region of the in-tree aws-ebs plugin. Empty: AWS_REGION, the profile, or instance
-    /// metadata.
-    #[arg(long, value_name = "REGION", value_parser = any_string)]
-    pub region: Option<String>,
-
-    /// EC2 endpoint URL override (ec2-sim, a VPC endpoint); also AWS_EC2_ENDPOINT.
-    #[arg(long, env = "AWS_EC2_ENDPOINT", value_name = "URL", value_parser = any_string)]
-    pub ec2_endpoint: Option<String>,
+    /// `--cloud-provider`, `--region`, `--ec2-endpoint` (a volume that is not migrated and
+    /// has no cloud gets a FailedAttachVolume Event saying so).
+    #[command(flatten)]
+    pub cloud: component_runtime::CloudFlags,
 
     /// The `--leader-election*` flags (the lease: [`LEASE_NAME`]).
     #[command(flatten)]
@@ -188,21 +179,10 @@ impl Config {
 pub const LEASE_NAME: &str = "attachdetach-controller";
 
 impl Flags {
-    /// Whether `--cloud-provider` asks for EC2 (checked: only "" and "aws" exist).
-    pub fn wants_aws_cloud(&self) -> Result<bool, Error> {
-        match self.cloud_provider.as_str() {
-            "" => Ok(false),
-            "aws" => Ok(true),
-            other => Err(Error::Config(format!(
-                "--cloud-provider={other}: want \"\" (no cloud) or \"aws\""
-            ))),
-        }
-    }
-
     /// The checked [`Config`]; `cloud` is built by the binary from `--cloud-provider`,
     /// `--region` and `--ec2-endpoint`.
     pub fn config(&self, cloud: Option<Arc<dyn ebs_cloud::Cloud>>) -> Result<Config, Error> {
-        self.wants_aws_cloud()?;
+        self.cloud.wants_aws()?;
         let migrated = MigratedPlugins::kubernetes_v1_26()
             .with_feature_gates(&self.feature_gates)
             .map_err(|e| Error::Config(e.to_string()))?;
@@ -286,8 +266,8 @@ mod tests {
             "-http-endpoint=:8080",
             "-v=4",
         ]);
-        assert!(f.wants_aws_cloud().expect("valid"));
-        assert_eq!(f.region.as_deref(), Some("us-east-1"));
+        assert!(f.cloud.wants_aws().expect("valid"));
+        assert_eq!(f.cloud.region.as_deref(), Some("us-east-1"));
         assert_eq!(f.telemetry.v, 4);
         let c = f.config(None).expect("valid");
         let o = &c.options;

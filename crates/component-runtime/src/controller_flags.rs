@@ -163,6 +163,51 @@ impl ControllerFlags {
     }
 }
 
+/// kube-controller-manager's cloud flags, for the in-tree kubernetes.io/aws-ebs plugin of the
+/// attach/detach and PV controllers. Only the binary builds the EC2 client
+/// (`ebs_cloud_aws::in_tree_cloud`), and only with its `aws` feature: without it
+/// [`Self::refuse_aws`] says why `--cloud-provider=aws` cannot work.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CloudFlags {
+    /// Cloud provider of the in-tree aws-ebs plugin: "" (none: what is not migrated fails with
+    /// an Event saying so) or "aws".
+    #[arg(long, default_value = "", value_name = "PROVIDER", value_parser = any_string)]
+    pub cloud_provider: String,
+
+    /// AWS region of the in-tree aws-ebs plugin. Empty: AWS_REGION, the profile, or instance
+    /// metadata.
+    #[arg(long, value_name = "REGION", value_parser = any_string)]
+    pub region: Option<String>,
+
+    /// EC2 endpoint URL override (ec2-sim, a VPC endpoint); also AWS_EC2_ENDPOINT.
+    #[arg(long, env = "AWS_EC2_ENDPOINT", value_name = "URL", value_parser = any_string)]
+    pub ec2_endpoint: Option<String>,
+}
+
+impl CloudFlags {
+    /// Whether `--cloud-provider` asks for EC2 (only "" and "aws" exist).
+    pub fn wants_aws(&self) -> Result<bool, Error> {
+        match self.cloud_provider.as_str() {
+            "" => Ok(false),
+            "aws" => Ok(true),
+            other => Err(Error::Flag(format!(
+                "--cloud-provider={other}: want \"\" (no cloud) or \"aws\""
+            ))),
+        }
+    }
+
+    /// For `binary` built without EC2: `--cloud-provider=aws` is an error saying what to do
+    /// `instead`; no cloud is fine.
+    pub fn refuse_aws(&self, binary: &str, instead: &str) -> Result<(), Error> {
+        if self.wants_aws()? {
+            return Err(Error::Flag(format!(
+                "--cloud-provider=aws: this {binary} was built without the `aws` feature (no EC2 client); rebuild with default features, or {instead}"
+            )));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -54,7 +54,9 @@ pub use telemetry::http;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use controller_flags::{ControllerFlags, KubeClientFlags, LeaderElectFlags, TelemetryFlags};
+pub use controller_flags::{
+    CloudFlags, ControllerFlags, KubeClientFlags, LeaderElectFlags, TelemetryFlags,
+};
 pub use csi_conn::{DriverInfo, connect, connect_and_describe, driver_info, probe_until_ready};
 pub use events::{EventRecorder, EventType, Recorded};
 pub use flags::{
@@ -141,6 +143,9 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// A flag's value cannot be used; the message names the flag.
+    #[error("{0}")]
+    Flag(String),
     /// The leader election settings are inconsistent.
     #[error("leader election: {0}")]
     LeaderConfig(String),

@@ -78,14 +78,19 @@ impl Default for RetryPolicy {
     }
 }
 
-/// EC2 for Kubernetes' in-tree aws-ebs plugin (`--cloud-provider=aws` of the attach/detach and
-/// PV controllers), built as the EBS driver builds its own: `app_name` in the SDK's
-/// User-Agent; an empty or absent `region`/`endpoint` leaves them to `aws-config`'s chain.
+/// EC2 for Kubernetes' in-tree aws-ebs plugin when `wanted` (`--cloud-provider=aws` of the
+/// attach/detach and PV controllers), built as the EBS driver builds its own: `app_name` in
+/// the SDK's User-Agent; an empty or absent `region`/`endpoint` leaves them to `aws-config`'s
+/// chain.
 pub async fn in_tree_cloud(
+    wanted: bool,
     app_name: &str,
     region: Option<&str>,
     endpoint: Option<&str>,
-) -> Result<std::sync::Arc<dyn Cloud>, Error> {
+) -> Result<Option<std::sync::Arc<dyn Cloud>>, Error> {
+    if !wanted {
+        return Ok(None);
+    }
     let given = |v: Option<&str>| v.filter(|v| !v.is_empty()).map(str::to_owned);
     let config = AwsConfig {
         region: given(region),
@@ -94,7 +99,7 @@ pub async fn in_tree_cloud(
         ..AwsConfig::default()
     };
     let cloud = AwsCloud::new(config, CloudMetrics::default()).await?;
-    Ok(std::sync::Arc::new(cloud))
+    Ok(Some(std::sync::Arc::new(cloud)))
 }
 
 /// Errors building the client.

@@ -48,23 +48,14 @@ pub struct Flags {
     #[arg(long, default_value_t = true, value_parser = parse_go_bool, value_name = "BOOL")]
     pub enable_dynamic_provisioning: bool,
 
-    /// Cloud provider of the in-tree plugins: "" (none: classes of kubernetes.io/aws-ebs that
-    /// are not migrated get a ProvisioningFailed Event saying so) or "aws".
-    #[arg(long, default_value = "", value_name = "PROVIDER", value_parser = any_string)]
-    pub cloud_provider: String,
+    /// `--cloud-provider`, `--region`, `--ec2-endpoint` (a kubernetes.io/aws-ebs class that is
+    /// not migrated and has no cloud gets a ProvisioningFailed Event saying so).
+    #[command(flatten)]
+    pub cloud: component_runtime::CloudFlags,
 
     /// The cluster's name, in the tags of the EBS volumes the in-tree provisioner creates.
     #[arg(long, default_value = "kubernetes", value_name = "NAME")]
     pub cluster_name: String,
-
-    /// AWS region of the in-tree provisioner. Empty: AWS_REGION, the profile, or instance
-    /// metadata.
-    #[arg(long, value_name = "REGION", value_parser = any_string)]
-    pub region: Option<String>,
-
-    /// EC2 endpoint URL override (ec2-sim, a VPC endpoint); also AWS_EC2_ENDPOINT.
-    #[arg(long, env = "AWS_EC2_ENDPOINT", value_name = "URL", value_parser = any_string)]
-    pub ec2_endpoint: Option<String>,
 
     /// How many provisioning and deletion operations run at once.
     #[arg(long, default_value_t = 8, value_name = "N")]
@@ -150,21 +141,10 @@ impl Config {
 }
 
 impl Flags {
-    /// Whether `--cloud-provider` asks for EC2 (checked: only "" and "aws" exist).
-    pub fn wants_aws_cloud(&self) -> Result<bool, Error> {
-        match self.cloud_provider.as_str() {
-            "" => Ok(false),
-            "aws" => Ok(true),
-            other => Err(Error::Config(format!(
-                "--cloud-provider={other}: want \"\" (no cloud) or \"aws\""
-            ))),
-        }
-    }
-
     /// The checked [`Config`]; `cloud` is built by the binary from `--cloud-provider`,
     /// `--region` and `--ec2-endpoint`.
     pub fn config(&self, cloud: Option<Arc<dyn ebs_cloud::Cloud>>) -> Result<Config, Error> {
-        self.wants_aws_cloud()?;
+        self.cloud.wants_aws()?;
         let migrated = MigratedPlugins::kubernetes_v1_26()
             .with_feature_gates(&self.feature_gates)
             .map_err(|e| Error::Config(e.to_string()))?;
@@ -254,7 +234,7 @@ mod tests {
             "-http-endpoint=:8080",
             "-v=4",
         ]);
-        assert!(f.wants_aws_cloud().expect("valid"));
+        assert!(f.cloud.wants_aws().expect("valid"));
         assert_eq!(
             f.controller.client.kubeconfig_path(),
             Some(std::path::PathBuf::from("/etc/kubeconfig"))

@@ -3,35 +3,29 @@
 use std::sync::Arc;
 
 use clap::Parser;
-use component_runtime::{RuntimeShape, normalize_go_args, run_component};
+use component_runtime::{CloudFlags, RuntimeShape, normalize_go_args, run_component};
 use pv_controller::Flags;
 
-/// EC2 for the in-tree aws-ebs provisioner (`--cloud-provider=aws`), as the EBS driver builds it.
-#[cfg(feature = "aws")]
-async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cloud>>> {
-    use anyhow::Context as _;
-    if !flags.wants_aws_cloud()? {
-        return Ok(None);
-    }
-    let cloud = ebs_cloud_aws::in_tree_cloud(
-        "pv-controller",
-        flags.region.as_deref(),
-        flags.ec2_endpoint.as_deref(),
-    )
-    .await
-    .context("--cloud-provider=aws: setting up EC2 access (--region, --ec2-endpoint)")?;
-    Ok(Some(cloud))
-}
+const BINARY: &str = "pv-controller";
 
-/// Built without the `aws` feature: no EC2 client in this binary.
+/// What to do instead of `--cloud-provider=aws` with a binary built without EC2.
 #[cfg(not(feature = "aws"))]
-async fn aws_cloud(flags: &Flags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cloud>>> {
-    if flags.wants_aws_cloud()? {
-        anyhow::bail!(
-            "--cloud-provider=aws: this pv-controller was built without the `aws` feature (no EC2 client); rebuild with default features, or leave CSIMigrationAWS on (the default) so the EBS CSI driver's provisioner serves kubernetes.io/aws-ebs classes"
-        );
+const WITHOUT_AWS: &str = "leave CSIMigrationAWS on (the default) so the EBS CSI driver's provisioner serves kubernetes.io/aws-ebs classes";
+
+/// EC2 for the in-tree aws-ebs plugin (`--cloud-provider=aws`); a binary built without the
+/// `aws` feature has no EC2 client and refuses the flag.
+async fn cloud(flags: &CloudFlags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cloud>>> {
+    #[cfg(not(feature = "aws"))]
+    return Ok(flags.refuse_aws(BINARY, WITHOUT_AWS).map(|()| None)?);
+    #[cfg(feature = "aws")]
+    {
+        use anyhow::Context as _;
+        let (region, endpoint) = (flags.region.as_deref(), flags.ec2_endpoint.as_deref());
+        let cloud = ebs_cloud_aws::in_tree_cloud(flags.wants_aws()?, BINARY, region, endpoint);
+        cloud
+            .await
+            .context("--cloud-provider=aws: setting up EC2 access")
     }
-    Ok(None)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -40,8 +34,7 @@ fn main() -> anyhow::Result<()> {
         flags.controller.telemetry.v,
         RuntimeShape::PerCore,
         |shutdown| async move {
-            let cloud = aws_cloud(&flags).await?;
-            let config = flags.config(cloud)?;
+            let config = flags.config(cloud(&flags.cloud).await?)?;
             let client = flags
                 .controller
                 .client
