@@ -5,19 +5,16 @@
 //! Written with bounded parallelism; every write is counted to cross-check the audit trail.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
-use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, Client};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::nodes::Expected;
 use super::{Error, Scenario};
 use crate::harness::api::bounded;
+use crate::harness::objects::OwnWrites;
 
 /// Label on every Node and pod a run creates; the watches select on it.
 pub(crate) const LOAD_LABEL: &str = "app.kubernetes.io/created-by";
@@ -81,71 +78,10 @@ pub(crate) struct Objects<'a> {
     pub(crate) nodes: usize,
     pub(crate) parallelism: usize,
     /// Writes made, for the cross-check against the audit trail.
-    pub(crate) writes: AtomicU64,
+    pub(crate) own: OwnWrites,
 }
 
 impl Objects<'_> {
-    fn build<K: DeserializeOwned>(
-        &self,
-        kind: &'static str,
-        name: &str,
-        value: serde_json::Value,
-    ) -> Result<K, Error> {
-        serde_json::from_value(value).map_err(|e| Error::Object {
-            kind,
-            name: format!("{name} ({})", self.scenario),
-            reason: e.to_string(),
-        })
-    }
-
-    async fn create<K>(
-        &self,
-        api: &Api<K>,
-        kind: &'static str,
-        value: serde_json::Value,
-    ) -> Result<K, Error>
-    where
-        K: kube::Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
-    {
-        let name = value["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        let obj: K = self.build(kind, &name, value)?;
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        api.create(&PostParams::default(), &obj)
-            .await
-            .map_err(|source| Error::Kube {
-                op: format!("{}: creating {kind} {name}", self.scenario),
-                source,
-            })
-    }
-
-    /// Status is dropped on create (a status subresource), so it is a second write.
-    async fn set_status<K>(
-        &self,
-        api: &Api<K>,
-        kind: &'static str,
-        name: &str,
-        status: serde_json::Value,
-    ) -> Result<(), Error>
-    where
-        K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
-    {
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        api.patch_status(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": status })),
-        )
-        .await
-        .map_err(|source| Error::Kube {
-            op: format!("{}: setting the status of {kind} {name}", self.scenario),
-            source,
-        })?;
-        Ok(())
-    }
-
     /// Nodes with CSINodes, and the CSIDriver with the scenario's attachRequired.
     pub(crate) async fn create_cluster(&self) -> Result<(), Error> {
         let nodes: Api<Node> = Api::all(self.client.clone());
@@ -154,8 +90,7 @@ impl Objects<'_> {
             let (nodes, csinodes) = (&nodes, &csinodes);
             async move {
                 let name = node_name(i);
-                self.create(nodes, "Node", json!({
-                    "apiVersion": "v1", "kind": "Node",
+                self.own.create(nodes, json!({
                     "metadata": {
                         "name": name,
                         "labels": {LOAD_LABEL: LOAD_LABEL_VALUE, "kubernetes.io/hostname": name},
@@ -163,23 +98,16 @@ impl Objects<'_> {
                     },
                 }))
                 .await?;
-                self.create(
-                    csinodes,
-                    "CSINode",
-                    json!({
-                        "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
-                        "metadata": {"name": name},
-                        "spec": {"drivers": [{"name": self.driver, "nodeID": node_id(i)}]},
-                    }),
-                )
-                .await
-                .map(drop)
+                let csinode = json!({
+                    "metadata": {"name": name},
+                    "spec": {"drivers": [{"name": self.driver, "nodeID": node_id(i)}]},
+                });
+                self.own.create(csinodes, csinode).await.map(drop)
             }
         })
         .await?;
         let drivers: Api<CSIDriver> = Api::all(self.client.clone());
-        self.create(&drivers, "CSIDriver", json!({
-            "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+        self.own.create(&drivers, json!({
             "metadata": {"name": self.driver},
             "spec": {"attachRequired": self.scenario.attach_required(), "podInfoOnMount": false},
         }))
@@ -196,8 +124,7 @@ impl Objects<'_> {
             let (pvcs, pvs) = (&pvcs, &pvs);
             async move {
                 let (claim, volume) = (pvc_name(i), pv_name(i));
-                let created = self.create(pvcs, "PersistentVolumeClaim", json!({
-                    "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                let created = self.own.create(pvcs, json!({
                     "metadata": {
                         "name": claim, "namespace": NAMESPACE,
                         "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
@@ -211,8 +138,7 @@ impl Objects<'_> {
                 }))
                 .await?;
                 let uid = created.metadata.uid.unwrap_or_default();
-                self.create(pvs, "PersistentVolume", json!({
-                    "apiVersion": "v1", "kind": "PersistentVolume",
+                self.own.create(pvs, json!({
                     "metadata": {"name": volume},
                     "spec": {
                         "capacity": {"storage": "1Gi"},
@@ -227,9 +153,8 @@ impl Objects<'_> {
                     },
                 }))
                 .await?;
-                self.set_status(pvs, "PersistentVolume", &volume, json!({"phase": "Bound"}))
-                    .await?;
-                self.set_status(pvcs, "PersistentVolumeClaim", &claim, json!({
+                self.own.set_status(pvs, &volume, json!({"phase": "Bound"})).await?;
+                self.own.set_status(pvcs, &claim, json!({
                     "phase": "Bound",
                     "accessModes": ["ReadWriteOnce"],
                     "capacity": {"storage": "1Gi"},
@@ -246,8 +171,7 @@ impl Objects<'_> {
         bounded(0..self.pods, self.parallelism, |i| {
             let pods = &pods;
             async move {
-                self.create(pods, "Pod", json!({
-                    "apiVersion": "v1", "kind": "Pod",
+                self.own.create(pods, json!({
                     "metadata": {
                         "name": pod_name(i), "namespace": NAMESPACE,
                         "labels": {LOAD_LABEL: LOAD_LABEL_VALUE},
@@ -269,7 +193,7 @@ impl Objects<'_> {
     }
 
     pub(crate) fn writes(&self) -> u64 {
-        self.writes.load(Ordering::Relaxed)
+        self.own.total()
     }
 }
 
@@ -329,7 +253,7 @@ mod tests {
             pods: 7,
             nodes: 3,
             parallelism: 4,
-            writes: AtomicU64::new(0),
+            own: OwnWrites::new("through-adc"),
         };
         objects.create_cluster().await.unwrap();
         objects.create_volumes().await.unwrap();

@@ -10,7 +10,6 @@
 //!    (their peak RSS and CPU taken) and the audit trail tallied.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
 use apiserver::{AuditRecord, RunningApiServer};
@@ -185,7 +184,7 @@ pub(crate) async fn run_one(
         pods: config.pods,
         nodes: config.nodes,
         parallelism: config.parallelism,
-        writes: AtomicU64::new(0),
+        own: crate::harness::objects::OwnWrites::new(scenario.to_string()),
     };
     let timed_out = |phase: &str, progress: String| {
         Error::timeout(format!("{scenario}: {phase}"), progress, String::new())

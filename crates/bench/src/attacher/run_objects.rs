@@ -3,18 +3,14 @@
 //! it did itself from the attacher's writes: the API server attributes by User-Agent, and this
 //! count cross-checks that).
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-
 use k8s_openapi::api::core::v1::{Node, PersistentVolume};
 use k8s_openapi::api::storage::v1::{CSINode, VolumeAttachment};
-use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
-use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use crate::Error;
 use crate::harness::api::bounded;
+pub(crate) use crate::harness::objects::OwnWrites;
 
 /// Label on every PV and VolumeAttachment a run creates; the watches select on it.
 pub(crate) const LOAD_LABEL: &str = "app.kubernetes.io/created-by";
@@ -46,43 +42,6 @@ pub(crate) fn node_of(i: usize, nodes: usize) -> usize {
     i % nodes.max(1)
 }
 
-/// What this run wrote, by "verb resource" (the same keys the audit tally uses).
-#[derive(Debug, Default)]
-pub(crate) struct OwnWrites(Mutex<BTreeMap<String, u64>>);
-
-impl OwnWrites {
-    fn add(&self, key: &str) {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(key.to_owned())
-            .or_default() += 1;
-    }
-
-    pub(crate) fn total(&self) -> u64 {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .sum()
-    }
-
-    #[cfg(test)]
-    pub(crate) fn by_request(&self) -> BTreeMap<String, u64> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-}
-
-/// Builds a typed object from JSON we wrote ourselves.
-fn object<K: DeserializeOwned>(
-    kind: &str,
-    name: &str,
-    value: serde_json::Value,
-) -> Result<K, Error> {
-    serde_json::from_value(value).map_err(|e| Error::Config(format!("building {kind} {name}: {e}")))
-}
-
 /// Creates and deletes the run's objects.
 pub(crate) struct Objects<'a> {
     pub(crate) client: Client,
@@ -94,35 +53,6 @@ pub(crate) struct Objects<'a> {
 }
 
 impl Objects<'_> {
-    async fn create<K>(&self, api: &Api<K>, resource: &str, obj: K) -> Result<(), Error>
-    where
-        K: kube::Resource + Clone + DeserializeOwned + serde::Serialize + std::fmt::Debug,
-    {
-        let name = obj.meta().name.clone().unwrap_or_default();
-        self.own.add(&format!("create {resource}"));
-        api.create(&PostParams::default(), &obj)
-            .await
-            .map_err(|source| Error::Kube {
-                op: format!("creating {resource} {name}"),
-                source,
-            })?;
-        Ok(())
-    }
-
-    async fn delete<K>(&self, api: &Api<K>, resource: &str, name: String) -> Result<(), Error>
-    where
-        K: kube::Resource + Clone + DeserializeOwned + std::fmt::Debug,
-    {
-        self.own.add(&format!("delete {resource}"));
-        api.delete(&name, &DeleteParams::default())
-            .await
-            .map_err(|source| Error::Kube {
-                op: format!("deleting {resource} {name}"),
-                source,
-            })?;
-        Ok(())
-    }
-
     /// Nodes and their CSINodes (one driver entry each, with the node ID).
     pub(crate) async fn create_nodes(&self) -> Result<(), Error> {
         let nodes: Api<Node> = Api::all(self.client.clone());
@@ -131,25 +61,14 @@ impl Objects<'_> {
             let (nodes, csinodes) = (&nodes, &csinodes);
             async move {
                 let name = node_name(i);
-                let node = object(
-                    "Node",
-                    &name,
-                    json!({
-                        "apiVersion": "v1", "kind": "Node",
-                        "metadata": {"name": name},
-                    }),
-                )?;
-                self.create(nodes, "nodes", node).await?;
-                let csinode = object(
-                    "CSINode",
-                    &name,
-                    json!({
-                        "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
-                        "metadata": {"name": name},
-                        "spec": {"drivers": [{"name": self.driver, "nodeID": node_id(i)}]},
-                    }),
-                )?;
-                self.create(csinodes, "csinodes", csinode).await
+                self.own
+                    .create(nodes, json!({"metadata": {"name": name}}))
+                    .await?;
+                let csinode = json!({
+                    "metadata": {"name": name},
+                    "spec": {"drivers": [{"name": self.driver, "nodeID": node_id(i)}]},
+                });
+                self.own.create(csinodes, csinode).await.map(drop)
             }
         })
         .await
@@ -161,18 +80,16 @@ impl Objects<'_> {
         bounded(0..self.count, self.parallelism, |i| {
             let pvs = &pvs;
             async move {
-                let name = pv_name(i);
-                let pv = object("PersistentVolume", &name, json!({
-                    "apiVersion": "v1", "kind": "PersistentVolume",
-                    "metadata": {"name": name, "labels": {LOAD_LABEL: LOAD_LABEL_VALUE}},
+                let pv = json!({
+                    "metadata": {"name": pv_name(i), "labels": {LOAD_LABEL: LOAD_LABEL_VALUE}},
                     "spec": {
                         "capacity": {"storage": "1Gi"},
                         "accessModes": ["ReadWriteOnce"],
                         "persistentVolumeReclaimPolicy": "Retain",
                         "csi": {"driver": self.driver, "volumeHandle": volume_handle(i), "fsType": "ext4"},
                     },
-                }))?;
-                self.create(pvs, "persistentvolumes", pv).await
+                });
+                self.own.create(pvs, pv).await.map(drop)
             }
         })
         .await?;
@@ -180,21 +97,15 @@ impl Objects<'_> {
         bounded(0..self.count, self.parallelism, |i| {
             let vas = &vas;
             async move {
-                let name = va_name(i);
-                let va = object(
-                    "VolumeAttachment",
-                    &name,
-                    json!({
-                        "apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttachment",
-                        "metadata": {"name": name, "labels": {LOAD_LABEL: LOAD_LABEL_VALUE}},
-                        "spec": {
-                            "attacher": self.driver,
-                            "nodeName": node_name(node_of(i, self.nodes)),
-                            "source": {"persistentVolumeName": pv_name(i)},
-                        },
-                    }),
-                )?;
-                self.create(vas, "volumeattachments", va).await
+                let va = json!({
+                    "metadata": {"name": va_name(i), "labels": {LOAD_LABEL: LOAD_LABEL_VALUE}},
+                    "spec": {
+                        "attacher": self.driver,
+                        "nodeName": node_name(node_of(i, self.nodes)),
+                        "source": {"persistentVolumeName": pv_name(i)},
+                    },
+                });
+                self.own.create(vas, va).await.map(drop)
             }
         })
         .await
@@ -204,7 +115,7 @@ impl Objects<'_> {
         let vas: Api<VolumeAttachment> = Api::all(self.client.clone());
         bounded(0..self.count, self.parallelism, |i| {
             let vas = &vas;
-            async move { self.delete(vas, "volumeattachments", va_name(i)).await }
+            async move { self.own.delete(vas, &va_name(i)).await }
         })
         .await
     }
@@ -213,7 +124,7 @@ impl Objects<'_> {
         let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
         bounded(0..self.count, self.parallelism, |i| {
             let pvs = &pvs;
-            async move { self.delete(pvs, "persistentvolumes", pv_name(i)).await }
+            async move { self.own.delete(pvs, &pv_name(i)).await }
         })
         .await
     }

@@ -9,6 +9,7 @@
 pub mod api;
 pub mod child;
 pub mod goals;
+pub mod objects;
 pub mod output;
 pub mod procfs;
 pub mod stats;

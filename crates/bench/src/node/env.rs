@@ -8,13 +8,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
-use kube::api::{ListParams, PostParams};
+use kube::api::ListParams;
 use kube::{Api, Client};
 use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{Error, LoadConfig, Scenario, ebs};
+use crate::harness::objects::OwnWrites;
 use crate::harness::procfs::Memory;
 use crate::harness::{
     self,
@@ -152,19 +153,15 @@ impl Env {
     }
 
     async fn create_csidriver(&self, attach_required: bool) -> Result<(), Error> {
-        let obj: CSIDriver = serde_json::from_value(json!({
+        let driver = json!({
             "metadata": {"name": self.driver_name},
             "spec": {"attachRequired": attach_required, "podInfoOnMount": false},
-        }))
-        .map_err(|e| Error::Other(format!("CSIDriver object: {e}")))?;
-        Api::<CSIDriver>::all(self.kube.clone())
-            .create(&PostParams::default(), &obj)
+        });
+        let drivers: Api<CSIDriver> = Api::all(self.kube.clone());
+        OwnWrites::default()
+            .create(&drivers, driver)
             .await
-            .map_err(|source| Error::Kube {
-                op: format!("creating CSIDriver {}", self.driver_name),
-                source,
-            })?;
-        Ok(())
+            .map(drop)
     }
 
     /// The attach/detach controller in-process, as kube-controller-manager runs it (100 ms

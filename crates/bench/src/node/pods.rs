@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::PostParams;
 use kube::runtime::watcher;
 
 use crate::harness::goals::{Counts, GoalWatch};
+use crate::harness::objects::OwnWrites;
 use crate::harness::writes::{Writes, is_write};
 
 use super::env::{Env, mounts_below};
@@ -127,12 +127,7 @@ pub(crate) async fn measure(
         async move {
             let pod = run_objects::pod(i, &node)?;
             let start = Instant::now();
-            pods.create(&PostParams::default(), &pod)
-                .await
-                .map_err(|source| Error::Kube {
-                    op: format!("creating pod {}", run_objects::pod_name(i)),
-                    source,
-                })?;
+            OwnWrites::default().create_object(&pods, &pod).await?;
             Ok::<_, Error>((run_objects::pod_name(i), start))
         }
     };

@@ -13,11 +13,12 @@ use csi_spec::v1::{
 };
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::{Error, Scenario, ebs};
+use crate::harness::objects::{OwnWrites, object};
 
 pub(crate) const NS: &str = "default";
 /// The label on every pod of the run (the pods watch selects it).
@@ -99,10 +100,6 @@ async fn create_volume(name: String, spec: &VolumeSpec) -> Result<Created, Error
     })
 }
 
-fn from_json<K: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<K, Error> {
-    serde_json::from_value(v).map_err(|e| Error::Other(format!("{what}: {e}")))
-}
-
 /// Volume, PVC, PV and the PVC's Bound status for pod `i`.
 async fn bind_one(
     kube: &Client,
@@ -133,51 +130,33 @@ async fn create_bound(
     size: &str,
     csi: Value,
 ) -> Result<(), Error> {
-    let kerr = |op: String| move |source| Error::Kube { op, source };
+    let own = OwnWrites::default();
     let labels = label.map(|l| json!({POD_LABEL: l}));
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.clone(), NS);
-    let claim: PersistentVolumeClaim = from_json(
-        "PVC",
-        json!({
-            "metadata": {"name": pvc, "labels": labels},
-            "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
-                     "volumeMode": "Filesystem",
-                     "resources": {"requests": {"storage": size}}},
-        }),
-    )?;
-    let claim = claims
-        .create(&PostParams::default(), &claim)
-        .await
-        .map_err(kerr(format!("creating PVC {pvc}")))?;
-    let volume: PersistentVolume = from_json(
-        "PV",
-        json!({
-            "metadata": {"name": pv, "labels": labels},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "capacity": {"storage": size},
-                "volumeMode": "Filesystem",
-                "persistentVolumeReclaimPolicy": "Retain",
-                "claimRef": {"name": pvc, "namespace": NS, "uid": claim.metadata.uid},
-                "csi": csi,
-            },
-        }),
-    )?;
+    let claim = json!({
+        "metadata": {"name": pvc, "labels": labels},
+        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
+                 "volumeMode": "Filesystem",
+                 "resources": {"requests": {"storage": size}}},
+    });
+    let claim = own.create(&claims, claim).await?;
     let volumes: Api<PersistentVolume> = Api::all(kube.clone());
-    volumes
-        .create(&PostParams::default(), &volume)
+    let volume = json!({
+        "metadata": {"name": pv, "labels": labels},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "capacity": {"storage": size},
+            "volumeMode": "Filesystem",
+            "persistentVolumeReclaimPolicy": "Retain",
+            "claimRef": {"name": pvc, "namespace": NS, "uid": claim.metadata.uid},
+            "csi": csi,
+        },
+    });
+    own.create(&volumes, volume).await?;
+    own.set_status(&volumes, pv, json!({"phase": "Bound"}))
+        .await?;
+    own.set_status(&claims, pvc, json!({"phase": "Bound"}))
         .await
-        .map_err(kerr(format!("creating PV {pv}")))?;
-    let bound = json!({"status": {"phase": "Bound"}});
-    volumes
-        .patch_status(pv, &PatchParams::default(), &Patch::Merge(&bound))
-        .await
-        .map_err(kerr(format!("binding PV {pv}")))?;
-    claims
-        .patch_status(pvc, &PatchParams::default(), &Patch::Merge(&bound))
-        .await
-        .map_err(kerr(format!("binding PVC {pvc}")))?;
-    Ok(())
 }
 
 /// A volume, PV and bound PVC for every pod, `parallelism` at a time. Hostpath volumes are
@@ -216,17 +195,14 @@ pub(crate) async fn bind_all(
 
 /// Pod `i` on `node`, with its PVC as volume `data`.
 pub(crate) fn pod(i: usize, node: &str) -> Result<Pod, Error> {
-    from_json(
-        "Pod",
-        json!({
-            "metadata": {"name": pod_name(i), "labels": {POD_LABEL: POD_LABEL_VALUE}},
-            "spec": {
-                "nodeName": node,
-                "containers": [{"name": "c", "image": "busybox"}],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pvc_name(i)}}],
-            },
-        }),
-    )
+    object(json!({
+        "metadata": {"name": pod_name(i), "labels": {POD_LABEL: POD_LABEL_VALUE}},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "image": "busybox"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pvc_name(i)}}],
+        },
+    }))
 }
 
 /// The label value of the background objects (`POD_LABEL=csi-bench-node-background`): not the
@@ -255,26 +231,17 @@ async fn background_one(kube: &Client, driver: &str, i: usize) -> Result<(), Err
     let (pv, pvc) = (background_pv_name(i), background_pvc_name(i));
     let csi = json!({"driver": driver, "volumeHandle": format!("bg-vol-{i:05}")});
     create_bound(kube, &pv, &pvc, Some(BACKGROUND_LABEL_VALUE), "16Mi", csi).await?;
-    let pod: Pod = from_json(
-        "Pod",
-        json!({
-            "metadata": {"name": background_pod_name(i),
-                         "labels": {POD_LABEL: BACKGROUND_LABEL_VALUE}},
-            "spec": {
-                "nodeName": format!("elsewhere-{}", i % BACKGROUND_NODES),
-                "containers": [{"name": "c", "image": "busybox"}],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pvc}}],
-            },
-        }),
-    )?;
-    Api::<Pod>::namespaced(kube.clone(), NS)
-        .create(&PostParams::default(), &pod)
-        .await
-        .map_err(|source| Error::Kube {
-            op: format!("creating pod {}", background_pod_name(i)),
-            source,
-        })?;
-    Ok(())
+    let pod = json!({
+        "metadata": {"name": background_pod_name(i),
+                     "labels": {POD_LABEL: BACKGROUND_LABEL_VALUE}},
+        "spec": {
+            "nodeName": format!("elsewhere-{}", i % BACKGROUND_NODES),
+            "containers": [{"name": "c", "image": "busybox"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": pvc}}],
+        },
+    });
+    let pods: Api<Pod> = Api::namespaced(kube.clone(), NS);
+    OwnWrites::default().create(&pods, pod).await.map(drop)
 }
 
 /// `n` background objects (PV, bound PVC, pod on another node), `parallelism` at a time.

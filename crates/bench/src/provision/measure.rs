@@ -9,13 +9,13 @@ use csi_spec::v1::controller_client::ControllerClient;
 use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use kube::Api;
-use kube::api::PostParams;
 
 use super::env::Env;
 use super::report::{MemorySample, PhaseWrites, ProcessReport, ScenarioReport};
 use super::run_objects::{self, NS};
 use super::watch::{Counts, Watches};
 use super::{Error, LoadConfig, Scenario};
+use crate::harness::objects::OwnWrites;
 
 /// CPU time so far of the provisioner, the driver and this process (API server, PV
 /// controller, ec2-sim, the watches).
@@ -157,13 +157,7 @@ pub(crate) async fn measure(
         async move {
             let claim = run_objects::claim(i)?;
             let start = Instant::now();
-            claims
-                .create(&PostParams::default(), &claim)
-                .await
-                .map_err(|source| Error::Kube {
-                    op: format!("creating PVC {}", run_objects::claim_name(i)),
-                    source,
-                })?;
+            OwnWrites::default().create_object(&claims, &claim).await?;
             Ok::<_, Error>((run_objects::claim_name(i), start))
         }
     };

@@ -3,11 +3,11 @@
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass};
-use kube::api::PostParams;
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{Error, Scenario};
+use crate::harness::objects::{OwnWrites, object};
 
 pub(crate) const NS: &str = "default";
 /// The StorageClass every claim names.
@@ -44,10 +44,6 @@ pub(crate) fn node_id(scenario: Scenario) -> &'static str {
     }
 }
 
-fn from_json<K: serde::de::DeserializeOwned>(what: &str, v: Value) -> Result<K, Error> {
-    serde_json::from_value(v).map_err(|e| Error::Other(format!("building the {what}: {e}")))
-}
-
 fn node(scenario: Scenario) -> Result<Node, Error> {
     let (key, value) = topology(scenario);
     let mut labels = json!({"kubernetes.io/hostname": NODE, key: value});
@@ -55,35 +51,26 @@ fn node(scenario: Scenario) -> Result<Node, Error> {
         labels["topology.kubernetes.io/zone"] = json!(EBS_ZONE);
         labels["topology.kubernetes.io/region"] = json!("us-east-1");
     }
-    from_json(
-        "Node",
-        json!({"metadata": {"name": NODE, "labels": labels}}),
-    )
+    object(json!({"metadata": {"name": NODE, "labels": labels}}))
 }
 
 fn csinode(scenario: Scenario) -> Result<CSINode, Error> {
     let (key, _) = topology(scenario);
-    from_json(
-        "CSINode",
-        json!({
-            "metadata": {"name": NODE},
-            "spec": {"drivers": [{
-                "name": scenario.driver_name(),
-                "nodeID": node_id(scenario),
-                "topologyKeys": [key],
-            }]},
-        }),
-    )
+    object(json!({
+        "metadata": {"name": NODE},
+        "spec": {"drivers": [{
+            "name": scenario.driver_name(),
+            "nodeID": node_id(scenario),
+            "topologyKeys": [key],
+        }]},
+    }))
 }
 
 fn csidriver(scenario: Scenario) -> Result<CSIDriver, Error> {
-    from_json(
-        "CSIDriver",
-        json!({
-            "metadata": {"name": scenario.driver_name()},
-            "spec": {"attachRequired": scenario == Scenario::Ebs, "podInfoOnMount": false},
-        }),
-    )
+    object(json!({
+        "metadata": {"name": scenario.driver_name()},
+        "spec": {"attachRequired": scenario == Scenario::Ebs, "podInfoOnMount": false},
+    }))
 }
 
 pub(crate) fn storage_class(scenario: Scenario) -> Result<StorageClass, Error> {
@@ -91,59 +78,40 @@ pub(crate) fn storage_class(scenario: Scenario) -> Result<StorageClass, Error> {
         Scenario::Hostpath => json!({}),
         Scenario::Ebs => json!({"type": "gp3", "csi.storage.k8s.io/fstype": "ext4"}),
     };
-    from_json(
-        "StorageClass",
-        json!({
-            "metadata": {"name": CLASS},
-            "provisioner": scenario.driver_name(),
-            "parameters": parameters,
-            "reclaimPolicy": "Delete",
-            "volumeBindingMode": "Immediate",
-        }),
-    )
+    object(json!({
+        "metadata": {"name": CLASS},
+        "provisioner": scenario.driver_name(),
+        "parameters": parameters,
+        "reclaimPolicy": "Delete",
+        "volumeBindingMode": "Immediate",
+    }))
 }
 
 pub(crate) fn claim(i: usize) -> Result<PersistentVolumeClaim, Error> {
-    from_json(
-        "PVC",
-        json!({
-            "metadata": {"name": claim_name(i), "namespace": NS,
-                         "labels": {CLAIM_LABEL: CLAIM_LABEL_VALUE}},
-            "spec": {
-                "accessModes": ["ReadWriteOnce"],
-                "storageClassName": CLASS,
-                "resources": {"requests": {"storage": CLAIM_SIZE}},
-            },
-        }),
-    )
+    object(json!({
+        "metadata": {"name": claim_name(i), "namespace": NS,
+                     "labels": {CLAIM_LABEL: CLAIM_LABEL_VALUE}},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": CLASS,
+            "resources": {"requests": {"storage": CLAIM_SIZE}},
+        },
+    }))
 }
 
 /// The CSIDriver, the Node, its CSINode and the StorageClass.
 pub(crate) async fn create_cluster(kube: &Client, scenario: Scenario) -> Result<(), Error> {
-    let pp = PostParams::default();
-    let kerr = |what: &'static str| {
-        move |source| Error::Kube {
-            op: format!("creating the {what}"),
-            source,
-        }
-    };
-    Api::<CSIDriver>::all(kube.clone())
-        .create(&pp, &csidriver(scenario)?)
+    let own = OwnWrites::default();
+    own.create_object(&Api::all(kube.clone()), &csidriver(scenario)?)
+        .await?;
+    own.create_object(&Api::all(kube.clone()), &node(scenario)?)
+        .await?;
+    own.create_object(&Api::all(kube.clone()), &csinode(scenario)?)
+        .await?;
+    let class = storage_class(scenario)?;
+    own.create_object(&Api::all(kube.clone()), &class)
         .await
-        .map_err(kerr("CSIDriver"))?;
-    Api::<Node>::all(kube.clone())
-        .create(&pp, &node(scenario)?)
-        .await
-        .map_err(kerr("Node"))?;
-    Api::<CSINode>::all(kube.clone())
-        .create(&pp, &csinode(scenario)?)
-        .await
-        .map_err(kerr("CSINode"))?;
-    Api::<StorageClass>::all(kube.clone())
-        .create(&pp, &storage_class(scenario)?)
-        .await
-        .map_err(kerr("StorageClass"))?;
-    Ok(())
+        .map(drop)
 }
 
 #[cfg(test)]

@@ -1,0 +1,188 @@
+//! The objects a scenario writes itself: built from the JSON it wrote, created, given a status
+//! and deleted through one [`OwnWrites`], which counts each write by "verb resource" (the
+//! keys of the audit tally, [`super::writes`]). A run compares the count with what the API
+//! server's audit trail attributes to the benchmark's User-Agent: a mismatch means the write
+//! accounting of the parties under test is off too.
+
+use std::collections::BTreeMap;
+use std::fmt::Debug;
+use std::sync::Mutex;
+
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::Error;
+
+/// A typed object from JSON the benchmark wrote; `Error::Object` names its kind and name.
+pub fn object<K>(value: Value) -> Result<K, Error>
+where
+    K: Resource<DynamicType = ()> + DeserializeOwned,
+{
+    let name = value["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    serde_json::from_value(value).map_err(|e| Error::Object {
+        kind: kind_of::<K>(),
+        name,
+        reason: e.to_string(),
+    })
+}
+
+fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
+    // k8s-openapi's kinds are 'static constants; `Resource::kind` hands out a Cow of them.
+    match K::kind(&()) {
+        std::borrow::Cow::Borrowed(kind) => kind,
+        std::borrow::Cow::Owned(_) => "object",
+    }
+}
+
+/// The benchmark's own writes, counted by "verb resource".
+#[derive(Debug, Default)]
+pub struct OwnWrites {
+    /// Said before every error ("through-adc"), or empty.
+    context: String,
+    counts: Mutex<BTreeMap<String, u64>>,
+}
+
+impl OwnWrites {
+    /// Counts the writes of `context` (a scenario's name: it starts every error message).
+    pub fn new(context: impl Into<String>) -> Self {
+        Self {
+            context: context.into(),
+            counts: Mutex::default(),
+        }
+    }
+
+    fn count<K: Resource<DynamicType = ()>>(&self, verb: &str) {
+        let key = format!("{verb} {}", K::plural(&()));
+        let mut counts = self.counts.lock().unwrap_or_else(|e| e.into_inner());
+        *counts.entry(key).or_default() += 1;
+    }
+
+    fn failed<K: Resource<DynamicType = ()>>(
+        &self,
+        doing: &str,
+        name: &str,
+    ) -> impl FnOnce(kube::Error) -> Error {
+        let prefix = if self.context.is_empty() {
+            String::new()
+        } else {
+            format!("{}: ", self.context)
+        };
+        let op = format!("{prefix}{doing} {} {name}", kind_of::<K>());
+        move |source| Error::Kube { op, source }
+    }
+
+    /// Creates the object `value` describes; the API server's copy comes back.
+    pub async fn create<K>(&self, api: &Api<K>, value: Value) -> Result<K, Error>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
+    {
+        self.create_object(api, &object(value)?).await
+    }
+
+    /// Creates `obj`; the API server's copy comes back.
+    pub async fn create_object<K>(&self, api: &Api<K>, obj: &K) -> Result<K, Error>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + Debug,
+    {
+        let name = obj.meta().name.clone().unwrap_or_default();
+        self.count::<K>("create");
+        api.create(&PostParams::default(), obj)
+            .await
+            .map_err(self.failed::<K>("creating", &name))
+    }
+
+    /// Merges `status` into the object's status subresource (a create drops the status).
+    pub async fn set_status<K>(&self, api: &Api<K>, name: &str, status: Value) -> Result<(), Error>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        self.count::<K>("patch");
+        let patch = Patch::Merge(json!({ "status": status }));
+        api.patch_status(name, &PatchParams::default(), &patch)
+            .await
+            .map_err(self.failed::<K>("setting the status of", name))?;
+        Ok(())
+    }
+
+    pub async fn delete<K>(&self, api: &Api<K>, name: &str) -> Result<(), Error>
+    where
+        K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        self.count::<K>("delete");
+        api.delete(name, &DeleteParams::default())
+            .await
+            .map_err(self.failed::<K>("deleting", name))?;
+        Ok(())
+    }
+
+    /// Every write so far.
+    pub fn total(&self) -> u64 {
+        self.by_request().values().sum()
+    }
+
+    /// Writes so far by "verb resource" ("create persistentvolumes").
+    pub fn by_request(&self) -> BTreeMap<String, u64> {
+        self.counts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use k8s_openapi::api::core::v1::PersistentVolume;
+
+    #[test]
+    fn a_malformed_object_names_its_kind_and_name() {
+        let bad = json!({"metadata": {"name": "pv-1"}, "spec": {"capacity": 5}});
+        let err = object::<PersistentVolume>(bad).unwrap_err().to_string();
+        assert!(
+            err.contains("PersistentVolume") && err.contains("pv-1"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn every_write_is_counted_and_a_failure_names_the_run_and_object() {
+        let dir = crate::harness::api::run_dir("csi-bench-objects-", None).unwrap();
+        let (server, _) = crate::harness::api::start(dir.path()).await.unwrap();
+        let client = crate::harness::api::client(&server, "csi-bench-test/1").unwrap();
+        let pvs: Api<PersistentVolume> = Api::all(client);
+        let own = OwnWrites::new("through-adc");
+        let pv = json!({
+            "metadata": {"name": "pv-1"},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                     "hostPath": {"path": "/tmp"}},
+        });
+        own.create(&pvs, pv.clone()).await.unwrap();
+        own.set_status(&pvs, "pv-1", json!({"phase": "Bound"}))
+            .await
+            .unwrap();
+        let status = pvs.get("pv-1").await.unwrap().status.unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Bound"));
+        let err = own.create(&pvs, pv).await.unwrap_err().to_string();
+        assert!(
+            err.starts_with("through-adc: creating PersistentVolume pv-1: "),
+            "{err}"
+        );
+        own.delete(&pvs, "pv-1").await.unwrap();
+        let expected = [
+            ("create persistentvolumes", 2),
+            ("delete persistentvolumes", 1),
+            ("patch persistentvolumes", 1),
+        ]
+        .map(|(k, n)| (k.to_owned(), n));
+        assert_eq!(own.by_request(), BTreeMap::from(expected));
+        assert_eq!(own.total(), 4);
+        server.shutdown().await.unwrap();
+    }
+}
