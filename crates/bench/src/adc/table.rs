@@ -4,8 +4,8 @@
 use std::fmt::Write as _;
 
 use super::Scenario;
-use super::report::{Component, Report, ScenarioReport};
-use crate::harness::table::{Row, Unit};
+use super::report::{Report, ScenarioReport};
+use crate::harness::table::{Row, Unit, command_line};
 
 fn per(n: u64, pods: usize) -> Option<f64> {
     (pods > 0).then(|| n as f64 / pods as f64)
@@ -71,24 +71,14 @@ pub(crate) const ROWS: &[Row<ScenarioReport>] = &[
     }),
 ];
 
-/// The binary and the arguments that are the same in every scenario (not the temp paths,
-/// ports and the scenario's --skip-attach: the JSON has those).
-fn command(c: &Component) -> String {
-    let varying = [
-        "--kubeconfig=",
-        "--csi-address=",
-        "--http-endpoint=",
-        "--skip-attach=",
-    ];
-    let mut parts = vec![c.bin.as_str()];
-    parts.extend(
-        c.args
-            .iter()
-            .map(String::as_str)
-            .filter(|a| !varying.iter().any(|v| a.starts_with(v))),
-    );
-    parts.join(" ")
-}
+/// The arguments that differ between scenarios (temp paths, ports, the scenario's
+/// --skip-attach): the JSON has them, the table leaves them out.
+const VARYING: &[&str] = &[
+    "--kubeconfig=",
+    "--csi-address=",
+    "--http-endpoint=",
+    "--skip-attach=",
+];
 
 impl Report {
     /// The scenarios that ran, each once, in the order they first ran.
@@ -105,10 +95,14 @@ impl Report {
             self.pods, self.driver, self.nodes, self.runs
         );
         if let Some(first) = self.scenarios.first() {
-            let _ = writeln!(out, "ADC:      {}", command(&first.adc));
+            let _ = writeln!(
+                out,
+                "ADC:      {}",
+                command_line(&first.adc.bin, &first.adc.args, VARYING)
+            );
         }
         if let Some(a) = self.scenarios.iter().find_map(|s| s.attacher.as_ref()) {
-            let _ = writeln!(out, "attacher: {}", command(a));
+            let _ = writeln!(out, "attacher: {}", command_line(&a.bin, &a.args, VARYING));
         }
         let _ = writeln!(out);
         let columns = self.columns();

@@ -74,6 +74,19 @@ pub fn cell(unit: Unit, values: &[f64]) -> String {
     }
 }
 
+/// A process's command line as a table shows it: `bin` and its arguments but those starting
+/// with one of `varying` (temp paths, ports: what differs from run to run).
+pub fn command_line(bin: &str, args: &[String], varying: &[&str]) -> String {
+    let kept = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !varying.iter().any(|v| a.starts_with(v)));
+    std::iter::once(bin)
+        .chain(kept)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The columns of a table of runs: each run's column once, in the order they first ran.
 pub fn columns<R, C: PartialEq>(runs: &[R], column_of: impl Fn(&R) -> C) -> Vec<C> {
     let mut seen = Vec::new();
@@ -116,6 +129,23 @@ pub fn rows<R, C: PartialEq>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_lines_leave_out_what_varies() {
+        let args = [
+            "--kubeconfig=/tmp/x/kc",
+            "--v=5",
+            "--csi-address=/tmp/s",
+            "--timeout=15s",
+        ]
+        .map(String::from);
+        let varying = &["--kubeconfig=", "--csi-address="];
+        assert_eq!(
+            command_line("csi-attacher", &args, varying),
+            "csi-attacher --v=5 --timeout=15s"
+        );
+        assert_eq!(command_line("bin", &[], varying), "bin");
+    }
 
     #[test]
     fn spread_takes_the_middle() {

@@ -1,7 +1,7 @@
 //! The report as a table. The rows as numbers: each row takes one run's report to one value, so that several
 //! runs print as "median (min-max)"  and one run as its value.
 
-use crate::harness::table::{Row, Unit};
+use crate::harness::table::{Row, Unit, command_line};
 
 use std::fmt::Write as _;
 
@@ -133,23 +133,15 @@ pub(crate) const ROWS: &[Row<ScenarioReport>] = &[
     }),
 ];
 
-/// The arguments that are the same in every run (not the temp paths).
-fn command(bin: &str, args: &[String]) -> String {
-    let varying = [
-        "--kubeconfig=",
-        "--csi-address=",
-        "--endpoint=",
-        "--ec2-endpoint=",
-        "--state-dir=",
-    ];
-    let mut parts = vec![bin];
-    parts.extend(
-        args.iter()
-            .map(String::as_str)
-            .filter(|a| !varying.iter().any(|v| a.starts_with(v))),
-    );
-    parts.join(" ")
-}
+/// The arguments that differ between runs (temp paths): the JSON has them, the table leaves
+/// them out.
+const VARYING: &[&str] = &[
+    "--kubeconfig=",
+    "--csi-address=",
+    "--endpoint=",
+    "--ec2-endpoint=",
+    "--state-dir=",
+];
 
 impl Report {
     /// The scenarios that ran, each once, in the order they first ran.
@@ -173,12 +165,12 @@ impl Report {
                     out,
                     "{c}: {} PVCs; provisioner: {}",
                     s.pvcs,
-                    command(&s.provisioner.bin, &s.provisioner.args)
+                    command_line(&s.provisioner.bin, &s.provisioner.args, VARYING)
                 );
                 let _ = writeln!(
                     out,
                     "{c}: driver: {}",
-                    command(&s.driver.bin, &s.driver.args)
+                    command_line(&s.driver.bin, &s.driver.args, VARYING)
                 );
             }
         }
