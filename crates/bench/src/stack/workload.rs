@@ -291,68 +291,55 @@ pub(crate) async fn clean_up(client: &Client, patience: Duration) -> Result<Dura
     let started = Instant::now();
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
-    let mine = ListParams::default().labels(super::watch::LABEL_SELECTOR);
-    let listed = pods
-        .list(&mine)
-        .await
-        .map_err(|e| Error::kube("listing the bench's pods", e))?;
-    let pods_ref = &pods;
-    try_join_all(names(listed.items).iter().map(|name| async move {
-        delete_if_present(pods_ref, name, &format!("pod {NS}/{name}")).await
-    }))
-    .await?;
-    until_gone("the bench's pods gone", patience, || async {
-        pods.list(&mine)
-            .await
-            .map(|l| names(l.items))
-            .map_err(|e| Error::kube("listing the bench's pods", e))
-    })
-    .await?;
-    let listed = claims
-        .list(&mine)
-        .await
-        .map_err(|e| Error::kube("listing the bench's claims", e))?;
-    let claims_ref = &claims;
-    try_join_all(names(listed.items).iter().map(|name| async move {
-        delete_if_present(claims_ref, name, &format!("claim {NS}/{name}")).await
-    }))
-    .await?;
     let pvs: Api<PersistentVolume> = Api::all(client.clone());
     let vas: Api<VolumeAttachment> = Api::all(client.clone());
+    let (mine, all) = (
+        ListParams::default().labels(super::watch::LABEL_SELECTOR),
+        ListParams::default(),
+    );
+    delete_all(&pods, &mine, "the bench's pods").await?;
+    until_gone("the bench's pods gone", patience, || {
+        list_names(&pods, &mine, "the bench's pods")
+    })
+    .await?;
+    delete_all(&claims, &mine, "the bench's claims").await?;
     until_gone(
         "the bench's claims, every PV and VolumeAttachment gone",
         patience,
         || async {
-            let mut left = names(
-                claims
-                    .list(&mine)
-                    .await
-                    .map_err(|e| Error::kube("listing the bench's claims", e))?
-                    .items,
-            );
-            left.extend(
-                names(
-                    pvs.list(&ListParams::default())
-                        .await
-                        .map_err(|e| Error::kube("listing PVs", e))?
-                        .items,
-                )
-                .into_iter()
-                .map(|n| format!("PV {n}")),
-            );
-            left.extend(
-                names(
-                    vas.list(&ListParams::default())
-                        .await
-                        .map_err(|e| Error::kube("listing VolumeAttachments", e))?
-                        .items,
-                )
-                .into_iter()
-                .map(|n| format!("VolumeAttachment {n}")),
-            );
+            let mut left = list_names(&claims, &mine, "the bench's claims").await?;
+            let pvs = list_names(&pvs, &all, "PVs").await?;
+            left.extend(pvs.into_iter().map(|n| format!("PV {n}")));
+            let vas = list_names(&vas, &all, "VolumeAttachments").await?;
+            left.extend(vas.into_iter().map(|n| format!("VolumeAttachment {n}")));
             Ok(left)
         },
     )
     .await?;
     Ok(started.elapsed())
+}
+
+/// The names of what `api` lists with `params`; `what` names them in errors.
+async fn list_names<K>(api: &Api<K>, params: &ListParams, what: &str) -> Result<Vec<String>, Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let listed = api
+        .list(params)
+        .await
+        .map_err(|e| Error::kube(format!("listing {what}"), e))?;
+    Ok(names(listed.items))
+}
+
+/// Deletes, all at once, every object `api` lists with `params`.
+async fn delete_all<K>(api: &Api<K>, params: &ListParams, what: &str) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let listed = list_names(api, params, what).await?;
+    try_join_all(listed.iter().map(|name| async move {
+        delete_if_present(api, name, &format!("{what}: {NS}/{name}")).await
+    }))
+    .await?;
+    Ok(())
 }
