@@ -69,7 +69,7 @@ pub use leader::{
 };
 pub use metrics::OperationMetrics;
 pub use object_cache::{
-    CacheNotReady, CachedKind, ObjectCache, Readiness, ScopedPolicy, wait_all_ready,
+    CacheNotReady, CachedKind, ObjectCache, Readiness, ScopedPolicy, wait_all_ready, watch_events,
 };
 pub use process::{RuntimeShape, run_component};
 pub use serve::{Serving, serve_and_run};

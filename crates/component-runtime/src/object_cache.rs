@@ -511,6 +511,28 @@ where
     }
 }
 
+/// The events of a watch on `api` until `stop`: the watcher re-lists with backoff after an
+/// error, which is logged and not passed on.
+pub fn watch_events<K: CachedKind>(
+    api: Api<K>,
+    config: watcher::Config,
+    stop: CancellationToken,
+) -> impl futures::Stream<Item = Event<K>> + Send {
+    let kind = K::kind(&()).to_string();
+    watcher::watcher(api, config)
+        .default_backoff()
+        .take_until(stop.cancelled_owned())
+        .filter_map(move |event| {
+            std::future::ready(match event {
+                Ok(event) => Some(event),
+                Err(e) => {
+                    tracing::warn!(kind = %kind, error = %e, "watch failed; re-listing with backoff");
+                    None
+                }
+            })
+        })
+}
+
 /// Who a watch-fed cache tells of its changes.
 struct Told<K> {
     by_name: Arc<NameNotifiers>,
@@ -527,22 +549,9 @@ async fn feed<K>(
 ) where
     K: CachedKind,
 {
-    let kind = K::kind(&()).to_string();
-    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+    let mut events = std::pin::pin!(watch_events(api, config, stop));
     let mut listed = false;
-    loop {
-        let event = tokio::select! {
-            () = stop.cancelled() => return,
-            ev = stream.next() => ev,
-        };
-        let event = match event {
-            None => return,
-            Some(Err(e)) => {
-                tracing::warn!(kind = %kind, error = %e, "watch failed; re-listing with backoff");
-                continue;
-            }
-            Some(Ok(ev)) => ev,
-        };
+    while let Some(event) = events.next().await {
         writer.apply_watcher_event(&event);
         // During a re-list the store swaps its contents only at InitDone: announce then, and
         // for every single change once listed.

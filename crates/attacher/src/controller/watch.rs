@@ -6,18 +6,15 @@
 //! that disappeared meanwhile are reported as deleted, so a missed VolumeAttachment deletion
 //! still pokes its PV.
 
-use std::fmt::Debug;
 use std::sync::Arc;
 
 use crate::slim_objects::Pv;
 use crate::slim_objects::{CsiNode, Va};
 use futures::StreamExt;
-use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::{Api, Resource};
-use serde::de::DeserializeOwned;
+use kube::Api;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -75,28 +72,17 @@ async fn watch_loop<K, F>(
     stop: CancellationToken,
     mut on_change: F,
 ) where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K: component_runtime::CachedKind,
     F: FnMut(Change<'_, K>),
 {
-    let kind = K::kind(&()).to_string();
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
+    let mut events = std::pin::pin!(component_runtime::watch_events(
+        api,
+        watcher::Config::default(),
+        stop
+    ));
     // Objects cached when a re-list started: those missing at its end were deleted meanwhile.
     let mut before_relist: Option<Vec<Arc<K>>> = None;
-    loop {
-        let event = tokio::select! {
-            () = stop.cancelled() => return,
-            ev = stream.next() => ev,
-        };
-        let event = match event {
-            None => return,
-            Some(Err(e)) => {
-                tracing::warn!(kind = %kind, error = %e, "watch failed; retrying with backoff");
-                continue;
-            }
-            Some(Ok(ev)) => ev,
-        };
+    while let Some(event) = events.next().await {
         match &event {
             Event::Apply(obj) | Event::InitApply(obj) => {
                 let old = store.get(&ObjectRef::from_obj(obj));
