@@ -36,7 +36,7 @@ pub mod topology;
 pub mod translator;
 pub mod vectors;
 
-pub use plugins::{InTreePlugin, plugin_by_csi_name, plugin_by_in_tree_name, plugins};
+pub use plugins::{InTreePlugin, PluginNames, plugin_by_csi_name, plugin_by_in_tree_name, plugins};
 pub use translator::{
     MIGRATED_PLUGINS_ANNOTATION, Translator, csi_name_from_in_tree_name,
     in_tree_name_from_csi_name, in_tree_plugin_name_from_spec, is_inline_migratable,

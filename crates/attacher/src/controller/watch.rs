@@ -11,10 +11,10 @@ use std::sync::Arc;
 use crate::slim_objects::Pv;
 use crate::slim_objects::{CsiNode, Va};
 use futures::StreamExt;
+use kube::Api;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher::{self, Event};
-use kube::Api;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 

@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    FsTypeParam, InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
-    translate_block_storage_class,
+    FsTypeParam, InTreePlugin, PluginNames, csi_source, edit_spec, go_bool, go_string, named_pv,
+    spec, translate_block_storage_class,
 };
 use crate::topology::{
     translate_topology_from_csi_to_in_tree_mut, translate_topology_from_in_tree_to_csi_mut,
@@ -118,16 +118,8 @@ impl AwsEbs {
 }
 
 impl InTreePlugin for AwsEbs {
-    fn in_tree_plugin_name(&self) -> &'static str {
-        IN_TREE_PLUGIN_NAME
-    }
-
-    fn csi_plugin_name(&self) -> &'static str {
-        DRIVER_NAME
-    }
-
-    fn short_name(&self) -> &'static str {
-        "aws-ebs"
+    fn names(&self) -> PluginNames {
+        PluginNames::new(IN_TREE_PLUGIN_NAME, DRIVER_NAME, "aws-ebs")
     }
 
     fn can_support(&self, pv: &PersistentVolume) -> bool {

@@ -15,8 +15,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use regex_lite::Regex;
 
 use super::{
-    FsTypeParam, InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
-    translate_block_storage_class,
+    FsTypeParam, InTreePlugin, PluginNames, csi_source, edit_spec, go_bool, go_string, named_pv,
+    spec, translate_block_storage_class,
 };
 use crate::{Error, Result};
 
@@ -111,16 +111,8 @@ fn csi_zone(value: &str) -> String {
 }
 
 impl InTreePlugin for AzureDisk {
-    fn in_tree_plugin_name(&self) -> &'static str {
-        IN_TREE_PLUGIN_NAME
-    }
-
-    fn csi_plugin_name(&self) -> &'static str {
-        DRIVER_NAME
-    }
-
-    fn short_name(&self) -> &'static str {
-        "azure-disk"
+    fn names(&self) -> PluginNames {
+        PluginNames::new(IN_TREE_PLUGIN_NAME, DRIVER_NAME, "azure-disk")
     }
 
     fn can_support(&self, pv: &PersistentVolume) -> bool {

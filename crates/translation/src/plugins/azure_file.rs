@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use regex_lite::Regex;
 
-use super::{InTreePlugin, csi_source, go_bool, named_pv, spec};
+use super::{InTreePlugin, PluginNames, csi_source, go_bool, named_pv, spec};
 use crate::{Error, Result};
 
 /// In-tree plugin name.
@@ -117,16 +117,8 @@ fn csi_source_for(
 }
 
 impl InTreePlugin for AzureFile {
-    fn in_tree_plugin_name(&self) -> &'static str {
-        IN_TREE_PLUGIN_NAME
-    }
-
-    fn csi_plugin_name(&self) -> &'static str {
-        DRIVER_NAME
-    }
-
-    fn short_name(&self) -> &'static str {
-        "azure-file"
+    fn names(&self) -> PluginNames {
+        PluginNames::new(IN_TREE_PLUGIN_NAME, DRIVER_NAME, "azure-file")
     }
 
     fn can_support(&self, pv: &PersistentVolume) -> bool {

@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, csi_source, edit_spec, go_bool, go_string,
-    named_pv, parameters, spec,
+    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, PluginNames, csi_source, edit_spec, go_bool,
+    go_string, named_pv, parameters, spec,
 };
 use crate::topology::{
     translate_allowed_topologies, translate_topology_from_csi_to_in_tree_mut,
@@ -48,16 +48,8 @@ fn csi_for(
 }
 
 impl InTreePlugin for Cinder {
-    fn in_tree_plugin_name(&self) -> &'static str {
-        IN_TREE_PLUGIN_NAME
-    }
-
-    fn csi_plugin_name(&self) -> &'static str {
-        DRIVER_NAME
-    }
-
-    fn short_name(&self) -> &'static str {
-        "cinder"
+    fn names(&self) -> PluginNames {
+        PluginNames::new(IN_TREE_PLUGIN_NAME, DRIVER_NAME, "cinder")
     }
 
     fn can_support(&self, pv: &PersistentVolume) -> bool {

@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    FsTypeParam, InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, spec,
-    translate_block_storage_class,
+    FsTypeParam, InTreePlugin, PluginNames, csi_source, edit_spec, go_bool, go_string, named_pv,
+    spec, translate_block_storage_class,
 };
 use crate::topology::{
     LABEL_FAILURE_DOMAIN_BETA_ZONE, LABEL_MULTI_ZONE_DELIMITER, LABEL_TOPOLOGY_ZONE, label,
@@ -106,16 +106,8 @@ fn partition_attribute(partition: Option<i32>) -> String {
 }
 
 impl InTreePlugin for GcePd {
-    fn in_tree_plugin_name(&self) -> &'static str {
-        IN_TREE_PLUGIN_NAME
-    }
-
-    fn csi_plugin_name(&self) -> &'static str {
-        DRIVER_NAME
-    }
-
-    fn short_name(&self) -> &'static str {
-        "gce-pd"
+    fn names(&self) -> PluginNames {
+        PluginNames::new(IN_TREE_PLUGIN_NAME, DRIVER_NAME, "gce-pd")
     }
 
     fn can_support(&self, pv: &PersistentVolume) -> bool {

@@ -35,16 +35,42 @@ pub(crate) const ZONE_KEY: &str = "zone";
 /// StorageClass parameter with comma-separated zones.
 pub(crate) const ZONES_KEY: &str = "zones";
 
+/// What a plugin is called: in-tree, as a CSI driver, and for short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PluginNames {
+    pub in_tree: &'static str,
+    pub csi: &'static str,
+    pub short: &'static str,
+}
+
+impl PluginNames {
+    pub const fn new(in_tree: &'static str, csi: &'static str, short: &'static str) -> Self {
+        Self {
+            in_tree,
+            csi,
+            short,
+        }
+    }
+}
+
 /// Translation rules of one in-tree volume plugin.
 ///
 /// Every method takes its input by reference and returns a new object.
 pub trait InTreePlugin: std::fmt::Debug + Send + Sync {
+    /// The plugin's three names.
+    fn names(&self) -> PluginNames;
     /// The in-tree plugin name, e.g. `kubernetes.io/aws-ebs`.
-    fn in_tree_plugin_name(&self) -> &'static str;
+    fn in_tree_plugin_name(&self) -> &'static str {
+        self.names().in_tree
+    }
     /// The CSI driver name, e.g. `ebs.csi.aws.com`.
-    fn csi_plugin_name(&self) -> &'static str;
+    fn csi_plugin_name(&self) -> &'static str {
+        self.names().csi
+    }
     /// Short name used in tables and vectors, e.g. `aws-ebs`.
-    fn short_name(&self) -> &'static str;
+    fn short_name(&self) -> &'static str {
+        self.names().short
+    }
     /// Whether the PV carries this plugin's in-tree source.
     fn can_support(&self, pv: &PersistentVolume) -> bool;
     /// Whether the inline volume carries this plugin's in-tree source.

@@ -12,7 +12,10 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use super::{InTreePlugin, csi_source, edit_spec, go_bool, go_string, named_pv, parameters, spec};
+use super::{
+    InTreePlugin, PluginNames, csi_source, edit_spec, go_bool, go_string, named_pv, parameters,
+    spec,
+};
 use crate::{Error, Result};
 
 /// In-tree plugin name.
@@ -38,16 +41,8 @@ const CSI_SECRET_OPERATIONS: [&str; 6] = [
 pub struct Portworx;
 
 impl InTreePlugin for Portworx {
-    fn in_tree_plugin_name(&self) -> &'static str {
-        IN_TREE_PLUGIN_NAME
-    }
-
-    fn csi_plugin_name(&self) -> &'static str {
-        DRIVER_NAME
-    }
-
-    fn short_name(&self) -> &'static str {
-        "portworx"
+    fn names(&self) -> PluginNames {
+        PluginNames::new(IN_TREE_PLUGIN_NAME, DRIVER_NAME, "portworx")
     }
 
     fn can_support(&self, pv: &PersistentVolume) -> bool {

@@ -15,7 +15,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, csi_source, go_string, named_pv, parameters, spec,
+    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, PluginNames, csi_source, go_string, named_pv,
+    parameters, spec,
 };
 use crate::topology::{
     add_topology_mut, label, replace_topology_mut, topology_labels, topology_values,
@@ -92,16 +93,8 @@ fn topology_csi_to_in_tree(pv: &mut PersistentVolume) {
 }
 
 impl InTreePlugin for VSphere {
-    fn in_tree_plugin_name(&self) -> &'static str {
-        IN_TREE_PLUGIN_NAME
-    }
-
-    fn csi_plugin_name(&self) -> &'static str {
-        DRIVER_NAME
-    }
-
-    fn short_name(&self) -> &'static str {
-        "vsphere"
+    fn names(&self) -> PluginNames {
+        PluginNames::new(IN_TREE_PLUGIN_NAME, DRIVER_NAME, "vsphere")
     }
 
     fn can_support(&self, pv: &PersistentVolume) -> bool {
