@@ -215,14 +215,7 @@ fn sigterm_mid_scenario_stops_the_bench_and_leaves_nothing_mounted() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let pid = bench.child.as_ref().unwrap().id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    test_support::process::sigterm(bench.child.as_ref().unwrap());
     let status = loop {
         if let Some(s) = bench.child.as_mut().unwrap().try_wait().unwrap() {
             bench.child = None;

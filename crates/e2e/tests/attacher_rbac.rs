@@ -51,19 +51,7 @@ impl Drop for Attacher {
 
 /// SIGTERM, and wait for the process to end (it releases the Lease on the way out).
 async fn stop(mut attacher: Attacher) {
-    let pid = attacher.0.id();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid.to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = Instant::now() + PATIENCE;
-    while attacher.0.try_wait().unwrap().is_none() {
-        assert!(Instant::now() < deadline, "csi-attacher ignored SIGTERM");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    test_support::process::terminate(&mut attacher.0, "csi-attacher", PATIENCE).await;
 }
 
 async fn wait_until<F, Fut>(what: &str, mut check: F)

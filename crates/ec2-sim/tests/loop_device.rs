@@ -253,14 +253,7 @@ async fn sigkilled_binary_leaks_nothing_for_good() {
     // Detach while the new process runs: the adopted device is released.
     detach(&ec2, &v).await;
     wait_for("release", || loops_of(&image).is_empty()).await;
-    let pid = child.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    test_support::process::sigterm(&child.0);
     let _ = child.0.wait();
 }
 

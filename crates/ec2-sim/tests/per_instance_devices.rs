@@ -6,7 +6,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::loops::{LoopCleanup, VolumesCleanup, backing_of, loops_of, skip_reason, wait_for};
 use common::{Ec2, Sim, spawn_binary, start_with};
@@ -322,14 +321,7 @@ async fn sigkilled_binary_readopts_per_instance_devices_and_sweeps_stale_links()
     wait_for("v1 released", || loops_of(&image1).is_empty()).await;
     assert!(link(&root1.join("xvdba")).is_none());
     assert_links(&root2, "xvdba", &v2, &dev2, &image2);
-    let pid = child.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    test_support::process::sigterm(&child.0);
     assert!(child.0.wait().unwrap().success());
     assert!(loops_of(&image2).is_empty(), "SIGTERM released v2's device");
     assert!(link(&root2.join("xvdba")).is_none());

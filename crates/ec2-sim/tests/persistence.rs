@@ -117,14 +117,7 @@ async fn binary_survives_sigkill_and_stops_on_sigterm() {
     let (mut child, addr, _log) = spawn_binary(&["--state-dir", state, "--timing", "instant"]);
     let ec2 = Ec2::new(addr);
     assert_eq!(ec2.volume(&v).await.get("status"), "available");
-    let pid = child.0.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    test_support::process::sigterm(&child.0);
     let mut status = None;
     for _ in 0..100 {
         if let Some(s) = child.0.try_wait().unwrap() {

@@ -6,7 +6,6 @@
 mod common;
 
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use common::{Env, PATIENCE};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -153,25 +152,8 @@ async fn the_binary_binds_serves_metrics_and_stops_on_sigterm() {
         "{metrics}"
     );
 
-    let pid = child.0.as_ref().unwrap().id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let status = loop {
-        if let Some(status) = child.0.as_mut().unwrap().try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the binary ignored SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status =
+        test_support::process::terminate(child.0.as_mut().unwrap(), "the binary", PATIENCE).await;
     child.0 = None;
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     assert!(status.success(), "exit {status:?}; log:\n{log}");

@@ -12,6 +12,7 @@
 
 pub mod csi_sanity;
 pub mod objects;
+pub mod process;
 mod task;
 
 pub use task::ComponentTask;

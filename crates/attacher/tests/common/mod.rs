@@ -406,8 +406,8 @@ impl ChildGuard {
     /// Sends SIGTERM and waits (up to PATIENCE) for the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let child = self.child();
-        let pid = child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let pid = child.id();
+        test_support::process::sigterm(child);
         let deadline = Instant::now() + PATIENCE;
         loop {
             if let Some(status) = child.try_wait().expect("wait") {

@@ -173,15 +173,7 @@ impl Cluster {
 
     /// SIGTERM, and the exit status once it ended (within PATIENCE).
     pub async fn terminate(&mut self) -> ExitStatus {
-        let child = self.child.as_mut().unwrap();
-        let pid = child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
+        test_support::process::sigterm(self.child.as_ref().unwrap());
         let deadline = tokio::time::Instant::now() + PATIENCE;
         loop {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {

@@ -387,19 +387,7 @@ impl ProvisionerProcess {
 
     /// SIGTERM, and waits for the process to end (it releases its Lease on the way out).
     pub async fn terminate(mut self) {
-        let pid = self.0.id();
-        assert!(
-            std::process::Command::new("kill")
-                .args(["-TERM", &pid.to_string()])
-                .status()
-                .unwrap()
-                .success()
-        );
-        eventually("csi-provisioner ends after SIGTERM", || {
-            let done = self.0.try_wait().unwrap().is_some();
-            async move { done.then_some(()) }
-        })
-        .await;
+        test_support::process::terminate(&mut self.0, "csi-provisioner", PATIENCE).await;
     }
 }
 
