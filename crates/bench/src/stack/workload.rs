@@ -109,14 +109,9 @@ pub(crate) async fn pods_to_ready(
         let (pods, claims) = (pods.clone(), claims.clone());
         async move {
             let name = p.metadata.name.clone().unwrap_or_default();
-            claims
-                .create(&PostParams::default(), &c)
-                .await
-                .map_err(|e| Error::kube(format!("creating claim {NS}/{name}"), e))?;
+            create(&claims, &c, "claim").await?;
             let start = Instant::now();
-            pods.create(&PostParams::default(), &p)
-                .await
-                .map_err(|e| Error::kube(format!("creating pod {NS}/{name}"), e))?;
+            create(&pods, &p, "pod").await?;
             Ok::<_, Error>((name, start))
         }
     };
@@ -194,10 +189,22 @@ pub(crate) async fn create_immediate_class(client: &Client) -> Result<(), Error>
         "reclaimPolicy": "Delete",
     }))
     .map_err(|e| Error::Config(format!("building StorageClass {IMMEDIATE_CLASS}: {e}")))?;
-    Api::<StorageClass>::all(client.clone())
-        .create(&PostParams::default(), &sc)
+    create(&Api::all(client.clone()), &sc, "StorageClass").await
+}
+
+/// Creates `obj`; the error names the `kind` and the object.
+async fn create<K>(api: &Api<K>, obj: &K, kind: &str) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let meta = obj.meta();
+    let name = match &meta.namespace {
+        Some(ns) => format!("{ns}/{}", meta.name.as_deref().unwrap_or_default()),
+        None => meta.name.clone().unwrap_or_default(),
+    };
+    api.create(&PostParams::default(), obj)
         .await
-        .map_err(|e| Error::kube(format!("creating StorageClass {IMMEDIATE_CLASS}"), e))?;
+        .map_err(|e| Error::kube(format!("creating {kind} {name}"), e))?;
     Ok(())
 }
 
@@ -223,10 +230,7 @@ pub(crate) async fn claims_to_bound(
         async move {
             let name = c.metadata.name.clone().unwrap_or_default();
             let start = Instant::now();
-            claims
-                .create(&PostParams::default(), &c)
-                .await
-                .map_err(|e| Error::kube(format!("creating claim {NS}/{name}"), e))?;
+            create(&claims, &c, "claim").await?;
             Ok::<_, Error>((name, start))
         }
     };
