@@ -1,33 +1,15 @@
 //! `attach-detach-controller`: flags in, `attach_detach::run` until SIGTERM/SIGINT.
 
-use std::sync::Arc;
-
-use attach_detach::Flags;
+use anyhow::Context as _;
 use clap::Parser;
-use component_runtime::{CloudFlags, RuntimeShape, normalize_go_args, run_component};
-
-const BINARY: &str = "attach-detach-controller";
-
-/// What to do instead of `--cloud-provider=aws` with a binary built without EC2.
+use component_runtime::{RuntimeShape, normalize_go_args, run_component};
+// EC2 for the in-tree aws-ebs plugin (`--cloud-provider=aws`); built without the `aws`
+// feature, this binary links no EC2 client and refuses the flag.
+use attach_detach::Flags;
 #[cfg(not(feature = "aws"))]
-const WITHOUT_AWS: &str =
-    "leave CSIMigrationAWS on (the default) so the EBS CSI driver serves in-tree volumes";
-
-/// EC2 for the in-tree aws-ebs plugin (`--cloud-provider=aws`); a binary built without the
-/// `aws` feature has no EC2 client and refuses the flag.
-async fn cloud(flags: &CloudFlags) -> anyhow::Result<Option<Arc<dyn ebs_cloud::Cloud>>> {
-    #[cfg(not(feature = "aws"))]
-    return Ok(flags.refuse_aws(BINARY, WITHOUT_AWS).map(|()| None)?);
-    #[cfg(feature = "aws")]
-    {
-        use anyhow::Context as _;
-        let (region, endpoint) = (flags.region.as_deref(), flags.ec2_endpoint.as_deref());
-        let cloud = ebs_cloud_aws::in_tree_cloud(flags.wants_aws()?, BINARY, region, endpoint);
-        cloud
-            .await
-            .context("--cloud-provider=aws: setting up EC2 access")
-    }
-}
+use ebs_cloud::in_tree_cloud_without_ec2 as in_tree_cloud;
+#[cfg(feature = "aws")]
+use ebs_cloud_aws::in_tree_cloud;
 
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse_from(normalize_go_args(std::env::args_os()));
@@ -35,7 +17,12 @@ fn main() -> anyhow::Result<()> {
         flags.telemetry.v,
         RuntimeShape::PerCore,
         |shutdown| async move {
-            let config = flags.config(cloud(&flags.cloud).await?)?;
+            let c = &flags.cloud;
+            let (region, endpoint) = (c.region.as_deref(), c.ec2_endpoint.as_deref());
+            let cloud = in_tree_cloud(c.wants_aws()?, "attach-detach-controller", region, endpoint)
+                .await
+                .context("--cloud-provider=aws")?;
+            let config = flags.config(cloud)?;
             attach_detach::run(config, shutdown).await?;
             Ok(())
         },

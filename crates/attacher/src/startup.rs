@@ -26,20 +26,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     let options = config.options()?;
     let common = &config.common;
     let ua = user_agent();
-    let client = component_runtime::build_client(
-        common.kubeconfig_path(),
-        &ua,
-        common.kube_api_qps,
-        common.kube_api_burst,
-    )
-    .await?;
-    let election_client = component_runtime::build_client(
-        common.kubeconfig_path(),
-        &format!("{ua} leader-election"),
-        -1.0,
-        0,
-    )
-    .await?;
+    let client = common.client.client(&ua).await?;
+    let election_client = common.client.election_client(&ua).await?;
 
     let mut registry = Registry::default();
     let driver = if config.dummy {

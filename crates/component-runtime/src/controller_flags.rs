@@ -51,6 +51,13 @@ impl KubeClientFlags {
             .map(PathBuf::from)
     }
 
+    /// Leader election's own client, sending `user_agent` + " leader-election": unlimited, so a
+    /// busy controller never delays a lease renewal.
+    pub async fn election_client(&self, user_agent: &str) -> Result<kube::Client, Error> {
+        let user_agent = format!("{user_agent} leader-election");
+        crate::build_client(self.kubeconfig_path().as_deref(), &user_agent, -1.0, 0).await
+    }
+
     /// The rate-limited client these flags describe, sending `user_agent`.
     pub async fn client(&self, user_agent: &str) -> Result<kube::Client, Error> {
         crate::build_client(
@@ -166,7 +173,7 @@ impl ControllerFlags {
 /// kube-controller-manager's cloud flags, for the in-tree kubernetes.io/aws-ebs plugin of the
 /// attach/detach and PV controllers. Only the binary builds the EC2 client
 /// (`ebs_cloud_aws::in_tree_cloud`), and only with its `aws` feature: without it
-/// [`Self::refuse_aws`] says why `--cloud-provider=aws` cannot work.
+/// `ebs_cloud::in_tree_cloud_without_ec2` says why `--cloud-provider=aws` cannot work.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CloudFlags {
     /// Cloud provider of the in-tree aws-ebs plugin: "" (none: what is not migrated fails with
@@ -194,17 +201,6 @@ impl CloudFlags {
                 "--cloud-provider={other}: want \"\" (no cloud) or \"aws\""
             ))),
         }
-    }
-
-    /// For `binary` built without EC2: `--cloud-provider=aws` is an error saying what to do
-    /// `instead`; no cloud is fine.
-    pub fn refuse_aws(&self, binary: &str, instead: &str) -> Result<(), Error> {
-        if self.wants_aws()? {
-            return Err(Error::Flag(format!(
-                "--cloud-provider=aws: this {binary} was built without the `aws` feature (no EC2 client); rebuild with default features, or {instead}"
-            )));
-        }
-        Ok(())
     }
 }
 

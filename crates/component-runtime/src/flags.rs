@@ -6,7 +6,6 @@
 //! `--long`. [`normalize_go_args`] rewrites the arguments before clap sees them, and the value
 //! parsers here read Go's duration and boolean syntax.
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use telemetry::{normalize_go_args, parse_go_bool, parse_go_duration};
@@ -35,40 +34,23 @@ fn any_string(s: &str) -> Result<String, String> {
     Ok(s.to_owned())
 }
 
-/// Accepts any path, including the empty one (meaning "unset", as in Go).
-fn any_path(s: &str) -> Result<PathBuf, String> {
-    Ok(PathBuf::from(s))
-}
-
 /// The flags every Go CSI sidecar takes, with the same names and defaults.
 ///
 /// Embed with `#[command(flatten)]` and parse `normalize_go_args(std::env::args_os())`.
 /// Empty values (`--kubeconfig=""`, `--http-endpoint=""`) mean "unset", as in Go: use the
 /// accessor methods, which fold them into `None`.
 #[derive(clap::Args, Debug, Clone)]
+#[command(mut_arg("kube_api_qps", |a| a.default_value("5")))]
+#[command(mut_arg("kube_api_burst", |a| a.default_value("10")))]
 pub struct CommonFlags {
     /// Address of the CSI driver socket: a plain path or a unix:// URL.
     #[arg(long, default_value = "/run/csi/socket", value_name = "ADDRESS")]
     pub csi_address: String,
 
-    /// Absolute path to a kubeconfig file. Empty: the in-cluster configuration (then
-    /// $KUBECONFIG or ~/.kube/config).
-    #[arg(long, value_name = "PATH", value_parser = any_path)]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// Queries per second to the API server (client-go semantics: 0 means 5, a negative value
-    /// means unlimited).
-    #[arg(
-        long,
-        default_value_t = 5.0,
-        allow_negative_numbers = true,
-        value_name = "QPS"
-    )]
-    pub kube_api_qps: f32,
-
-    /// Burst of queries to the API server above --kube-api-qps.
-    #[arg(long, default_value_t = 10, value_name = "N")]
-    pub kube_api_burst: u32,
+    /// `--kubeconfig`, and the Go sidecars' client limits: `--kube-api-qps` 5,
+    /// `--kube-api-burst` 10.
+    #[command(flatten)]
+    pub client: crate::KubeClientFlags,
 
     /// The `--leader-election*` flags.
     #[command(flatten)]
@@ -93,13 +75,6 @@ pub struct CommonFlags {
 }
 
 impl CommonFlags {
-    /// `--kubeconfig`, with an empty value as unset.
-    pub fn kubeconfig_path(&self) -> Option<&Path> {
-        self.kubeconfig
-            .as_deref()
-            .filter(|p| !p.as_os_str().is_empty())
-    }
-
     /// `--http-endpoint`, with an empty value as unset.
     pub fn http_endpoint_addr(&self) -> Option<&str> {
         self.http_endpoint.as_deref().filter(|s| !s.is_empty())
@@ -192,6 +167,7 @@ impl LeaderElectionFlags {
 mod tests {
     use super::*;
     use clap::Parser;
+    use std::path::Path;
 
     #[derive(Parser, Debug)]
     #[command(name = "test-sidecar", mut_args = go_bools)]
@@ -220,9 +196,9 @@ mod tests {
         let cli = parse(&[]).unwrap();
         let c = cli.common;
         assert_eq!(c.csi_address, "/run/csi/socket");
-        assert_eq!(c.kubeconfig_path(), None);
-        assert_eq!(c.kube_api_qps, 5.0);
-        assert_eq!(c.kube_api_burst, 10);
+        assert_eq!(c.client.kubeconfig_path(), None);
+        assert_eq!(c.client.kube_api_qps, 5.0);
+        assert_eq!(c.client.kube_api_burst, 10);
         assert!(!c.election.leader_election);
         assert_eq!(c.election.namespace_name(), None);
         assert_eq!(
@@ -272,9 +248,12 @@ mod tests {
         .unwrap();
         let c = cli.common;
         assert_eq!(c.csi_address, "unix:///csi/csi.sock");
-        assert_eq!(c.kubeconfig_path(), Some(Path::new("/etc/kube.conf")));
-        assert_eq!(c.kube_api_qps, -1.0);
-        assert_eq!(c.kube_api_burst, 100);
+        assert_eq!(
+            c.client.kubeconfig_path().as_deref(),
+            Some(Path::new("/etc/kube.conf"))
+        );
+        assert_eq!(c.client.kube_api_qps, -1.0);
+        assert_eq!(c.client.kube_api_burst, 100);
         assert!(c.election.leader_election);
         assert_eq!(c.election.namespace_name(), Some("kube-system"));
         assert_eq!(
@@ -355,7 +334,7 @@ mod tests {
         ])
         .unwrap()
         .common;
-        assert_eq!(c.kubeconfig_path(), None);
+        assert_eq!(c.client.kubeconfig_path(), None);
         assert_eq!(c.http_endpoint_addr(), None);
         assert_eq!(c.election.namespace_name(), None);
         // An empty namespace is the pod's own, as if the flag were not given.

@@ -24,6 +24,32 @@ pub const VOLUME_NAME_TAG: &str = "CSIVolumeName";
 /// The tag that records which CSI snapshot name an EBS snapshot was created for.
 pub const SNAPSHOT_NAME_TAG: &str = "CSIVolumeSnapshotName";
 
+/// `--cloud-provider=aws` given to a binary built without EC2 (its `aws` feature off).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "this {binary} was built without the `aws` feature (no EC2 client); rebuild it with default features, or leave CSIMigrationAWS on (the default) so the EBS CSI driver serves kubernetes.io/aws-ebs volumes and classes"
+)]
+pub struct NoEc2 {
+    pub binary: String,
+}
+
+/// Where a binary built without EC2 would call `ebs_cloud_aws::in_tree_cloud` (the same
+/// signature, so the binary picks one by its feature): no cloud unless one is `wanted`, which
+/// is [`NoEc2`].
+pub async fn in_tree_cloud_without_ec2(
+    wanted: bool,
+    binary: &str,
+    _region: Option<&str>,
+    _endpoint: Option<&str>,
+) -> Result<Option<std::sync::Arc<dyn Cloud>>, NoEc2> {
+    if wanted {
+        return Err(NoEc2 {
+            binary: binary.to_owned(),
+        });
+    }
+    Ok(None)
+}
+
 /// What can go wrong talking to the cloud. The controller maps each variant to one CSI code;
 /// `Clone` because the batcher hands one failed batch's error to every caller in it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -237,8 +237,8 @@ mod tests {
         assert!(!o.strict_topology);
         assert!(o.immediate_topology);
         assert_eq!(o.node_deployment, None);
-        assert_eq!(c.common.kube_api_qps, 5.0);
-        assert_eq!(c.common.kube_api_burst, 10);
+        assert_eq!(c.common.client.kube_api_qps, 5.0);
+        assert_eq!(c.common.client.kube_api_burst, 10);
     }
 
     #[test]

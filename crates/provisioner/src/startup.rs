@@ -24,20 +24,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Erro
     config.options()?;
     let common = &config.common;
     let ua = user_agent();
-    let client = component_runtime::build_client(
-        common.kubeconfig_path(),
-        &ua,
-        common.kube_api_qps,
-        common.kube_api_burst,
-    )
-    .await?;
-    let election_client = component_runtime::build_client(
-        common.kubeconfig_path(),
-        &format!("{ua} leader-election"),
-        -1.0,
-        0,
-    )
-    .await?;
+    let client = common.client.client(&ua).await?;
+    let election_client = common.client.election_client(&ua).await?;
     run_with_clients(config, client, election_client, None, shutdown).await
 }
 
