@@ -37,27 +37,29 @@ impl<E: std::fmt::Debug + Send + 'static> ComponentTask<E> {
 
     /// Cancels it and waits up to `patience` for it to end; panics, naming `what`, if it does
     /// not end in time, panicked, or returned an error.
-    pub async fn stop(mut self, what: &str, patience: Duration) {
-        self.stop.cancel();
-        let Some(task) = self.task.take() else { return };
-        match tokio::time::timeout(patience, task).await {
-            Err(_) => panic!("{what} did not stop within {patience:?}"),
-            Ok(Err(e)) => panic!("{what} panicked: {e}"),
-            Ok(Ok(Err(e))) => panic!("{what} ended with an error: {e:?}"),
-            Ok(Ok(Ok(()))) => {}
+    pub async fn stop(self, what: &str, patience: Duration) {
+        if let Some(problem) = self.end(what, patience).await {
+            panic!("{problem}");
         }
     }
 
     /// Cancels it and waits up to `patience`, whatever the outcome (a test that broke the
     /// component on purpose): what went wrong is printed, naming `what`, not failed on.
-    pub async fn abandon(mut self, what: &str, patience: Duration) {
+    pub async fn abandon(self, what: &str, patience: Duration) {
+        if let Some(problem) = self.end(what, patience).await {
+            eprintln!("{problem}");
+        }
+    }
+
+    /// Cancels it and waits up to `patience`: what went wrong, naming `what`, if anything.
+    async fn end(mut self, what: &str, patience: Duration) -> Option<String> {
         self.stop.cancel();
-        let Some(task) = self.task.take() else { return };
+        let task = self.task.take()?;
         match tokio::time::timeout(patience, task).await {
-            Err(_) => eprintln!("{what} did not stop within {patience:?}"),
-            Ok(Err(e)) => eprintln!("{what} panicked: {e}"),
-            Ok(Ok(Err(e))) => eprintln!("{what} ended with an error: {e:?}"),
-            Ok(Ok(Ok(()))) => {}
+            Err(_) => Some(format!("{what} did not stop within {patience:?}")),
+            Ok(Err(e)) => Some(format!("{what} panicked: {e}")),
+            Ok(Ok(Err(e))) => Some(format!("{what} ended with an error: {e:?}")),
+            Ok(Ok(Ok(()))) => None,
         }
     }
 }
