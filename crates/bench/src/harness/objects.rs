@@ -63,18 +63,21 @@ impl OwnWrites {
         *counts.entry(key).or_default() += 1;
     }
 
-    fn failed<K: Resource<DynamicType = ()>>(
-        &self,
-        doing: &str,
-        name: &str,
-    ) -> impl FnOnce(kube::Error) -> Error {
-        let prefix = if self.context.is_empty() {
-            String::new()
-        } else {
-            format!("{}: ", self.context)
-        };
-        let op = format!("{prefix}{doing} {} {name}", kind_of::<K>());
-        move |source| Error::Kube { op, source }
+    /// The error of a failed call, built only when one fails.
+    fn failed<'a, K: Resource<DynamicType = ()>>(
+        &'a self,
+        doing: &'a str,
+        name: &'a str,
+    ) -> impl FnOnce(kube::Error) -> Error + 'a {
+        move |source| {
+            let kind = kind_of::<K>();
+            let op = if self.context.is_empty() {
+                format!("{doing} {kind} {name}")
+            } else {
+                format!("{}: {doing} {kind} {name}", self.context)
+            };
+            Error::Kube { op, source }
+        }
     }
 
     /// Creates the object `value` describes; the API server's copy comes back.

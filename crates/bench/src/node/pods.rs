@@ -118,8 +118,9 @@ pub(crate) async fn measure(
     // The timed phase: every pod at once (parallelism in flight), round robin over the nodes;
     // or, with `sequential`, one pod at a time, each created once the one before is Ready.
     let node_names: Vec<String> = env.nodes.iter().map(|n| n.name.clone()).collect();
+    let own = OwnWrites::default();
     let create = |i: usize| {
-        let pods = pods.clone();
+        let (pods, own) = (pods.clone(), &own);
         let node = node_names
             .get(run_objects::node_of(i, node_names.len()))
             .cloned()
@@ -127,7 +128,7 @@ pub(crate) async fn measure(
         async move {
             let pod = run_objects::pod(i, &node)?;
             let start = Instant::now();
-            OwnWrites::default().create_object(&pods, &pod).await?;
+            own.create_object(&pods, &pod).await?;
             Ok::<_, Error>((run_objects::pod_name(i), start))
         }
     };

@@ -152,12 +152,13 @@ pub(crate) async fn measure(
 
     // The timed phase: every claim at once (`parallelism` creates in flight).
     let claims: Api<PersistentVolumeClaim> = Api::namespaced(env.kube.clone(), NS);
+    let own = OwnWrites::default();
     let create = |i: usize| {
-        let claims = claims.clone();
+        let (claims, own) = (claims.clone(), &own);
         async move {
             let claim = run_objects::claim(i)?;
             let start = Instant::now();
-            OwnWrites::default().create_object(&claims, &claim).await?;
+            own.create_object(&claims, &claim).await?;
             Ok::<_, Error>((run_objects::claim_name(i), start))
         }
     };
