@@ -1,11 +1,12 @@
 //! `attach-detach-controller`: flags in, `attach_detach::run` until SIGTERM/SIGINT.
 
 use anyhow::Context as _;
+use attach_detach::Flags;
 use clap::Parser;
 use component_runtime::{RuntimeShape, normalize_go_args, run_component};
+
 // EC2 for the in-tree aws-ebs plugin (`--cloud-provider=aws`); built without the `aws`
 // feature, this binary links no EC2 client and refuses the flag.
-use attach_detach::Flags;
 #[cfg(not(feature = "aws"))]
 use ebs_cloud::in_tree_cloud_without_ec2 as in_tree_cloud;
 #[cfg(feature = "aws")]

@@ -289,43 +289,7 @@ impl Flags {
         telemetry::init_logging_with(self.verbosity, self.logging_format, extra);
         warn_ignored(&self.ignored);
     }
-}
 
-/// Tells, once at start, which accepted Go flags do nothing here.
-fn warn_ignored(i: &IgnoredGoFlags) {
-    let mut ignored = Vec::new();
-    let mut note = |set: bool, flag: &'static str| {
-        if set {
-            ignored.push(flag);
-        }
-    };
-    note(i.kubeconfig.is_some(), "--kubeconfig");
-    note(i.metadata_sources.is_some(), "--metadata-sources");
-    note(i.enable_otel_tracing == Some(true), "--enable-otel-tracing");
-    note(
-        i.modify_volume_request_handler_timeout.is_some(),
-        "--modify-volume-request-handler-timeout",
-    );
-    note(i.deprecated_metrics == Some(true), "--deprecated-metrics");
-    note(
-        i.windows_host_process == Some(true),
-        "--windows-host-process",
-    );
-    note(i.legacy_xfs == Some(true), "--legacy-xfs");
-    note(
-        i.csi_mount_point_prefix.is_some(),
-        "--csi-mount-point-prefix",
-    );
-    note(i.vmodule.is_some(), "--vmodule");
-    if !ignored.is_empty() {
-        tracing::info!(
-            flags = %ignored.join(" "),
-            "accepted for compatibility with the Go driver; no effect here (docs/ebs-driver.md, Flags)"
-        );
-    }
-}
-
-impl Flags {
     /// What the flags ask for, checked: the driver's config, or the pre-stop hook.
     pub fn into_command(self) -> Result<Command, Error> {
         let f = self;
@@ -425,6 +389,40 @@ impl Flags {
             metrics: crate::DriverMetrics::default(),
         };
         Ok(Command::Serve(Box::new(config)))
+    }
+}
+
+/// Tells, once at start, which accepted Go flags do nothing here.
+fn warn_ignored(i: &IgnoredGoFlags) {
+    let mut ignored = Vec::new();
+    let mut note = |set: bool, flag: &'static str| {
+        if set {
+            ignored.push(flag);
+        }
+    };
+    note(i.kubeconfig.is_some(), "--kubeconfig");
+    note(i.metadata_sources.is_some(), "--metadata-sources");
+    note(i.enable_otel_tracing == Some(true), "--enable-otel-tracing");
+    note(
+        i.modify_volume_request_handler_timeout.is_some(),
+        "--modify-volume-request-handler-timeout",
+    );
+    note(i.deprecated_metrics == Some(true), "--deprecated-metrics");
+    note(
+        i.windows_host_process == Some(true),
+        "--windows-host-process",
+    );
+    note(i.legacy_xfs == Some(true), "--legacy-xfs");
+    note(
+        i.csi_mount_point_prefix.is_some(),
+        "--csi-mount-point-prefix",
+    );
+    note(i.vmodule.is_some(), "--vmodule");
+    if !ignored.is_empty() {
+        tracing::info!(
+            flags = %ignored.join(" "),
+            "accepted for compatibility with the Go driver; no effect here (docs/ebs-driver.md, Flags)"
+        );
     }
 }
 

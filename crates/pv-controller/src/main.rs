@@ -3,13 +3,14 @@
 use anyhow::Context as _;
 use clap::Parser;
 use component_runtime::{RuntimeShape, normalize_go_args, run_component};
+use pv_controller::Flags;
+
 // EC2 for the in-tree aws-ebs plugin (`--cloud-provider=aws`); built without the `aws`
 // feature, this binary links no EC2 client and refuses the flag.
 #[cfg(not(feature = "aws"))]
 use ebs_cloud::in_tree_cloud_without_ec2 as in_tree_cloud;
 #[cfg(feature = "aws")]
 use ebs_cloud_aws::in_tree_cloud;
-use pv_controller::Flags;
 
 fn main() -> anyhow::Result<()> {
     let flags = Flags::parse_from(normalize_go_args(std::env::args_os()));
