@@ -83,3 +83,51 @@ async fn tiny_run_of_two_hostpath_scenarios() {
         "{table}"
     );
 }
+
+/// A driver that never creates its socket fails the run, naming the socket and showing its
+/// log; the driver is killed and the run's temp dir (the API server's kubeconfig, the nodes'
+/// dirs) is removed. Needs no root: nothing gets as far as a mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_without_its_socket_fails_the_run_and_leaves_nothing() {
+    let bins = tempfile::tempdir().unwrap();
+    let pid_file = bins.path().join("driver.pid");
+    let body = format!(
+        "echo $$ > {}; echo listening nowhere >&2; exec sleep 600",
+        pid_file.display()
+    );
+    common::script(bins.path(), "hostpath-csi-driver", &body);
+    for never_started in ["csi-node-agent", "csi-node-driver-registrar"] {
+        common::script(bins.path(), never_started, "exit 1");
+    }
+    let parent = tempfile::tempdir().unwrap();
+    let config = LoadConfig {
+        binaries: Binaries::in_dir(bins.path()),
+        nodes: 1,
+        pods: 1,
+        timeout: Duration::from_millis(800),
+        temp_parent: Some(parent.path().to_path_buf()),
+        ..LoadConfig::default()
+    };
+    let err = csi_bench::node::run_scenario(&config, Scenario::HostpathBypass)
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("node-0 hostpath-csi-driver: its socket"),
+        "{err}"
+    );
+    assert!(err.contains("csi.sock does not exist after 800ms"), "{err}");
+    assert!(err.contains("listening nowhere"), "the driver's log: {err}");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    common::assert_gone(pid, "the stand-in driver").await;
+    let entries: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
+    assert!(
+        entries.is_empty(),
+        "the run's temp dir is removed: {entries:?}"
+    );
+}

@@ -134,3 +134,38 @@ async fn five_pvcs_on_hostpath_are_bound_and_deleted() {
     let left: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+/// A driver that exits during start-up fails the run with its status and log; the run's temp
+/// dir is removed and its API server and PV controller are stopped with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_exits_fails_the_run_and_leaves_nothing() {
+    let bins = tempfile::tempdir().unwrap();
+    common::script(
+        bins.path(),
+        "hostpath-csi-driver",
+        "echo no storage here >&2; exit 7",
+    );
+    common::script(bins.path(), "csi-provisioner", "exit 1");
+    let parent = tempfile::tempdir().unwrap();
+    let config = LoadConfig {
+        binaries: Binaries::in_dir(bins.path()),
+        scenarios: vec![Scenario::Hostpath],
+        pvcs: Some(1),
+        timeout: Duration::from_secs(30),
+        temp_parent: Some(parent.path().to_path_buf()),
+        ..LoadConfig::default()
+    };
+    let err = csi_bench::provision::run(config)
+        .await
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("hostpath-csi-driver exited"), "{err}");
+    assert!(err.contains("exit status: 7"), "{err}");
+    assert!(err.contains("no storage here"), "the driver's log: {err}");
+    let entries: Vec<_> = std::fs::read_dir(parent.path()).unwrap().collect();
+    assert!(
+        entries.is_empty(),
+        "the run's temp dir is removed: {entries:?}"
+    );
+}

@@ -9,10 +9,10 @@
 //! 5. the ADC's /metrics is scraped, the VolumeAttachments listed, the processes stopped
 //!    (their peak RSS and CPU taken) and the audit trail tallied.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use apiserver::{AuditRecord, RunningApiServer};
+use apiserver::AuditRecord;
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::Api;
 
@@ -20,9 +20,10 @@ use super::nodes::{Attached, AttachedTracker};
 use super::report::{Component, ScenarioReport};
 use super::run_objects::{LOAD_LABEL, LOAD_LABEL_VALUE, Objects};
 use super::{LoadConfig, Scenario, USER_AGENT, metrics, run_objects};
+use crate::Error;
 use crate::harness::child::{self, Child, ProcessStats};
+use crate::harness::world::World;
 use crate::harness::writes::{Parties, Tally};
-use crate::{Error, harness};
 
 pub(crate) const ADC: &str = "attach/detach controller";
 pub(crate) const ATTACHER: &str = "attacher";
@@ -105,12 +106,12 @@ fn from(audit: &[AuditRecord], from: usize) -> &[AuditRecord] {
 }
 
 fn startup_progress(
-    api: &RunningApiServer,
+    world: &World,
     mark: usize,
     parties: &Parties<Party>,
     attacher: bool,
 ) -> String {
-    let audit = api.audit();
+    let audit = world.audit();
     let records = from(&audit, mark);
     let mut waiting = vec![(ADC.to_owned(), Party::Adc, ADC_WATCHES)];
     if attacher {
@@ -158,9 +159,9 @@ pub(crate) async fn run_one(
     config: &LoadConfig,
     scenario: Scenario,
 ) -> Result<ScenarioReport, Error> {
-    let dir = harness::api::run_dir("csi-bench-adc-", None)?;
-    let (api, kubeconfig) = harness::api::start(dir.path()).await?;
-    let client = harness::api::client(&api, USER_AGENT)?;
+    let mut world =
+        World::start("csi-bench-adc-", None, config.log_dir.clone(), USER_AGENT).await?;
+    let client = world.kube.clone();
     let mock_config = csi_mock::MockConfig {
         delay: config.mock_delay,
         ..csi_mock::MockConfig::default()
@@ -171,7 +172,7 @@ pub(crate) async fn run_one(
         .as_deref()
         .filter(|_| scenario.attach_required());
     let mock = match attacher_bin {
-        Some(_) => Some(csi_mock::start(dir.path(), mock_config).await?),
+        Some(_) => Some(csi_mock::start(world.root(), mock_config).await?),
         None => None,
     };
 
@@ -207,16 +208,11 @@ pub(crate) async fn run_one(
     tracing::info!(%scenario, seconds = setup_seconds, "objects created");
 
     // 2. start-up
-    let log = |name: &str| -> PathBuf {
-        match &config.log_dir {
-            Some(d) => d.join(format!("{scenario}-{name}.log")),
-            None => dir.path().join(format!("{name}.log")),
-        }
-    };
+    let log = |name: &str| world.log(&format!("{scenario}-{name}"));
     let metrics_addr =
         metrics::free_port().map_err(io("picking a port for the ADC's metrics".into()))?;
     let mut adc_args = vec![
-        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--kubeconfig={}", world.kubeconfig.display()),
         format!("--skip-attach={}", scenario.skip_attach()),
         "--reconciler-sync-period=100ms".to_owned(),
         format!("--http-endpoint={metrics_addr}"),
@@ -226,14 +222,14 @@ pub(crate) async fn run_one(
     if let Some(bin) = attacher_bin {
         parties = parties.with_binary(bin, Party::Attacher);
     }
-    let mark_start = api.audit_len();
+    let mark_start = world.audit_len();
     let started = Instant::now();
     let adc = Child::spawn(ADC, &config.adc_bin, &adc_args, &[], &log("adc"))?;
     let mut attacher_args = Vec::new();
     let attacher = match (attacher_bin, &mock) {
         (Some(bin), Some(mock)) => {
             attacher_args = vec![
-                format!("--kubeconfig={}", kubeconfig.display()),
+                format!("--kubeconfig={}", world.kubeconfig.display()),
                 format!("--csi-address={}", mock.endpoint()),
                 "--v=2".to_owned(),
             ];
@@ -258,9 +254,9 @@ pub(crate) async fn run_one(
         .during(
             "start-up",
             started + config.timeout,
-            || startup_progress(&api, mark_start, &parties, with_attacher),
+            || startup_progress(&world, mark_start, &parties, with_attacher),
             async {
-                while !startup_progress(&api, mark_start, &parties, with_attacher).is_empty() {
+                while !startup_progress(&world, mark_start, &parties, with_attacher).is_empty() {
                     tokio::time::sleep(READY_POLL).await;
                 }
                 Ok(())
@@ -298,7 +294,7 @@ pub(crate) async fn run_one(
     }
     let done = tracker.now();
     tracing::info!(%scenario, seconds = ?since(t0, done.all_at), "all listed");
-    let mark_done = api.audit_len();
+    let mark_done = world.audit_len();
 
     // 4. settle
     let settle_started = Instant::now();
@@ -331,7 +327,7 @@ pub(crate) async fn run_one(
     let end = tracker.now();
     drop(tracker);
     let (adc_stats, attacher_stats) = running.stop().await;
-    let audit = api.audit();
+    let audit = world.audit();
     if audit.len() >= 1_000_000 {
         tracing::warn!("the audit trail reached its limit; write counts are incomplete");
     }
@@ -395,6 +391,6 @@ pub(crate) async fn run_one(
     if let Some(m) = mock {
         m.shutdown().await;
     }
-    api.shutdown().await?;
+    world.shutdown().await;
     Ok(report)
 }

@@ -26,9 +26,10 @@ use kube::Api;
 
 pub use report::{CsiCalls, Phase, Report};
 
+use crate::Error;
 use crate::harness::child::Child;
+use crate::harness::world::World;
 use crate::harness::writes::Parties;
-use crate::{Error, harness};
 
 /// The one party of this benchmark besides itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -98,17 +99,16 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
             "count, nodes and parallelism must be at least 1".into(),
         ));
     }
-    let dir = harness::api::run_dir("csi-bench-attacher-", None)?;
-    let (api, kubeconfig) = harness::api::start(dir.path()).await?;
-    let client = harness::api::client(&api, USER_AGENT)?;
+    let mut world = World::start("csi-bench-attacher-", None, None, USER_AGENT).await?;
+    let client = world.kube.clone();
     let driver = driver::prepare(
         config.csi_address.as_deref(),
         config.driver_name.as_deref(),
         config.mock_delay,
-        dir.path(),
+        world.root(),
     )
     .await?;
-    tracing::info!(driver = %driver.name, endpoint = %driver.endpoint, api = api.url(), "set up");
+    tracing::info!(driver = %driver.name, endpoint = %driver.endpoint, api = world.server()?.url(), "set up");
 
     let own = OwnWrites::default();
     let objects = Objects {
@@ -163,14 +163,14 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
     let log = config
         .attacher_log
         .clone()
-        .unwrap_or_else(|| dir.path().join("attacher.log"));
+        .unwrap_or_else(|| world.log("attacher"));
     let mut args = vec![
-        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--kubeconfig={}", world.kubeconfig.display()),
         format!("--csi-address={}", driver.endpoint),
         "--v=2".to_owned(),
     ];
     args.extend(config.attacher_args.iter().cloned());
-    let mut marks = vec![api.audit_len()];
+    let mut marks = vec![world.audit_len()];
 
     let mut attacher = Child::spawn("attacher", &config.attacher_bin, &args, &[], &log)?;
     let started = Instant::now();
@@ -190,7 +190,7 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
     )
     .await?;
     let attach_seconds = started.elapsed().as_secs_f64();
-    marks.push(api.audit_len());
+    marks.push(world.audit_len());
     tracing::info!(seconds = attach_seconds, "all attached");
 
     let started = Instant::now();
@@ -203,7 +203,7 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
     )
     .await?;
     let detach_seconds = started.elapsed().as_secs_f64();
-    marks.push(api.audit_len());
+    marks.push(world.audit_len());
     tracing::info!(seconds = detach_seconds, "all detached");
 
     let started = Instant::now();
@@ -220,7 +220,7 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
 
     let stats = attacher.stop().await;
     drop((vas, pvs));
-    let audit = api.audit();
+    let audit = world.audit();
     marks.push(audit.len());
     if audit.len() >= 1_000_000 {
         tracing::warn!("the audit trail reached its limit; write counts are incomplete");
@@ -306,6 +306,6 @@ pub async fn run(config: LoadConfig) -> Result<Report, Error> {
     if let Some(mock) = driver.mock {
         mock.shutdown().await;
     }
-    api.shutdown().await?;
+    world.shutdown().await;
     Ok(report)
 }

@@ -145,6 +145,24 @@ impl Child {
         }
     }
 
+    /// Waits until the process has created `socket` (a driver's CSI socket: its callers give
+    /// up when it is not there yet); an error if the process exits first or `timeout` passes.
+    pub async fn wait_for_socket(&mut self, socket: &Path, timeout: Duration) -> Result<(), Error> {
+        let deadline = Instant::now() + timeout;
+        while !socket.exists() {
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                return Err(Error::timeout(
+                    format!("{}: its socket", self.name),
+                    format!("{} does not exist after {timeout:?}", socket.display()),
+                    self.log_tail(TAIL_LINES),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
     /// The last `lines` lines of the log.
     pub fn log_tail(&self, lines: usize) -> String {
         procfs::log_tail(&self.log, lines)
@@ -369,6 +387,39 @@ mod tests {
             assert!(Instant::now() < deadline);
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn waits_for_a_socket_until_the_child_exits_or_time_runs_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("csi.sock");
+        let script = format!("sleep 0.2; touch {}; exec sleep 600", sock.display());
+        let mut late = sh(dir.path(), "late", &script);
+        late.wait_for_socket(&sock, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert!(sock.exists());
+
+        let mut quitter = sh(dir.path(), "quitter", "echo no socket for you >&2; exit 3");
+        let err = quitter
+            .wait_for_socket(&dir.path().join("never.sock"), Duration::from_secs(10))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("quitter exited"), "{err}");
+        assert!(err.contains("no socket for you"), "{err}");
+
+        let mut idler = sh(dir.path(), "idler", "echo idling >&2; exec sleep 600");
+        let err = idler
+            .wait_for_socket(&dir.path().join("never.sock"), Duration::from_millis(300))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("idler: its socket"), "{err}");
+        assert!(
+            err.contains("never.sock does not exist after 300ms"),
+            "{err}"
+        );
     }
 
     #[tokio::test]

@@ -1,26 +1,23 @@
-//! One scenario's world: the in-process control plane and, per node, the driver, registrar and
-//! node agent processes. [`Env::shutdown`] stops it all in order; if the run fails or is
+//! One scenario's world: the in-process control plane ([`World`]: the API server, the
+//! attach/detach controller and csi-attacher) and, per node, the driver, registrar and node
+//! agent processes. [`Env::shutdown`] stops it all in order; if the run fails or is
 //! interrupted, dropping the [`Env`] kills the processes, cancels the control plane, unmounts
-//! what is left below the temp dir (umount, else umount -l), releases ec2-sim's loop devices and removes
-//! the temp dir.
+//! what is left below the temp dir (umount, else umount -l), releases ec2-sim's loop devices
+//! and removes the temp dir.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
+use kube::Api;
 use kube::api::ListParams;
-use kube::{Api, Client};
 use serde_json::json;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 use super::{Error, LoadConfig, Scenario, ebs};
+use crate::harness::child::{self, Child};
 use crate::harness::objects::OwnWrites;
 use crate::harness::procfs::Memory;
-use crate::harness::{
-    self,
-    child::{self, Child},
-};
+use crate::harness::world::World;
 pub(crate) use mount_utils::below::{mounts_below, unmount_below};
 
 /// One node's processes and paths.
@@ -86,67 +83,52 @@ pub(crate) struct Teardown {
     pub(crate) mounts_left: usize,
 }
 
+/// The Drop below stops the processes first; the world and its temp dir go last.
 pub(crate) struct Env {
-    pub(crate) kube: Client,
     pub(crate) nodes: Vec<Node>,
     pub(crate) ebs: Option<ebs::Ebs>,
     pub(crate) driver_name: &'static str,
-    attacher_workers: usize,
-    stop: CancellationToken,
-    tasks: Vec<JoinHandle<()>>,
-    server: Option<apiserver::RunningApiServer>,
-    log_dir: PathBuf,
-    /// Declared last: removed after everything else went.
-    dir: Option<tempfile::TempDir>,
-    root: PathBuf,
+    pub(crate) world: World,
 }
 
 impl Env {
     pub(crate) async fn start(config: &LoadConfig, scenario: Scenario) -> Result<Env, Error> {
-        let io = |op: String| move |source| Error::Io { op, source };
-        let dir = harness::api::run_dir("csi-bench-node-", config.temp_parent.as_deref())?;
-        let root = mount_utils::findmnt::canonical(dir.path());
-        let log_dir = match &config.log_dir {
-            Some(d) => d.join(scenario.name()),
-            None => root.join("logs"),
-        };
-        std::fs::create_dir_all(&log_dir)
-            .map_err(io(format!("creating the log dir {}", log_dir.display())))?;
-        let (server, kubeconfig) = harness::api::start(&root).await?;
-        let kube = harness::api::client(&server, super::USER_AGENT)?;
+        let log_dir = config.log_dir.as_ref().map(|d| d.join(scenario.name()));
+        let world = World::start(
+            "csi-bench-node-",
+            config.temp_parent.as_deref(),
+            log_dir,
+            super::USER_AGENT,
+        )
+        .await?;
         let mut env = Env {
-            kube,
             nodes: Vec::new(),
             ebs: None,
             driver_name: scenario.driver_name(),
-            attacher_workers: config.attacher_workers,
-            stop: CancellationToken::new(),
-            tasks: Vec::new(),
-            server: Some(server),
-            log_dir,
-            dir: Some(dir),
-            root,
+            world,
         };
         env.create_csidriver(scenario.attach_required()).await?;
         if scenario.is_ebs() {
-            let per_node = config.pods.div_ceil(config.nodes);
-            env.ebs = Some(
-                ebs::Ebs::start(
-                    &env.root,
-                    &env.log_dir,
-                    &config.binaries.ebs_driver,
-                    config.nodes,
-                    per_node,
-                )
-                .await?,
+            // Room for every pod's volume on its node (AWS's Nitro limit is 28 less the root
+            // volume and network interfaces; the benchmark's 40 per node need more).
+            let attach_limit = config.pods.div_ceil(config.nodes).max(25) + 1;
+            let log = env.world.log("ebs-controller");
+            let ebs = ebs::Ebs::start(
+                env.world.root(),
+                &log,
+                &config.binaries.ebs_driver,
+                config.nodes,
+                Some(attach_limit),
             );
+            env.ebs = Some(ebs.await?);
         }
-        env.start_adc(&kubeconfig, scenario);
+        env.start_adc(scenario);
         for i in 0..config.nodes {
-            env.start_node(config, scenario, &kubeconfig, i).await?;
+            env.start_node(config, scenario, i).await?;
         }
         if scenario.attach_required() {
-            env.start_attacher(scenario).await?;
+            env.start_attacher(scenario, config.attacher_workers)
+                .await?;
         }
         env.wait_registered(config.timeout).await?;
         Ok(env)
@@ -157,7 +139,7 @@ impl Env {
             "metadata": {"name": self.driver_name},
             "spec": {"attachRequired": attach_required, "podInfoOnMount": false},
         });
-        let drivers: Api<CSIDriver> = Api::all(self.kube.clone());
+        let drivers: Api<CSIDriver> = Api::all(self.world.kube.clone());
         OwnWrites::default()
             .create(&drivers, driver)
             .await
@@ -166,24 +148,22 @@ impl Env {
 
     /// The attach/detach controller in-process, as kube-controller-manager runs it (100 ms
     /// reconciler period, its backoff) but without client rate limits.
-    fn start_adc(&mut self, kubeconfig: &Path, scenario: Scenario) {
+    fn start_adc(&mut self, scenario: Scenario) {
         let options = attach_detach::Options {
             skip_attach: scenario.skip_attach(),
             ..attach_detach::Options::default()
         };
-        let config = attach_detach::Config::new(Some(kubeconfig.to_path_buf()), options);
-        let stop = self.stop.clone();
-        self.tasks.push(tokio::spawn(async move {
-            if let Err(e) = attach_detach::run(config, stop).await {
-                tracing::error!(error = %e, "attach/detach controller failed");
-            }
-        }));
+        let config = attach_detach::Config::new(Some(self.world.kubeconfig.clone()), options);
+        self.world
+            .run_in_process("attach/detach controller", |stop| {
+                attach_detach::run(config, stop)
+            });
     }
 
     /// csi-attacher in-process: the Go sidecar's defaults (10 workers, 1 s first retry) but
     /// without client rate limits. Against hostpath (no ControllerPublish) it uses the trivial
     /// handler; against the EBS controller the capabilities it reports.
-    async fn start_attacher(&mut self, scenario: Scenario) -> Result<(), Error> {
+    async fn start_attacher(&mut self, scenario: Scenario, workers: usize) -> Result<(), Error> {
         let (endpoint, capabilities) = match &self.ebs {
             Some(e) => (e.controller_endpoint(), e.controller_capabilities().await?),
             None => {
@@ -206,19 +186,14 @@ impl Env {
             capabilities: attacher::Capabilities::from_rpc_types(capabilities),
         };
         let options = attacher::Options {
-            workers: self.attacher_workers,
+            workers,
             ..attacher::Options::default()
         };
-        let server = self.server()?;
-        let client = harness::api::client(server, "csi-attacher/csi-bench-node")?;
+        let client = self.world.client("csi-attacher/csi-bench-node")?;
         let mut registry = prometheus_client::registry::Registry::default();
         let controller = attacher::Controller::new(client, driver, options, &mut registry, None);
-        let stop = self.stop.clone();
-        self.tasks.push(tokio::spawn(async move {
-            if let Err(e) = controller.run(stop).await {
-                tracing::error!(error = %e, "csi-attacher failed");
-            }
-        }));
+        self.world
+            .run_in_process("csi-attacher", |stop| controller.run(stop));
         Ok(())
     }
 
@@ -226,12 +201,11 @@ impl Env {
         &mut self,
         config: &LoadConfig,
         scenario: Scenario,
-        kubeconfig: &Path,
         i: usize,
     ) -> Result<(), Error> {
         let io = |op: String| move |source| Error::Io { op, source };
         let name = format!("node-{i}");
-        let kubelet = self.root.join(&name).join("kubelet");
+        let kubelet = self.world.root().join(&name).join("kubelet");
         let sock_dir = kubelet.join("plugins").join(self.driver_name);
         let registry = kubelet.join("plugins_registry");
         for d in [&sock_dir, &registry] {
@@ -239,109 +213,86 @@ impl Env {
         }
         let socket = sock_dir.join("csi.sock");
         let endpoint = format!("unix://{}", socket.display());
-        let log = |what: &str| self.log_dir.join(format!("{name}-{what}.log"));
+        let log = |what: &str| self.world.log(&format!("{name}-{what}"));
         let bins = &config.binaries;
-        let (driver, node_id) = match &self.ebs {
+        let (label, bin, args, node_id) = match &self.ebs {
             Some(e) => {
                 let instance = e.instance(i)?.to_string();
                 let dev_root = e.dev_root(&instance);
                 std::fs::create_dir_all(&dev_root)
                     .map_err(io(format!("creating {}", dev_root.display())))?;
-                let args = vec![
+                let mut args = vec![
                     "--mode=node".to_string(),
                     format!("--endpoint={endpoint}"),
                     format!("--node-id={instance}"),
                     format!("--zone={}", ebs::ZONE),
                     format!("--dev-root={}", dev_root.display()),
-                    format!("--volume-attach-limit={}", e.attach_limit()),
                 ];
-                let p = Child::spawn(
-                    format!("{name} ebs-csi-driver"),
-                    &bins.ebs_driver,
-                    &args,
-                    &[],
-                    &log("driver"),
-                )?;
-                (p, instance)
+                args.extend(
+                    e.attach_limit()
+                        .map(|l| format!("--volume-attach-limit={l}")),
+                );
+                ("ebs-csi-driver", &bins.ebs_driver, args, instance)
             }
             None => {
-                let state = self.root.join(&name).join("hostpath-state");
+                let state = self.world.root().join(&name).join("hostpath-state");
                 let args = vec![
                     format!("--endpoint={endpoint}"),
                     format!("--node-id={name}"),
                     format!("--state-dir={}", state.display()),
                 ];
-                let p = Child::spawn(
-                    format!("{name} hostpath-csi-driver"),
+                (
+                    "hostpath-csi-driver",
                     &bins.hostpath_driver,
-                    &args,
-                    &[],
-                    &log("driver"),
-                )?;
-                (p, name.clone())
+                    args,
+                    name.clone(),
+                )
             }
         };
-        let mut node = Node {
-            name: name.clone(),
-            socket: socket.clone(),
-            node_id,
-            driver: Some(driver),
-            registrar: None,
-            agent: None,
-        };
-        // The registrar gives up when the socket is not there yet; wait for it.
-        let deadline = Instant::now() + config.timeout;
-        while !socket.exists() {
-            if let Some(d) = node.driver.as_mut() {
-                d.check_alive()?;
-            }
-            if Instant::now() > deadline {
-                return Err(Error::timeout(
-                    format!("{name}: the driver's socket"),
-                    format!(
-                        "{} does not exist after {:?}",
-                        socket.display(),
-                        config.timeout
-                    ),
-                    String::new(),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let mut driver = Child::spawn(format!("{name} {label}"), bin, &args, &[], &log("driver"))?;
+        // The registrar gives up when the socket is not there yet.
+        driver.wait_for_socket(&socket, config.timeout).await?;
         let reg_args = vec![
             format!("--csi-address={}", socket.display()),
             format!("--kubelet-registration-path={}", socket.display()),
             format!("--plugin-registration-path={}", registry.display()),
             "--timeout=10s".to_string(),
         ];
-        node.registrar = Some(Child::spawn(
+        let registrar = Child::spawn(
             format!("{name} csi-node-driver-registrar"),
             &bins.registrar,
             &reg_args,
             &[],
             &log("registrar"),
-        )?);
+        )?;
         let mut agent_args = vec![
             format!("--node-name={name}"),
-            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--kubeconfig={}", self.world.kubeconfig.display()),
             format!("--root-dir={}", kubelet.display()),
             format!("--skip-attach={}", scenario.skip_attach_flag()),
         ];
         agent_args.extend(config.agent_args.iter().cloned());
-        node.agent = Some(Child::spawn(
+        let agent = Child::spawn(
             format!("{name} csi-node-agent"),
             &bins.node_agent,
             &agent_args,
             &[],
             &log("agent"),
-        )?);
-        self.nodes.push(node);
+        )?;
+        self.nodes.push(Node {
+            name,
+            socket,
+            node_id,
+            driver: Some(driver),
+            registrar: Some(registrar),
+            agent: Some(agent),
+        });
         Ok(())
     }
 
     /// Every node's CSINode lists the driver: the registrar registered it with the agent.
     async fn wait_registered(&mut self, timeout: Duration) -> Result<(), Error> {
-        let api: Api<CSINode> = Api::all(self.kube.clone());
+        let api: Api<CSINode> = Api::all(self.world.kube.clone());
         let deadline = Instant::now() + timeout;
         loop {
             self.check_alive()?;
@@ -385,6 +336,7 @@ impl Env {
 
     /// An error naming the first process that exited.
     pub(crate) fn check_alive(&mut self) -> Result<(), Error> {
+        self.world.check_in_process()?;
         for n in &mut self.nodes {
             for p in n.procs_mut() {
                 p.check_alive()?;
@@ -409,7 +361,8 @@ impl Env {
         let ebs = self
             .ebs
             .as_ref()
-            .and_then(ebs::Ebs::controller_cpu)
+            .and_then(ebs::Ebs::controller)
+            .and_then(Child::cpu)
             .map_or(0.0, |d| d.as_secs_f64());
         CpuSplit {
             agents_s: sum(&Node::agent_cpu),
@@ -424,26 +377,6 @@ impl Env {
         child::logs_of(self.nodes.iter().filter_map(|n| n.agent.as_ref()), lines)
     }
 
-    pub(crate) fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// The API server's audit trail so far.
-    pub(crate) fn audit(&self) -> Vec<apiserver::AuditRecord> {
-        self.server.as_ref().map(|s| s.audit()).unwrap_or_default()
-    }
-
-    /// How many requests the audit trail holds.
-    pub(crate) fn audit_len(&self) -> usize {
-        self.server.as_ref().map_or(0, |s| s.audit_len())
-    }
-
-    fn server(&self) -> Result<&apiserver::RunningApiServer, Error> {
-        self.server
-            .as_ref()
-            .ok_or_else(|| Error::Other("the API server is not running".into()))
-    }
-
     /// Stops the agents, registrars and drivers (SIGTERM), the control plane, counts and
     /// unmounts what is left, shuts ec2-sim and the API server down, removes the temp dir.
     pub(crate) async fn shutdown(mut self) -> Teardown {
@@ -455,38 +388,26 @@ impl Env {
                 .map(Child::stop)
         });
         futures::future::join_all(stops).await;
-        self.stop.cancel();
-        for t in std::mem::take(&mut self.tasks) {
-            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
-        }
-        let mounts_left = unmount_below(&self.root).len();
+        self.world.stop_in_process().await;
+        let mounts_left = unmount_below(self.world.root()).len();
         if let Some(e) = self.ebs.take() {
             e.shutdown().await;
         }
-        if let Some(s) = self.server.take()
-            && let Err(e) = s.shutdown().await
-        {
-            tracing::warn!(error = %e, "API server shutdown");
-        }
+        self.world.shutdown().await;
         Teardown { mounts_left }
     }
 }
 
 impl Drop for Env {
     fn drop(&mut self) {
-        self.stop.cancel();
-        // Proc's Drop kills and reaps; then nothing can mount any more.
+        // Child's Drop kills and reaps; then nothing can mount any more.
         self.nodes.clear();
-        for t in &self.tasks {
-            t.abort();
-        }
-        let left = unmount_below(&self.root).len();
+        let root = self.world.root();
+        let left = unmount_below(root).len();
         if left > 0 {
-            tracing::warn!(left, root = %self.root.display(), "unmounted leftovers");
+            tracing::warn!(left, root = %root.display(), "unmounted leftovers");
         }
-        // ec2-sim's Drop releases its loop devices; the TempDir goes last.
+        // ec2-sim's Drop releases its loop devices; the world (its temp dir last) goes after.
         self.ebs = None;
-        self.server = None;
-        self.dir = None;
     }
 }

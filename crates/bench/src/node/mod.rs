@@ -15,7 +15,6 @@
 //! prints a table or JSON. `docs/csi-bench/node.md` has usage and what each number means.
 
 pub mod cli;
-mod ebs;
 mod env;
 mod pods;
 pub mod report;
@@ -25,6 +24,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Serialize;
+
+use crate::harness::ebs;
 
 pub use env::CpuSplit;
 

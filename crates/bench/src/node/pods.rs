@@ -72,7 +72,7 @@ pub(crate) async fn measure(
     let setup_start = Instant::now();
     // The rest of the cluster first: other nodes' pods, claims and PVs.
     run_objects::create_background(
-        &env.kube,
+        &env.world.kube,
         env.driver_name,
         config.background,
         config.parallelism,
@@ -88,7 +88,7 @@ pub(crate) async fn measure(
             .collect(),
     };
     run_objects::bind_all(
-        &env.kube,
+        &env.world.kube,
         scenario,
         env.driver_name,
         &endpoints,
@@ -96,7 +96,7 @@ pub(crate) async fn measure(
         config.parallelism,
     )
     .await?;
-    let pods: Api<Pod> = Api::namespaced(env.kube.clone(), NS);
+    let pods: Api<Pod> = Api::namespaced(env.world.kube.clone(), NS);
     let w = pod_watch(pods.clone());
     wait(
         &w,
@@ -112,7 +112,7 @@ pub(crate) async fn measure(
     for node in &env.nodes {
         idle_rss.push(node.agent_memory()?.rss);
     }
-    let audit_start = env.audit_len();
+    let audit_start = env.world.audit_len();
     let cpu_start = env.cpu_split();
 
     // The timed phase: every pod at once (parallelism in flight), round robin over the nodes;
@@ -165,7 +165,7 @@ pub(crate) async fn measure(
         |c| format!("{} of {n} pods Ready", c.reached),
     )
     .await?;
-    let audit_ready = env.audit_len();
+    let audit_ready = env.world.audit_len();
     let cpu_ready = env.cpu_split().since(cpu_start);
 
     // Memory once every volume is mounted.
@@ -190,7 +190,7 @@ pub(crate) async fn measure(
         .filter_map(|n| n.driver_memory())
         .map(|m| m.rss)
         .max();
-    let mounts_when_ready = mounts_below(env.root()).len();
+    let mounts_when_ready = mounts_below(env.world.root()).len();
 
     // Teardown: every pod deleted at once; gone when the agent confirmed the deletion.
     let t1 = Instant::now();
@@ -213,7 +213,7 @@ pub(crate) async fn measure(
     // Unstaging may follow the confirmation: wait until nothing is mounted on the nodes.
     let unmount_deadline = Instant::now() + config.timeout;
     let all_unmounted = loop {
-        if mounts_below(env.root()).is_empty() {
+        if mounts_below(env.world.root()).is_empty() {
             break Some(t1.elapsed());
         }
         env.check_alive()?;
@@ -222,13 +222,13 @@ pub(crate) async fn measure(
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let audit = env.audit();
+    let audit = env.world.audit();
     let writes_ready = agent_writes(audit.get(audit_start..audit_ready).unwrap_or_default());
     let writes_delete = agent_writes(audit.get(audit_ready..).unwrap_or_default());
     // The background goes too (the run leaves nothing), after the agents' numbers.
     let t2 = Instant::now();
     if config.background > 0 {
-        run_objects::delete_background(&env.kube).await?;
+        run_objects::delete_background(&env.world.kube).await?;
     }
     let background_deleted = t2.elapsed();
     for (a, node) in agents.iter_mut().zip(env.nodes.iter()) {

@@ -1,27 +1,20 @@
-//! One run's world: apiserver-lite, the PV controller and (ebs) ec2-sim in-process; the CSI
-//! driver and csi-provisioner as child processes (the benchmark's [`Proc`]: log file, `/proc`
-//! sampling, SIGTERM then SIGKILL). [`Env::shutdown`] stops it all in order; if the run fails
-//! or is interrupted, dropping the [`Env`] kills the processes, cancels the controller and
-//! removes the temp dir.
+//! One run's world: apiserver-lite and the PV controller in-process ([`World`]), ec2-sim
+//! in-process for ebs, and the CSI driver and csi-provisioner as child processes (the
+//! benchmark's [`Child`]: log file, `/proc` sampling, SIGTERM then SIGKILL).
+//! [`Env::shutdown`] stops it all in order; if the run fails or is interrupted, dropping the
+//! [`Env`] kills the processes, cancels the controller and removes the temp dir.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::harness::child::{self, Child};
+use crate::harness::ebs::Ebs;
 use crate::harness::procfs::Memory;
-use crate::harness::{
-    self,
-    child::{self, Child},
-};
-use kube::Client;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use crate::harness::world::World;
 
 use super::Party;
 use super::{Error, LoadConfig, Scenario, USER_AGENT, run_objects};
 use crate::harness::writes::Parties;
 
-/// The EBS driver's region (ec2-sim's default).
-const REGION: &str = "us-east-1";
 /// Log lines of each process shown with an error.
 const TAIL_LINES: usize = 20;
 /// What the provisioner's informers watch before it can provision (claims, volumes, classes).
@@ -32,9 +25,9 @@ const PROVISIONER_WATCHES: &[&str] = &[
 ];
 const PV_CONTROLLER_WATCHES: &[&str] = &["persistentvolumeclaims", "persistentvolumes"];
 
+/// Fields drop in order: the processes go before the world and its temp dir.
 pub(crate) struct Env {
     pub(crate) scenario: Scenario,
-    pub(crate) kube: Client,
     pub(crate) parties: Parties<Party>,
     /// The driver's socket as `unix://PATH`.
     pub(crate) endpoint: String,
@@ -42,13 +35,10 @@ pub(crate) struct Env {
     pub(crate) provisioner_args: Vec<String>,
     pub(crate) driver_args: Vec<String>,
     provisioner: Option<Child>,
-    driver: Option<Child>,
-    sim: Option<ec2_sim::Simulator>,
-    stop: CancellationToken,
-    pv_controller: Option<JoinHandle<()>>,
-    server: Option<apiserver::RunningApiServer>,
-    /// Declared last: removed after everything else went.
-    dir: Option<tempfile::TempDir>,
+    /// hostpath's driver (the EBS controller is the cloud's).
+    hostpath: Option<Child>,
+    ebs: Option<Ebs>,
+    pub(crate) world: World,
 }
 
 impl Env {
@@ -57,148 +47,93 @@ impl Env {
         scenario: Scenario,
         run: usize,
     ) -> Result<Env, Error> {
-        let io = |op: String| move |source| Error::Io { op, source };
-        let dir = harness::api::run_dir("csi-bench-provision-", config.temp_parent.as_deref())?;
-        let root = dir.path().to_path_buf();
-        let log_dir = match &config.log_dir {
-            Some(d) => d.join(format!("{scenario}-{run}")),
-            None => root.join("logs"),
-        };
-        std::fs::create_dir_all(&log_dir)
-            .map_err(io(format!("creating the log dir {}", log_dir.display())))?;
-        let (server, kubeconfig) = harness::api::start(&root).await?;
-        let kube = harness::api::client(&server, USER_AGENT)?;
-        let socket = root.join("csi.sock");
+        let log_dir = config
+            .log_dir
+            .as_ref()
+            .map(|d| d.join(format!("{scenario}-{run}")));
+        let world = World::start(
+            "csi-bench-provision-",
+            config.temp_parent.as_deref(),
+            log_dir,
+            USER_AGENT,
+        )
+        .await?;
         let mut env = Env {
             scenario,
-            kube,
             parties: super::parties(&config.binaries.provisioner),
-            endpoint: format!("unix://{}", socket.display()),
+            endpoint: String::new(),
             provisioner_args: Vec::new(),
             driver_args: Vec::new(),
             provisioner: None,
-            driver: None,
-            sim: None,
-            stop: CancellationToken::new(),
-            pv_controller: None,
-            server: Some(server),
-            dir: Some(dir),
+            hostpath: None,
+            ebs: None,
+            world,
         };
-        run_objects::create_cluster(&env.kube, scenario).await?;
-        env.start_driver(config, &root, &log_dir).await?;
-        env.wait_for_socket(&socket, config.timeout).await?;
-        env.start_pv_controller().await?;
-        env.start_provisioner(config, &socket, &kubeconfig, &log_dir)?;
+        run_objects::create_cluster(&env.world.kube, scenario).await?;
+        env.start_driver(config).await?;
+        env.start_pv_controller()?;
+        env.start_provisioner(config)?;
         env.wait_ready(config.timeout).await?;
         Ok(env)
     }
 
-    async fn start_driver(
-        &mut self,
-        config: &LoadConfig,
-        root: &Path,
-        log_dir: &Path,
-    ) -> Result<(), Error> {
+    /// The driver, listening when this returns: the provisioner gives up when the socket does
+    /// not come within --connection-timeout.
+    async fn start_driver(&mut self, config: &LoadConfig) -> Result<(), Error> {
         let bin = config.binaries.driver(self.scenario);
-        let log = log_dir.join("driver.log");
-        let pvcs = config.pvcs_of(self.scenario);
-        let proc = match self.scenario {
+        let log = self.world.log("driver");
+        match self.scenario {
             Scenario::Hostpath => {
+                let socket = self.world.root().join("csi.sock");
+                self.endpoint = format!("unix://{}", socket.display());
                 // Capacity is only accounted (a mount volume is a directory): room for all.
                 let args = vec![
                     format!("--endpoint={}", self.endpoint),
                     format!("--node-id={}", run_objects::node_id(self.scenario)),
-                    format!("--state-dir={}", root.join("hostpath-state").display()),
-                    format!("--capacity={}Gi", pvcs + 1),
+                    format!(
+                        "--state-dir={}",
+                        self.world.root().join("hostpath-state").display()
+                    ),
+                    format!("--capacity={}Gi", config.pvcs_of(self.scenario) + 1),
                 ];
-                let p = Child::spawn("hostpath-csi-driver", bin, &args, &[], &log)?;
+                let driver = self.hostpath.insert(Child::spawn(
+                    "hostpath-csi-driver",
+                    bin,
+                    &args,
+                    &[],
+                    &log,
+                )?);
+                driver.wait_for_socket(&socket, config.timeout).await?;
                 self.driver_args = args;
-                p
             }
             Scenario::Ebs => {
-                let sim = ec2_sim::Simulator::start(
-                    ec2_sim::SimConfig {
-                        state_dir: root.join("ec2"),
-                        timing: ec2_sim::Timing::Fast,
-                        credentials: ec2_sim::Credentials::single(
-                            "csi-bench-provision",
-                            "csi-bench-provision",
-                        ),
-                        ..ec2_sim::SimConfig::default()
-                    },
-                    ([127, 0, 0, 1], 0).into(),
-                )
-                .await?;
-                let args = vec![
-                    "--mode=controller".to_string(),
-                    format!("--endpoint={}", self.endpoint),
-                    format!("--ec2-endpoint={}", sim.endpoint()),
-                    format!("--region={REGION}"),
-                ];
-                self.sim = Some(sim);
-                // The pair the sim above accepts.
-                let envs = [
-                    ("AWS_ACCESS_KEY_ID", "csi-bench-provision".to_string()),
-                    ("AWS_SECRET_ACCESS_KEY", "csi-bench-provision".to_string()),
-                    ("AWS_REGION", REGION.to_string()),
-                    ("AWS_EC2_METADATA_DISABLED", "true".to_string()),
-                ];
-                let p = Child::spawn("ebs-csi-driver (controller)", bin, &args, &envs, &log)?;
-                self.driver_args = args;
-                p
+                // Nothing attaches: the volumes are only created.
+                let ebs = Ebs::start(self.world.root(), &log, bin, 0, None).await?;
+                self.endpoint = ebs.controller_endpoint();
+                self.driver_args = ebs.controller_args().to_vec();
+                self.ebs = Some(ebs);
             }
-        };
-        self.driver = Some(proc);
-        Ok(())
-    }
-
-    /// The provisioner gives up when the socket does not come within --connection-timeout;
-    /// the benchmark starts it only once the driver listens.
-    async fn wait_for_socket(&mut self, socket: &Path, timeout: Duration) -> Result<(), Error> {
-        let deadline = Instant::now() + timeout;
-        while !socket.exists() {
-            self.check_alive()?;
-            if Instant::now() > deadline {
-                return Err(self.timeout(
-                    "the driver's socket",
-                    timeout,
-                    format!("{} does not exist", socket.display()),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
         Ok(())
     }
 
     /// kube-controller-manager's binder with its defaults (15 s resync, its backoff), but
     /// without client rate limits (kcm's are 20 qps / burst 30).
-    async fn start_pv_controller(&mut self) -> Result<(), Error> {
-        let server = self
-            .server
-            .as_ref()
-            .ok_or_else(|| Error::Other("the API server is not running".into()))?;
-        let client = harness::api::client(server, &pv_controller::user_agent())?;
+    fn start_pv_controller(&mut self) -> Result<(), Error> {
+        let client = self.world.client(&pv_controller::user_agent())?;
         let config = pv_controller::Config::new(pv_controller::Options::default());
-        let stop = self.stop.clone();
-        self.pv_controller = Some(tokio::spawn(async move {
-            if let Err(e) = pv_controller::run(client, config, stop).await {
-                tracing::error!(error = %e, "the PV controller failed");
-            }
-        }));
+        self.world.run_in_process("PV controller", |stop| {
+            pv_controller::run(client, config, stop)
+        });
         Ok(())
     }
 
-    fn start_provisioner(
-        &mut self,
-        config: &LoadConfig,
-        socket: &Path,
-        kubeconfig: &Path,
-        log_dir: &Path,
-    ) -> Result<(), Error> {
+    fn start_provisioner(&mut self, config: &LoadConfig) -> Result<(), Error> {
         // A plain path for --csi-address: the Go sidecar's form.
+        let socket = self.endpoint.trim_start_matches("unix://");
         let mut args = vec![
-            format!("--csi-address={}", socket.display()),
-            format!("--kubeconfig={}", kubeconfig.display()),
+            format!("--csi-address={socket}"),
+            format!("--kubeconfig={}", self.world.kubeconfig.display()),
             "--feature-gates=Topology=true".to_string(),
             format!("--worker-threads={}", config.worker_threads),
             format!("--kube-api-qps={}", config.kube_api_qps),
@@ -211,7 +146,7 @@ impl Env {
             &config.binaries.provisioner,
             &args,
             &[],
-            &log_dir.join("provisioner.log"),
+            &self.world.log("provisioner"),
         )?);
         self.provisioner_args = args;
         Ok(())
@@ -222,7 +157,7 @@ impl Env {
         let deadline = Instant::now() + timeout;
         loop {
             self.check_alive()?;
-            let audit = self.audit();
+            let audit = self.world.audit();
             let mut missing: Vec<String> = Vec::new();
             for (who, name, resources) in [
                 (Party::Provisioner, "provisioner", PROVISIONER_WATCHES),
@@ -246,20 +181,25 @@ impl Env {
         }
     }
 
+    /// The driver's process: hostpath's, or the EBS controller.
+    fn driver(&self) -> Option<&Child> {
+        self.hostpath
+            .as_ref()
+            .or_else(|| self.ebs.as_ref().and_then(Ebs::controller))
+    }
+
     /// An error naming the first process that exited, or the PV controller's end.
     pub(crate) fn check_alive(&mut self) -> Result<(), Error> {
-        for p in [self.driver.as_mut(), self.provisioner.as_mut()]
+        for p in [self.hostpath.as_mut(), self.provisioner.as_mut()]
             .into_iter()
             .flatten()
         {
             p.check_alive()?;
         }
-        if self.pv_controller.as_ref().is_some_and(|t| t.is_finished()) {
-            return Err(Error::Other(
-                "the PV controller stopped (its error is in the log above)".into(),
-            ));
+        if let Some(e) = self.ebs.as_mut() {
+            e.check_alive()?;
         }
-        Ok(())
+        self.world.check_in_process()
     }
 
     /// A timeout error with the end of both processes' logs.
@@ -270,7 +210,9 @@ impl Env {
         progress: String,
     ) -> Error {
         let logs = child::logs_of(
-            [&self.provisioner, &self.driver].into_iter().flatten(),
+            [self.provisioner.as_ref(), self.driver()]
+                .into_iter()
+                .flatten(),
             TAIL_LINES,
         );
         Error::timeout(
@@ -285,7 +227,7 @@ impl Env {
     }
 
     pub(crate) fn driver_memory(&self) -> Option<Memory> {
-        self.driver.as_ref().and_then(|p| p.memory().ok())
+        self.driver().and_then(|p| p.memory().ok())
     }
 
     pub(crate) fn provisioner_cpu(&self) -> Option<Duration> {
@@ -293,63 +235,26 @@ impl Env {
     }
 
     pub(crate) fn driver_cpu(&self) -> Option<Duration> {
-        self.driver.as_ref().and_then(Child::cpu)
+        self.driver().and_then(Child::cpu)
     }
 
     /// EC2 calls ec2-sim answered so far, by action (ebs only).
     pub(crate) fn ec2_calls(&self) -> std::collections::BTreeMap<String, u64> {
-        self.sim
-            .as_ref()
-            .map(ec2_sim::Simulator::call_counts)
-            .unwrap_or_default()
-    }
-
-    /// The API server's audit trail so far.
-    pub(crate) fn audit(&self) -> Vec<apiserver::AuditRecord> {
-        self.server.as_ref().map(|s| s.audit()).unwrap_or_default()
-    }
-
-    pub(crate) fn audit_len(&self) -> usize {
-        self.server.as_ref().map_or(0, |s| s.audit_len())
+        self.ebs.as_ref().map(Ebs::ec2_calls).unwrap_or_default()
     }
 
     /// Stops the provisioner, then the driver (SIGTERM), the PV controller, ec2-sim and the
-    /// API server, and removes the temp dir.
+    /// API server; the temp dir goes with the [`World`].
     pub(crate) async fn shutdown(mut self) {
         if let Some(p) = self.provisioner.take() {
             p.stop().await;
         }
-        if let Some(p) = self.driver.take() {
+        if let Some(p) = self.hostpath.take() {
             p.stop().await;
         }
-        self.stop.cancel();
-        if let Some(t) = self.pv_controller.take() {
-            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        if let Some(e) = self.ebs.take() {
+            e.shutdown().await;
         }
-        if let Some(sim) = self.sim.take()
-            && let Err(e) = sim.shutdown().await
-        {
-            tracing::warn!(error = %e, "ec2-sim shutdown");
-        }
-        if let Some(s) = self.server.take()
-            && let Err(e) = s.shutdown().await
-        {
-            tracing::warn!(error = %e, "API server shutdown");
-        }
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        self.stop.cancel();
-        if let Some(t) = &self.pv_controller {
-            t.abort();
-        }
-        // Proc's Drop kills and reaps; then ec2-sim and the server; the temp dir goes last.
-        self.provisioner = None;
-        self.driver = None;
-        self.sim = None;
-        self.server = None;
-        self.dir = None;
+        self.world.shutdown().await;
     }
 }

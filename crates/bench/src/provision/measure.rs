@@ -135,7 +135,7 @@ pub(crate) async fn measure(
 ) -> Result<ScenarioReport, Error> {
     let n = config.pvcs_of(scenario);
     let load_average_1m = load_average();
-    let mut w = Watches::spawn(&env.kube);
+    let mut w = Watches::spawn(&env.world.kube);
     wait(
         env,
         &mut w,
@@ -146,12 +146,12 @@ pub(crate) async fn measure(
     )
     .await?;
     let setup = started.elapsed();
-    let audit_start = env.audit_len();
+    let audit_start = env.world.audit_len();
     let ec2_start = env.ec2_calls();
     let cpu_start = Cpu::sample(env);
 
     // The timed phase: every claim at once (`parallelism` creates in flight).
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(env.kube.clone(), NS);
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(env.world.kube.clone(), NS);
     let own = OwnWrites::default();
     let create = |i: usize| {
         let (claims, own) = (claims.clone(), &own);
@@ -184,7 +184,7 @@ pub(crate) async fn measure(
     let volumes_at_bound = w.counts().volumes;
     let driver_volumes_at_bound = driver_volumes(env).await?;
     settle(env, config.settle).await?;
-    let audit_bound = env.audit_len();
+    let audit_bound = env.world.audit_len();
     let ec2_bound = env.ec2_calls();
 
     // Deletes: every claim at once; done when every volume is gone (DeleteVolume, then the
@@ -209,7 +209,7 @@ pub(crate) async fn measure(
     let driver_at_end = env.driver_memory().map(MemorySample::from);
     let driver_volumes_at_end = driver_volumes(env).await?;
     let ec2_end = env.ec2_calls();
-    let audit = env.audit();
+    let audit = env.world.audit();
     let writes_bind = PhaseWrites::from(
         env.parties
             .tally(audit.get(audit_start..audit_bound).unwrap_or_default()),

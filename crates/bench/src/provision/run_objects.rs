@@ -7,6 +7,7 @@ use kube::{Api, Client};
 use serde_json::json;
 
 use super::{Error, Scenario};
+use crate::harness::ebs;
 use crate::harness::objects::{OwnWrites, object};
 
 pub(crate) const NS: &str = "default";
@@ -19,8 +20,6 @@ pub(crate) const CLAIM_LABEL_VALUE: &str = "csi-bench-provision";
 pub(crate) const CLAIM_SIZE: &str = "1Gi";
 /// The one node of the run: the provisioner's topology comes from its labels and CSINode.
 pub(crate) const NODE: &str = "node-0";
-/// The zone of the EBS scenario's node (ec2-sim's region us-east-1 has a, b and c).
-pub(crate) const EBS_ZONE: &str = "us-east-1a";
 /// A made-up instance ID for the CSINode (CreateVolume never looks at it).
 const EBS_NODE_ID: &str = "i-0000000000provload";
 
@@ -32,7 +31,7 @@ pub(crate) fn claim_name(i: usize) -> String {
 fn topology(scenario: Scenario) -> (&'static str, &'static str) {
     match scenario {
         Scenario::Hostpath => ("topology.hostpath.csi/node", NODE),
-        Scenario::Ebs => ("topology.ebs.csi.aws.com/zone", EBS_ZONE),
+        Scenario::Ebs => (ebs::ZONE_KEY, ebs::ZONE),
     }
 }
 
@@ -48,7 +47,7 @@ fn node(scenario: Scenario) -> Result<Node, Error> {
     let (key, value) = topology(scenario);
     let mut labels = json!({"kubernetes.io/hostname": NODE, key: value});
     if scenario == Scenario::Ebs {
-        labels["topology.kubernetes.io/zone"] = json!(EBS_ZONE);
+        labels["topology.kubernetes.io/zone"] = json!(ebs::ZONE);
         labels["topology.kubernetes.io/region"] = json!("us-east-1");
     }
     object(json!({"metadata": {"name": NODE, "labels": labels}}))

@@ -1,8 +1,8 @@
-//! The `ebs` scenario's cloud: ec2-sim in-process (loop devices, one device dir per instance,
-//! fast timing), one EC2 instance per node (RunInstances as a raw query-protocol request:
-//! csi-bench does not link aws-sdk), and the `ebs-csi-driver` binary in controller mode against
-//! it, which creates the volumes (CreateVolume over its CSI socket) and attaches them for
-//! csi-attacher.
+//! The EBS scenarios' cloud: ec2-sim in-process (fast timing), one EC2 instance per node
+//! (RunInstances as a raw query-protocol request: csi-bench does not link aws-sdk), and the
+//! `ebs-csi-driver` binary in controller mode against it, which creates the volumes
+//! (CreateVolume over its CSI socket) and, when the nodes attach, attaches them for
+//! csi-attacher to real loop devices.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -15,58 +15,64 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use crate::Error;
 use crate::harness::child::Child;
 
-pub(crate) const DRIVER: &str = "ebs.csi.aws.com";
-pub(crate) const ZONE: &str = "us-east-1a";
+pub const DRIVER: &str = "ebs.csi.aws.com";
+pub const ZONE: &str = "us-east-1a";
 const REGION: &str = "us-east-1";
 /// The key pair the sim accepts, the controller and [`ec2_call`] sign with.
-const KEY_ID: &str = "csi-bench-node";
-const SECRET: &str = "csi-bench-node";
+const KEY_ID: &str = "csi-bench";
+const SECRET: &str = "csi-bench";
+/// How long the controller may take to create its socket.
+const CONTROLLER_START: Duration = Duration::from_secs(60);
 
 fn sim_credentials() -> ec2_sim::Credentials {
     ec2_sim::Credentials::single(KEY_ID, SECRET)
 }
 /// The EBS driver's zone topology key.
-pub(crate) const ZONE_KEY: &str = "topology.ebs.csi.aws.com/zone";
+pub const ZONE_KEY: &str = "topology.ebs.csi.aws.com/zone";
 
-pub(crate) struct Ebs {
+pub struct Ebs {
     controller: Option<Child>,
     sim: Option<Simulator>,
     socket: PathBuf,
     instances: Vec<String>,
-    attach_limit: usize,
+    attach_limit: Option<usize>,
+    controller_args: Vec<String>,
 }
 
 impl Ebs {
-    pub(crate) async fn start(
+    /// ec2-sim with `nodes` running instances, and the controller (`bin`) logging to `log`.
+    /// With `attach_limit` the volumes attach to real loop devices (root only), at most that
+    /// many per instance, which the controller is told; without, nothing attaches.
+    pub async fn start(
         root: &Path,
-        log_dir: &Path,
+        log: &Path,
         bin: &Path,
         nodes: usize,
-        per_node: usize,
+        attach_limit: Option<usize>,
     ) -> Result<Ebs, Error> {
-        // Room for every pod's volume on its node (AWS's Nitro limit is 28 less the root
-        // volume and network interfaces; the benchmark's 40 per node need more).
-        let attach_limit = per_node.max(25) + 1;
-        let sim = Simulator::start(
-            SimConfig {
-                state_dir: root.join("ec2"),
+        let mut sim_config = SimConfig {
+            state_dir: root.join("ec2"),
+            timing: Timing::Fast,
+            credentials: sim_credentials(),
+            ..SimConfig::default()
+        };
+        if let Some(limit) = attach_limit {
+            sim_config = SimConfig {
                 device_dir: Some(root.join("dev")),
-                timing: Timing::Fast,
                 backing: Backing::Loop,
                 device_layout: DeviceLayout::PerInstance,
-                max_attachments_per_instance: attach_limit + 1,
-                credentials: sim_credentials(),
-                ..SimConfig::default()
-            },
-            ([127, 0, 0, 1], 0).into(),
-        )
-        .await?;
+                max_attachments_per_instance: limit + 1,
+                ..sim_config
+            };
+        }
+        let sim = Simulator::start(sim_config, ([127, 0, 0, 1], 0).into()).await?;
         let mut ebs = Ebs {
             controller: None,
             socket: root.join("ebs-controller.sock"),
             sim: Some(sim),
             instances: Vec::new(),
             attach_limit,
+            controller_args: Vec::new(),
         };
         let addr = ebs.sim()?.local_addr();
         for i in 0..nodes {
@@ -76,40 +82,30 @@ impl Ebs {
         for id in ebs.instances.clone() {
             wait_running(addr, &id).await?;
         }
-        let endpoint = ebs.controller_endpoint();
-        let args = vec![
+        let mut args = vec![
             "--mode=controller".to_string(),
-            format!("--endpoint={endpoint}"),
+            format!("--endpoint={}", ebs.controller_endpoint()),
             format!("--ec2-endpoint={}", ebs.sim()?.endpoint()),
             format!("--region={REGION}"),
-            format!("--volume-attach-limit={attach_limit}"),
         ];
+        args.extend(attach_limit.map(|l| format!("--volume-attach-limit={l}")));
         let envs = [
             ("AWS_ACCESS_KEY_ID", KEY_ID.to_string()),
             ("AWS_SECRET_ACCESS_KEY", SECRET.to_string()),
             ("AWS_REGION", REGION.to_string()),
             ("AWS_EC2_METADATA_DISABLED", "true".to_string()),
         ];
-        ebs.controller = Some(Child::spawn(
+        let controller = ebs.controller.insert(Child::spawn(
             "ebs-csi-driver (controller)",
             bin,
             &args,
             &envs,
-            &log_dir.join("ebs-controller.log"),
+            log,
         )?);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !ebs.socket.exists() {
-            ebs.check_alive()?;
-            if Instant::now() > deadline {
-                let progress = format!("{} does not exist after 60s", ebs.socket.display());
-                return Err(Error::timeout(
-                    "the EBS controller's socket",
-                    progress,
-                    String::new(),
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        controller
+            .wait_for_socket(&ebs.socket, CONTROLLER_START)
+            .await?;
+        ebs.controller_args = args;
         Ok(ebs)
     }
 
@@ -119,29 +115,47 @@ impl Ebs {
             .ok_or_else(|| Error::Other("ec2-sim is not running".into()))
     }
 
-    pub(crate) fn controller_endpoint(&self) -> String {
+    pub fn controller_endpoint(&self) -> String {
         format!("unix://{}", self.socket.display())
     }
 
-    pub(crate) fn instance(&self, i: usize) -> Result<&str, Error> {
+    pub fn instance(&self, i: usize) -> Result<&str, Error> {
         self.instances
             .get(i)
             .map(String::as_str)
             .ok_or_else(|| Error::Other(format!("no EC2 instance for node {i}")))
     }
 
-    pub(crate) fn dev_root(&self, instance: &str) -> PathBuf {
+    pub fn dev_root(&self, instance: &str) -> PathBuf {
         match &self.sim {
             Some(s) => s.node_dev_root(instance),
             None => PathBuf::from("/nonexistent"),
         }
     }
 
-    pub(crate) fn attach_limit(&self) -> usize {
+    /// The most volumes one instance attaches (when they attach at all).
+    pub fn attach_limit(&self) -> Option<usize> {
         self.attach_limit
     }
 
-    pub(crate) async fn controller_capabilities(&self) -> Result<Vec<i32>, Error> {
+    /// The controller's command line after the binary.
+    pub fn controller_args(&self) -> &[String] {
+        &self.controller_args
+    }
+
+    pub fn controller(&self) -> Option<&Child> {
+        self.controller.as_ref()
+    }
+
+    /// EC2 calls ec2-sim answered so far, by action.
+    pub fn ec2_calls(&self) -> std::collections::BTreeMap<String, u64> {
+        self.sim
+            .as_ref()
+            .map(Simulator::call_counts)
+            .unwrap_or_default()
+    }
+
+    pub async fn controller_capabilities(&self) -> Result<Vec<i32>, Error> {
         let endpoint = self.controller_endpoint();
         let channel = csi_spec::connect_unix(&endpoint)
             .await
@@ -164,11 +178,7 @@ impl Ebs {
         Ok(caps)
     }
 
-    pub(crate) fn controller_cpu(&self) -> Option<Duration> {
-        self.controller.as_ref().and_then(Child::cpu)
-    }
-
-    pub(crate) fn check_alive(&mut self) -> Result<(), Error> {
+    pub fn check_alive(&mut self) -> Result<(), Error> {
         match self.controller.as_mut() {
             Some(c) => c.check_alive(),
             None => Ok(()),
@@ -176,7 +186,7 @@ impl Ebs {
     }
 
     /// Stops the controller, then ec2-sim (which releases its loop devices).
-    pub(crate) async fn shutdown(mut self) {
+    pub async fn shutdown(mut self) {
         if let Some(c) = self.controller.take() {
             c.stop().await;
         }
