@@ -63,3 +63,25 @@ fn go_style_single_dash_flags_are_accepted() {
     assert!(!ok);
     assert!(err.contains("nope"), "{err}");
 }
+
+#[test]
+fn node_scenarios_are_a_comma_list_or_the_flag_repeated() {
+    // Each name is checked (the first bad one is named) before anything starts.
+    for args in [
+        &["node", "--scenario=hostpath-bypass,nope"][..],
+        &[
+            "node",
+            "--scenario",
+            "hostpath-bypass",
+            "--scenario",
+            "nope",
+        ][..],
+    ] {
+        let (ok, _, err) = run(args);
+        assert!(!ok, "{args:?}");
+        assert!(err.contains("unknown scenario \"nope\""), "{args:?}: {err}");
+    }
+    let (ok, help, _) = run(&["node", "--help"]);
+    assert!(ok);
+    assert!(help.contains("--scenario <SCENARIO[,...]>"), "{help}");
+}

@@ -28,9 +28,14 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(verbatim_doc_comment)]
 pub struct Flags {
-    /// Scenario to run (repeat for more, or `all`): hostpath-attach-required,
-    /// hostpath-bypass, hostpath-through-adc, ebs.
-    #[arg(long = "scenario", default_value = "all")]
+    /// Scenario to run (a comma list or the flag repeated for more, or `all`):
+    /// hostpath-attach-required, hostpath-bypass, hostpath-through-adc, ebs.
+    #[arg(
+        long = "scenario",
+        default_value = "all",
+        value_delimiter = ',',
+        value_name = "SCENARIO[,...]"
+    )]
     scenarios: Vec<String>,
 
     /// Nodes (each: driver, registrar, agent); pod i runs on node-(i % N).
