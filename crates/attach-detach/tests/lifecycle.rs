@@ -7,6 +7,7 @@
 mod common;
 
 use std::time::Duration;
+use test_support::objects::create_json;
 
 use common::*;
 use volume_plugins::SkipAttachMode::BypassAdc;
@@ -278,14 +279,14 @@ async fn a_pending_claim_is_attached_once_it_binds() {
     use serde_json::json;
 
     let mut env = two_nodes().await;
-    env.create::<PersistentVolume>(
+    create_json::<PersistentVolume>(
         kube::Api::all(env.kube.clone()),
         json!({"metadata": {"name": "pv-late"}, "spec": {
             "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "1Gi"},
             "csi": {"driver": DRIVER, "volumeHandle": "h-late"}}}),
     )
     .await;
-    env.create::<PersistentVolumeClaim>(
+    create_json::<PersistentVolumeClaim>(
         kube::Api::namespaced(env.kube.clone(), NS),
         json!({"metadata": {"name": "late", "namespace": NS}, "spec": {
             "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},

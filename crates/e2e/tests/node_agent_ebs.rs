@@ -13,6 +13,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use test_support::objects::create_json;
 
 use common::{DRIVER, ZONE, aws_config, start_attacher, start_driver};
 use ebs_cloud::{Cloud, CloudMetrics, DiskOptions};
@@ -21,7 +22,7 @@ use ebs_driver::{DriverConfig, Mode as DriverMode, NodeConfig, NodeInfo};
 use ec2_sim::{Backing, DeviceLayout, SimConfig, Simulator, Timing};
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, VolumeAttachment};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -43,14 +44,6 @@ impl Drop for Cleanup {
         self.stop.cancel();
         test_support::unmount_all_below(&self.dir);
     }
-}
-
-async fn create<K>(api: Api<K>, obj: Value) -> K
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(obj).unwrap();
-    api.create(&PostParams::default(), &obj).await.unwrap()
 }
 
 /// One node: the EBS driver's node service for its instance, our registrar, the node agent.
@@ -150,7 +143,7 @@ async fn pod_on(kube: &Client, name: &str, node: &str) {
 }
 
 async fn pod_with_claim(kube: &Client, name: &str, node: &str, claim: &str) {
-    create::<Pod>(
+    create_json::<Pod>(
         Api::namespaced(kube.clone(), NS),
         json!({
             "metadata": {"name": name},
@@ -255,7 +248,7 @@ impl World {
         let mut adc_config = attach_detach::Config::new(Some(kubeconfig.clone()), adc_options);
         adc_config.cloud = Some(cloud.clone());
         tokio::spawn(attach_detach::run(adc_config, stop.clone()));
-        create::<CSIDriver>(
+        create_json::<CSIDriver>(
             Api::all(kube.clone()),
             json!({"metadata": {"name": DRIVER}, "spec": {"attachRequired": true}}),
         )
@@ -305,7 +298,7 @@ impl World {
 
     /// A PVC bound to a PV with the given volume source (as the PV controller binds them).
     async fn bound_claim(&self, claim: &str, pv: &str, source: Value) {
-        let c = create::<PersistentVolumeClaim>(
+        let c = create_json::<PersistentVolumeClaim>(
             Api::namespaced(self.kube.clone(), NS),
             json!({"metadata": {"name": claim},
                    "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
@@ -317,7 +310,7 @@ impl World {
         for (k, v) in source.as_object().unwrap() {
             spec[k] = v.clone();
         }
-        create::<PersistentVolume>(
+        create_json::<PersistentVolume>(
             Api::all(self.kube.clone()),
             json!({"metadata": {"name": pv}, "spec": spec}),
         )

@@ -8,6 +8,7 @@
 mod common;
 
 use std::path::Path;
+use test_support::objects::create_json;
 
 use common::{DRIVER, Env, PATIENCE, is_mounted};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
@@ -241,7 +242,7 @@ async fn raw_block_and_ephemeral_inline_volumes() {
     );
 
     // A CSI ephemeral inline volume: published without any PV, gone with the pod.
-    env.create::<k8s_openapi::api::core::v1::Pod>(
+    create_json::<k8s_openapi::api::core::v1::Pod>(
         env.pods(),
         serde_json::json!({
             "metadata": {"name": "pod-eph"},

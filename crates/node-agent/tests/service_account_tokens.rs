@@ -10,6 +10,7 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use test_support::objects::create_json;
 
 use common::{DRIVER, Env, NS, PATIENCE};
 use csi_spec::v1::NodePublishVolumeRequest;
@@ -25,7 +26,7 @@ const API_AUDIENCE: &str = "https://kubernetes.default.svc.cluster.local";
 async fn create_driver(env: &Env, spec: Value) {
     let mut spec = spec;
     spec["attachRequired"] = json!(false);
-    env.create::<CSIDriver>(
+    create_json::<CSIDriver>(
         Api::all(env.kube.clone()),
         json!({"metadata": {"name": DRIVER}, "spec": spec}),
     )
@@ -33,7 +34,7 @@ async fn create_driver(env: &Env, spec: Value) {
 }
 
 async fn create_service_account(env: &Env, name: &str) {
-    env.create::<ServiceAccount>(
+    create_json::<ServiceAccount>(
         Api::namespaced(env.kube.clone(), NS),
         json!({"metadata": {"name": name}}),
     )
@@ -41,20 +42,19 @@ async fn create_service_account(env: &Env, name: &str) {
 }
 
 async fn create_pod(env: &Env, name: &str, service_account: &str, claim: &str) -> String {
-    let pod = env
-        .create::<Pod>(
-            Api::namespaced(env.kube.clone(), NS),
-            json!({
-                "metadata": {"name": name},
-                "spec": {
-                    "nodeName": "node-a",
-                    "serviceAccountName": service_account,
-                    "containers": [{"name": "c", "image": "busybox"}],
-                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
-                },
-            }),
-        )
-        .await;
+    let pod = create_json::<Pod>(
+        Api::namespaced(env.kube.clone(), NS),
+        json!({
+            "metadata": {"name": name},
+            "spec": {
+                "nodeName": "node-a",
+                "serviceAccountName": service_account,
+                "containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+            },
+        }),
+    )
+    .await;
     pod.metadata.uid.unwrap()
 }
 

@@ -13,6 +13,7 @@
 mod common;
 
 use std::path::Path;
+use test_support::objects::create_json;
 
 use common::{DRIVER, Env, NS, PATIENCE, is_mounted};
 use kube::Api;
@@ -400,22 +401,21 @@ async fn a_generic_ephemeral_volume_is_mounted_from_the_pods_own_claim_before_re
     let n = env.add_node("node-a").await;
     let options = env.agent_options(n, SkipAttachMode::BypassAdc);
     env.start_agent(n, options);
-    let pod = env
-        .create::<k8s_openapi::api::core::v1::Pod>(
-            env.pods(),
-            json!({
-                "metadata": {"name": "pod-e"},
-                "spec": {
-                    "nodeName": "node-a",
-                    "containers": [{"name": "c", "image": "busybox"}],
-                    "volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
-                        "spec": {"accessModes": ["ReadWriteOnce"],
-                                 "resources": {"requests": {"storage": "16Mi"}}},
-                    }}}],
-                },
-            }),
-        )
-        .await;
+    let pod = create_json::<k8s_openapi::api::core::v1::Pod>(
+        env.pods(),
+        json!({
+            "metadata": {"name": "pod-e"},
+            "spec": {
+                "nodeName": "node-a",
+                "containers": [{"name": "c", "image": "busybox"}],
+                "volumes": [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {
+                    "spec": {"accessModes": ["ReadWriteOnce"],
+                             "resources": {"requests": {"storage": "16Mi"}}},
+                }}}],
+            },
+        }),
+    )
+    .await;
     let waiting = env.event_message(None, "PVC default/pod-e-scratch").await;
     println!("{waiting}");
     let not_ready = |p: &k8s_openapi::api::core::v1::Pod| {

@@ -5,6 +5,7 @@
 mod common;
 
 use std::time::Duration;
+use test_support::objects::create_json;
 
 use common::{Env, NS, PATIENCE, annotation, fast_options, pv_json, pvc_json};
 use k8s_openapi::api::core::v1::Pod;
@@ -115,7 +116,7 @@ async fn protection_finalizers_hold_what_is_in_use() {
     env.create_pvc("used", "1Gi", RWO, None).await;
     env.wait_pvc_phase("used", "Bound").await;
     let pods: Api<Pod> = Api::namespaced(env.kube.clone(), NS);
-    env.create(pods.clone(), pod("app", "used")).await;
+    create_json(pods.clone(), pod("app", "used")).await;
 
     // Another controller's finalizer on the claim survives ours coming and going.
     env.pvcs()
@@ -207,7 +208,7 @@ async fn protection_finalizers_hold_what_is_in_use() {
         .as_object_mut()
         .unwrap()
         .remove("nodeName");
-    env.create(pods.clone(), unscheduled).await;
+    create_json(pods.clone(), unscheduled).await;
     env.delete_pvc("idle").await;
     test_support::eventually("idle claim gone", PATIENCE, || async {
         env.pvc("idle").await.is_none().then_some(())

@@ -9,6 +9,7 @@ mod common;
 use common::{Env, NS, PATIENCE, annotation, fast_options, pv_json, pvc_json};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
+use test_support::objects::create_json;
 use volume_plugins::MigratedPlugins;
 
 const RWO: &[&str] = &["ReadWriteOnce"];
@@ -78,7 +79,7 @@ async fn wait_for_first_consumer_waits_for_the_selected_node() {
     .await;
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(env.kube.clone());
     for (node, zone) in [("node-a", "a"), ("node-b", "b")] {
-        env.create(
+        create_json(
             nodes.clone(),
             json!({"metadata": {"name": node, "labels": {"topology.kubernetes.io/zone": zone}}}),
         )
@@ -144,8 +145,7 @@ async fn a_provisioned_volume_is_bound_whatever_the_selected_node_s_labels() {
     )
     .await;
     let nodes: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(env.kube.clone());
-    env.create(nodes, json!({"metadata": {"name": "node-1"}}))
-        .await;
+    create_json(nodes, json!({"metadata": {"name": "node-1"}})).await;
     env.start(fast_options()).await;
     env.create_pvc("data", "1Gi", RWO, Some("late")).await;
     env.pvcs()
@@ -295,7 +295,7 @@ async fn a_claim_without_a_class_gets_the_default_class_once_there_is_one() {
 
     let classes: kube::Api<k8s_openapi::api::storage::v1::StorageClass> =
         kube::Api::all(env.kube.clone());
-    env.create(
+    create_json(
         classes,
         json!({
             "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",

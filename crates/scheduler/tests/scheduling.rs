@@ -7,6 +7,7 @@ mod common;
 use common::{Env, PATIENCE, fit_error};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
+use test_support::objects::create_json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_selector_affinity_and_fewest_pods() {
@@ -70,7 +71,7 @@ async fn unschedulable_and_not_ready_nodes_are_filtered_with_reasons() {
         )
         .await
         .unwrap();
-    env.create(
+    create_json(
         env.nodes(),
         json!({"metadata": {"name": "not-ready"}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}),
     )
@@ -326,7 +327,7 @@ async fn a_generic_ephemeral_volume_is_its_claim() {
     )
     .await;
     // The pod's own claim (what the ephemeral volume controller makes).
-    env.create(
+    create_json(
         env.claims(),
         json!({"metadata": {"name": "eph-scratch", "ownerReferences": [{"apiVersion": "v1",
             "kind": "Pod", "name": "eph", "uid": pod.metadata.uid, "controller": true,

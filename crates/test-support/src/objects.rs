@@ -1,6 +1,7 @@
 //! The Kubernetes objects tests across the workspace create the same way: a labelled Node, a
-//! CSINode, a CSIDriver, a CSI PersistentVolume, a claim, a VolumeAttachment. Each builder sets only what its doc says; a test changes the rest on
-//! the value it gets.
+//! CSINode, a CSIDriver, a CSI PersistentVolume, a claim, a VolumeAttachment. Each builder sets
+//! only what its doc says; a test changes the rest on the value it gets. [`create_json`]
+//! creates an object a test wrote as JSON.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +15,34 @@ use k8s_openapi::api::storage::v1::{
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// Creates `obj` (JSON of a `K`) through `api` and returns what the server stored; panics naming
+/// the kind and the name when it is not a `K` or the server refuses it.
+pub async fn create_json<K>(api: kube::Api<K>, obj: serde_json::Value) -> K
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let (what, obj) = typed::<K>(obj);
+    api.create(&kube::api::PostParams::default(), &obj)
+        .await
+        .unwrap_or_else(|e| panic!("creating {what}: {e}"))
+}
+
+/// `obj` as a `K`, and `Kind "name"` for messages; panics naming them when it is not one.
+fn typed<K>(obj: serde_json::Value) -> (String, K)
+where
+    K: kube::Resource<DynamicType = ()> + serde::de::DeserializeOwned,
+{
+    let what = format!("{} {}", K::kind(&()), obj["metadata"]["name"]);
+    match serde_json::from_value(obj) {
+        Ok(k) => (what, k),
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
 
 /// Metadata with a name only.
 pub fn meta(name: &str) -> ObjectMeta {
@@ -147,7 +176,21 @@ pub fn volume_attachment(name: &str, attacher: &str, pv: &str, node: &str) -> Vo
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn json_is_typed_and_named() {
+        let (what, n) = typed::<Node>(serde_json::json!({"metadata": {"name": "n1"}}));
+        assert_eq!(what, "Node \"n1\"");
+        assert_eq!(n.metadata.name.as_deref(), Some("n1"));
+    }
+
+    #[test]
+    #[should_panic(expected = "Node \"n1\": invalid type")]
+    fn json_that_is_not_the_kind_is_named() {
+        typed::<Node>(serde_json::json!({"metadata": {"name": "n1"}, "spec": 5}));
+    }
 
     #[test]
     fn builders_set_what_they_say() {

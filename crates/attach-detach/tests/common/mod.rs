@@ -7,12 +7,13 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use test_support::objects::create_json;
 
 use attach_detach::{CONTROLLER_MANAGED_ANNOTATION, Config, Options};
 use csi_mock::{MockConfig, MockDriver};
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, VolumeAttachment};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use test_support::ComponentTask;
@@ -179,24 +180,10 @@ impl Env {
 
     // ---- objects ----
 
-    pub async fn create<K>(&self, api: Api<K>, obj: Value) -> K
-    where
-        K: kube::Resource
-            + Clone
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-    {
-        let obj: K = serde_json::from_value(obj).expect("object");
-        api.create(&PostParams::default(), &obj)
-            .await
-            .expect("create")
-    }
-
     /// A controller-managed node and its CSINode registering `drivers` (node ID `<driver>-<node>`)
     /// with the migrated-plugins annotation when given.
     pub async fn create_node(&self, name: &str, drivers: &[&str], migrated: Option<&str>) {
-        self.create::<Node>(
+        create_json::<Node>(
             Api::all(self.kube.clone()),
             json!({
                 "metadata": {"name": name, "annotations": {CONTROLLER_MANAGED_ANNOTATION: "true"}},
@@ -213,7 +200,7 @@ impl Env {
             .iter()
             .map(|d| json!({"name": d, "nodeID": format!("{d}-{name}")}))
             .collect();
-        self.create::<CSINode>(
+        create_json::<CSINode>(
             Api::all(self.kube.clone()),
             json!({"metadata": {"name": name, "annotations": annotations}, "spec": {"drivers": drivers}}),
         )
@@ -222,7 +209,7 @@ impl Env {
 
     /// A node whose kubelet attaches its own volumes (no controller-managed annotation).
     pub async fn create_unmanaged_node(&self, name: &str) {
-        self.create::<Node>(
+        create_json::<Node>(
             Api::all(self.kube.clone()),
             json!({"metadata": {"name": name}}),
         )
@@ -246,7 +233,7 @@ impl Env {
     }
 
     pub async fn create_csidriver(&self, name: &str, attach_required: bool) {
-        self.create::<CSIDriver>(
+        create_json::<CSIDriver>(
             Api::all(self.kube.clone()),
             json!({"metadata": {"name": name}, "spec": {"attachRequired": attach_required}}),
         )
@@ -271,12 +258,12 @@ impl Env {
         for (k, v) in source.as_object().expect("source object") {
             spec[k] = v.clone();
         }
-        self.create::<PersistentVolume>(
+        create_json::<PersistentVolume>(
             Api::all(self.kube.clone()),
             json!({"metadata": {"name": pv}, "spec": spec}),
         )
         .await;
-        self.create::<PersistentVolumeClaim>(
+        create_json::<PersistentVolumeClaim>(
             Api::namespaced(self.kube.clone(), NS),
             json!({
                 "metadata": {"name": claim, "namespace": NS},
@@ -320,7 +307,7 @@ impl Env {
 
     /// A pod on `node` with `volumes` (pod volume JSON).
     pub async fn create_pod_with(&self, name: &str, node: &str, volumes: Vec<Value>) {
-        self.create::<Pod>(
+        create_json::<Pod>(
             Api::namespaced(self.kube.clone(), NS),
             json!({
                 "metadata": {"name": name, "namespace": NS},

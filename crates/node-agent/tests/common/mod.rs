@@ -9,10 +9,11 @@ pub mod recorder;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use test_support::objects::create_json;
 
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 use test_support::ComponentTask;
@@ -342,22 +343,8 @@ impl Env {
 
     // ---- objects ----
 
-    pub async fn create<K>(&self, api: Api<K>, obj: Value) -> K
-    where
-        K: kube::Resource
-            + Clone
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-    {
-        let obj: K = serde_json::from_value(obj).expect("object");
-        api.create(&PostParams::default(), &obj)
-            .await
-            .expect("create")
-    }
-
     pub async fn create_csidriver(&self, attach_required: bool) {
-        self.create::<CSIDriver>(
+        create_json::<CSIDriver>(
             Api::all(self.kube.clone()),
             // As deploy/'s hostpath CSIDriver: inline volumes allowed, the pod's info (with
             // the ephemeral flag the driver tells inline volumes by) on publish.
@@ -417,23 +404,22 @@ impl Env {
             .into_inner()
             .volume
             .unwrap();
-        let claim = self
-            .create::<PersistentVolumeClaim>(
-                Api::namespaced(self.kube.clone(), NS),
-                json!({
-                    "metadata": {"name": pvc},
-                    "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
-                             "volumeMode": if block { "Block" } else { "Filesystem" },
-                             "resources": {"requests": {"storage": "16Mi"}}},
-                }),
-            )
-            .await;
+        let claim = create_json::<PersistentVolumeClaim>(
+            Api::namespaced(self.kube.clone(), NS),
+            json!({
+                "metadata": {"name": pvc},
+                "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
+                         "volumeMode": if block { "Block" } else { "Filesystem" },
+                         "resources": {"requests": {"storage": "16Mi"}}},
+            }),
+        )
+        .await;
         let mut csi = json!({"driver": DRIVER, "volumeHandle": created.volume_id,
                              "volumeAttributes": created.volume_context});
         if let (Some(csi), Some(extra)) = (csi.as_object_mut(), csi_extra.as_object()) {
             csi.extend(extra.clone());
         }
-        self.create::<PersistentVolume>(
+        create_json::<PersistentVolume>(
             Api::all(self.kube.clone()),
             json!({
                 "metadata": {"name": pv},
@@ -460,7 +446,7 @@ impl Env {
 
     /// A pod on `node` using claim `pvc` as volume `data`.
     pub async fn create_pod(&self, name: &str, node: &str, pvc: &str) -> Pod {
-        self.create::<Pod>(
+        create_json::<Pod>(
             Api::namespaced(self.kube.clone(), NS),
             json!({
                 "metadata": {"name": name},

@@ -3,9 +3,10 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
+use test_support::objects::create_json;
 
 use k8s_openapi::api::core::v1::{Event, PersistentVolume, PersistentVolumeClaim};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client};
 use pv_controller::{Config, Options};
 use serde_json::{Value, json};
@@ -103,20 +104,6 @@ impl Env {
 
     // ---- objects ----
 
-    pub async fn create<K>(&self, api: Api<K>, obj: Value) -> K
-    where
-        K: kube::Resource
-            + Clone
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-    {
-        let obj: K = serde_json::from_value(obj).expect("object");
-        api.create(&PostParams::default(), &obj)
-            .await
-            .expect("create")
-    }
-
     pub fn pvs(&self) -> Api<PersistentVolume> {
         Api::all(self.kube.clone())
     }
@@ -141,12 +128,11 @@ impl Env {
         modes: &[&str],
         class: &str,
     ) -> PersistentVolume {
-        self.create(self.pvs(), pv_json(name, size, modes, class))
-            .await
+        create_json(self.pvs(), pv_json(name, size, modes, class)).await
     }
 
     pub async fn create_pv_json(&self, v: Value) -> PersistentVolume {
-        self.create(self.pvs(), v).await
+        create_json(self.pvs(), v).await
     }
 
     pub async fn create_pvc(
@@ -156,17 +142,16 @@ impl Env {
         modes: &[&str],
         class: Option<&str>,
     ) -> PersistentVolumeClaim {
-        self.create(self.pvcs(), pvc_json(name, size, modes, class))
-            .await
+        create_json(self.pvcs(), pvc_json(name, size, modes, class)).await
     }
 
     pub async fn create_pvc_json(&self, v: Value) -> PersistentVolumeClaim {
-        self.create(self.pvcs(), v).await
+        create_json(self.pvcs(), v).await
     }
 
     pub async fn create_class(&self, name: &str, provisioner: &str, mode: &str, params: Value) {
         let api: Api<k8s_openapi::api::storage::v1::StorageClass> = Api::all(self.kube.clone());
-        self.create(
+        create_json(
             api,
             json!({
                 "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",

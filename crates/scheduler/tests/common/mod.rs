@@ -4,10 +4,11 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;
+use test_support::objects::create_json;
 
 use k8s_openapi::api::core::v1::{Event, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -69,20 +70,6 @@ impl Env {
         Api::all(self.kube.clone())
     }
 
-    pub async fn create<K>(&self, api: Api<K>, obj: Value) -> K
-    where
-        K: kube::Resource
-            + Clone
-            + serde::de::DeserializeOwned
-            + serde::Serialize
-            + std::fmt::Debug,
-    {
-        let obj: K = serde_json::from_value(obj).expect("object");
-        api.create(&PostParams::default(), &obj)
-            .await
-            .expect("create")
-    }
-
     /// A Ready node (apiserver-lite keeps a node's status on create) with the hostpath
     /// topology label and `labels`.
     pub async fn node(&self, name: &str, labels: Value) -> Node {
@@ -90,7 +77,7 @@ impl Env {
         for (k, v) in labels.as_object().unwrap() {
             l[k] = v.clone();
         }
-        self.create(
+        create_json(
             self.nodes(),
             json!({"metadata": {"name": name, "labels": l},
                 "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
@@ -100,7 +87,7 @@ impl Env {
 
     /// A CSINode with the hostpath driver and an attach limit.
     pub async fn csinode(&self, node: &str, count: i32) -> CSINode {
-        self.create(
+        create_json(
             Api::all(self.kube.clone()),
             json!({"metadata": {"name": node}, "spec": {"drivers": [{
                 "name": DRIVER, "nodeID": node, "topologyKeys": [TOPOLOGY_KEY],
@@ -115,11 +102,11 @@ impl Env {
         if !allowed_nodes.is_empty() {
             c["allowedTopologies"] = json!([{"matchLabelExpressions": [{"key": TOPOLOGY_KEY, "values": allowed_nodes}]}]);
         }
-        self.create(Api::all(self.kube.clone()), c).await
+        create_json(Api::all(self.kube.clone()), c).await
     }
 
     pub async fn claim(&self, name: &str, class: &str, access_mode: &str) -> PersistentVolumeClaim {
-        self.create(
+        create_json(
             self.claims(),
             json!({"metadata": {"name": name}, "spec": {"accessModes": [access_mode],
                 "storageClassName": class, "resources": {"requests": {"storage": "1Gi"}}}}),
@@ -145,7 +132,7 @@ impl Env {
             pv["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
                 {"key": TOPOLOGY_KEY, "operator": "In", "values": [node]}]}]}});
         }
-        let pv: PersistentVolume = self.create(self.volumes(), pv).await;
+        let pv: PersistentVolume = create_json(self.volumes(), pv).await;
         self.volumes()
             .patch_status(
                 &pv_name,
@@ -184,7 +171,7 @@ impl Env {
         for (k, v) in extra.as_object().unwrap() {
             spec[k] = v.clone();
         }
-        self.create(
+        create_json(
             self.pods(),
             json!({"metadata": {"name": name}, "spec": spec}),
         )
