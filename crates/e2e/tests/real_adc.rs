@@ -122,21 +122,7 @@ async fn scenario(bins: &Bins, adc: Adc) -> Option<Value> {
     std::fs::create_dir_all(&plugin_dir).unwrap();
     let socket = plugin_dir.join("csi.sock");
 
-    for file in [
-        "deploy/kubernetes/base/serviceaccounts.yaml",
-        "deploy/kubernetes/rbac/attacher/rbac-attacher.yaml",
-        "deploy/kubernetes/rbac/provisioner/rbac-provisioner.yaml",
-        "deploy/kubernetes/base/csidriver.yaml",
-        "deploy/kubernetes/overlays/ebs/storageclass.yaml",
-    ] {
-        cluster
-            .apply(&repo_file(file))
-            .unwrap_or_else(|e| panic!("applying {file}: {e}"));
-    }
-    let sa = cluster
-        .service_account_kubeconfig("kube-system", "ebs-csi-controller-sa")
-        .await
-        .unwrap();
+    let sa = real_support::deploy_controller_objects(&cluster).await;
     let mut children = vec![
         spawn_component(
             &bins.driver,

@@ -20,7 +20,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
 mod real_support;
-use real_support::{eventually, is_mount_point, repo_file};
+use real_support::{eventually, is_mount_point};
 
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "node-ebs";
@@ -49,22 +49,7 @@ async fn ebs_claim_provisioned_attached_and_mounted_under_real_kcm_and_kubelet()
     let socket = plugin_dir.join("csi.sock");
     let endpoint = format!("unix://{}", socket.display());
 
-    // deploy/: the ServiceAccounts, the sidecars' RBAC, the CSIDriver and the example class.
-    for file in [
-        "deploy/kubernetes/base/serviceaccounts.yaml",
-        "deploy/kubernetes/rbac/attacher/rbac-attacher.yaml",
-        "deploy/kubernetes/rbac/provisioner/rbac-provisioner.yaml",
-        "deploy/kubernetes/base/csidriver.yaml",
-        "deploy/kubernetes/overlays/ebs/storageclass.yaml",
-    ] {
-        cluster
-            .apply(&repo_file(file))
-            .unwrap_or_else(|e| panic!("applying {file}: {e}"));
-    }
-    let sa = cluster
-        .service_account_kubeconfig("kube-system", "ebs-csi-controller-sa")
-        .await
-        .unwrap();
+    let sa = real_support::deploy_controller_objects(&cluster).await;
 
     // The node DaemonSet's containers and the controller Deployment's, as host processes.
     let _driver = spawn_component(

@@ -18,7 +18,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
 mod real_support;
-use real_support::{eventually, is_mount_point, repo_file};
+use real_support::{eventually, is_mount_point};
 
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "agent-node";
@@ -69,21 +69,7 @@ async fn node_agent_serves_a_pod_under_real_kcm_and_scheduler() {
     std::fs::create_dir_all(&plugin_dir).unwrap();
     let socket = plugin_dir.join("csi.sock");
     let endpoint = format!("unix://{}", socket.display());
-    for file in [
-        "deploy/kubernetes/base/serviceaccounts.yaml",
-        "deploy/kubernetes/rbac/attacher/rbac-attacher.yaml",
-        "deploy/kubernetes/rbac/provisioner/rbac-provisioner.yaml",
-        "deploy/kubernetes/base/csidriver.yaml",
-        "deploy/kubernetes/overlays/ebs/storageclass.yaml",
-    ] {
-        cluster
-            .apply(&repo_file(file))
-            .unwrap_or_else(|e| panic!("applying {file}: {e}"));
-    }
-    let sa = cluster
-        .service_account_kubeconfig("kube-system", "ebs-csi-controller-sa")
-        .await
-        .unwrap();
+    let sa = real_support::deploy_controller_objects(&cluster).await;
     let agent_kubeconfig = agent_identity(&cluster);
 
     let _driver = spawn_component(

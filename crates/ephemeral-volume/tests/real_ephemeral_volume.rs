@@ -22,11 +22,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_harness::support::{create, eventually_with_logs, spawn_component};
+use k8s_harness::support::{eventually_with_logs, spawn_component};
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::{Event, Namespace, PersistentVolumeClaim, Pod, ServiceAccount};
 use kube::{Api, Client};
 use serde_json::{Value, json};
+use test_support::objects::create_json;
 
 const NS: &str = "ev";
 /// How long one step may take before the test fails with the logs' ends.
@@ -122,7 +123,7 @@ async fn run(side: Side) -> Option<BTreeMap<String, Value>> {
 
 async fn scenarios(client: &Client, logs: &[PathBuf]) -> BTreeMap<String, Value> {
     let mut record = BTreeMap::new();
-    create(
+    create_json(
         &Api::<Namespace>::all(client.clone()),
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}),
     )
@@ -137,7 +138,7 @@ async fn scenarios(client: &Client, logs: &[PathBuf]) -> BTreeMap<String, Value>
     let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), NS);
 
     // `clash`: someone else's claim of the name first.
-    create(
+    create_json(
         &pvcs,
         json!({
             "apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -163,7 +164,7 @@ async fn scenarios(client: &Client, logs: &[PathBuf]) -> BTreeMap<String, Value>
         "accessModes": ["ReadWriteOnce"],
         "resources": {"requests": {"storage": "1Gi"}}
     }});
-    let web = create(
+    let web = create_json(
         &pods,
         pod_json(
             "web",
@@ -175,7 +176,7 @@ async fn scenarios(client: &Client, logs: &[PathBuf]) -> BTreeMap<String, Value>
         ),
     )
     .await;
-    let clash = create(
+    let clash = create_json(
         &pods,
         pod_json(
             "clash",

@@ -9,8 +9,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::serde::{Serialize, de::DeserializeOwned};
-
 pub use crate::process::free_ports;
 
 /// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
@@ -103,17 +101,6 @@ where
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Creates the object the JSON `v` describes; panics naming it when that fails.
-pub async fn create<K>(api: &kube::Api<K>, v: serde_json::Value) -> K
-where
-    K: Serialize + DeserializeOwned + Clone + std::fmt::Debug,
-{
-    let obj: K = serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("decoding {v}: {e}"));
-    api.create(&Default::default(), &obj)
-        .await
-        .unwrap_or_else(|e| panic!("creating {v}: {e}"))
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_harness::support::{create, eventually_with_logs, spawn_component};
+use k8s_harness::support::{eventually_with_logs, spawn_component};
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::{
     Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
@@ -45,6 +45,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::{Value, json};
+use test_support::objects::create_json;
 
 const NODE: &str = "node-pv";
 const NAMESPACES: [&str; 9] = [
@@ -416,7 +417,7 @@ async fn run(side: Side) -> Option<BTreeMap<String, Value>> {
     // Namespaces, and their default ServiceAccounts (the admission of pods needs them).
     let nss: Api<Namespace> = Api::all(client.clone());
     for ns in NAMESPACES {
-        create(
+        create_json(
             &nss,
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
         )
@@ -532,17 +533,17 @@ async fn static_binding(ctx: &Ctx) {
     let ns = "static";
     let pvs = ctx.pvs();
     let dir = |n: &str| host_path(&ctx.host.join(n));
-    create(&pvs, pv("st-big", "10Gi", RWO, "", "Retain", dir("st-big"))).await;
-    create(&pvs, pv("st-fit", "2Gi", RWO, "", "Retain", dir("st-fit"))).await;
-    create(&pvs, pv("st-rwx", "1Gi", RWX, "", "Retain", dir("st-rwx"))).await;
-    create(
+    create_json(&pvs, pv("st-big", "10Gi", RWO, "", "Retain", dir("st-big"))).await;
+    create_json(&pvs, pv("st-fit", "2Gi", RWO, "", "Retain", dir("st-fit"))).await;
+    create_json(&pvs, pv("st-rwx", "1Gi", RWX, "", "Retain", dir("st-rwx"))).await;
+    create_json(
         &pvs,
         pv("st-gold", "1Gi", RWO, "gold", "Retain", dir("st-gold")),
     )
     .await;
     let mut fast = pv("st-fast", "1Gi", RWO, "", "Retain", dir("st-fast"));
     fast["metadata"]["labels"] = json!({"tier": "fast"});
-    create(&pvs, fast).await;
+    create_json(&pvs, fast).await;
     let names = ["st-big", "st-fit", "st-rwx", "st-gold", "st-fast"];
     for n in names {
         ctx.pv_phase(n, "Available").await;
@@ -559,10 +560,10 @@ async fn static_binding(ctx: &Ctx) {
     // One at a time: which volume each gets does not depend on the order of the queue.
     for c in claims {
         let name = c["metadata"]["name"].as_str().unwrap().to_string();
-        create(&pvcs, c).await;
+        create_json(&pvcs, c).await;
         ctx.pvc_phase(ns, &name, "Bound").await;
     }
-    create(&pvcs, pvc(ns, "st-c-none", "100Gi", RWO, Some(""))).await;
+    create_json(&pvcs, pvc(ns, "st-c-none", "100Gi", RWO, Some(""))).await;
     ctx.claim_event(ns, "st-c-none", "FailedBinding").await;
     tokio::time::sleep(SETTLE).await;
     let mut claims = BTreeMap::new();
@@ -592,14 +593,14 @@ async fn prebound(ctx: &Ctx) {
     let dir = |n: &str| host_path(&ctx.host.join(n));
     let mut by_ref = pv("pb-ref", "1Gi", RWO, "pb", "Retain", dir("pb-ref"));
     by_ref["spec"]["claimRef"] = json!({"namespace": ns, "name": "pb-c-ref"});
-    create(&pvs, by_ref).await;
-    create(
+    create_json(&pvs, by_ref).await;
+    create_json(
         &pvs,
         pv("pb-vol", "2Gi", RWO, "pb", "Retain", dir("pb-vol")),
     )
     .await;
     // A better fit for pb-c-ref than its own (the claimRef wins).
-    create(
+    create_json(
         &pvs,
         pv("pb-decoy", "1Gi", RWO, "pb", "Retain", dir("pb-decoy")),
     )
@@ -613,11 +614,11 @@ async fn prebound(ctx: &Ctx) {
     c_vol["spec"]["volumeName"] = json!("pb-vol");
     let mut c_missing = pvc(ns, "pb-c-missing", "1Gi", RWO, Some("pb"));
     c_missing["spec"]["volumeName"] = json!("pb-nothing");
-    create(&pvcs, c_vol).await;
+    create_json(&pvcs, c_vol).await;
     ctx.pvc_phase(ns, "pb-c-vol", "Bound").await;
-    create(&pvcs, pvc(ns, "pb-c-ref", "500Mi", RWO, Some("pb"))).await;
+    create_json(&pvcs, pvc(ns, "pb-c-ref", "500Mi", RWO, Some("pb"))).await;
     ctx.pvc_phase(ns, "pb-c-ref", "Bound").await;
-    create(&pvcs, c_missing).await;
+    create_json(&pvcs, c_missing).await;
     tokio::time::sleep(SETTLE).await;
     let mut r = BTreeMap::new();
     r.insert("pb-ref before its claim", before);
@@ -639,7 +640,7 @@ async fn wffc(ctx: &Ctx) {
         ("wf-ext", "example.com/nobody"),
         ("wf-local", "kubernetes.io/no-provisioner"),
     ] {
-        create(
+        create_json(
             &classes,
             json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
                 "metadata": {"name": name}, "provisioner": provisioner,
@@ -659,12 +660,12 @@ async fn wffc(ctx: &Ctx) {
     );
     local["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
         {"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}]}});
-    create(&ctx.pvs(), local).await;
+    create_json(&ctx.pvs(), local).await;
     ctx.pv_phase("wf-local", "Available").await;
     let pvcs = ctx.pvcs(ns);
-    create(&pvcs, pvc(ns, "wf-c-ext", "1Gi", RWO, Some("wf-ext"))).await;
-    create(&pvcs, pvc(ns, "wf-c-local", "1Gi", RWO, Some("wf-local"))).await;
-    create(&pvcs, pvc(ns, "wf-c-stuck", "1Gi", RWO, Some("wf-ext"))).await;
+    create_json(&pvcs, pvc(ns, "wf-c-ext", "1Gi", RWO, Some("wf-ext"))).await;
+    create_json(&pvcs, pvc(ns, "wf-c-local", "1Gi", RWO, Some("wf-local"))).await;
+    create_json(&pvcs, pvc(ns, "wf-c-stuck", "1Gi", RWO, Some("wf-ext"))).await;
     for c in ["wf-c-ext", "wf-c-local", "wf-c-stuck"] {
         ctx.claim_event(ns, c, "WaitForFirstConsumer").await;
     }
@@ -676,13 +677,13 @@ async fn wffc(ctx: &Ctx) {
     ctx.put("wffc/before-pod", json!(before));
 
     let pods = ctx.pods(ns);
-    create(&pods, pod(ns, "wf-pod-ext", "wf-c-ext")).await;
-    create(&pods, pod(ns, "wf-pod-local", "wf-c-local")).await;
+    create_json(&pods, pod(ns, "wf-pod-ext", "wf-c-ext")).await;
+    create_json(&pods, pod(ns, "wf-pod-local", "wf-c-local")).await;
     // A pod no node can take: its claim waits for the scheduler (kcm says so at its next
     // resync of the claim, within 15 s).
     let mut stuck = pod(ns, "wf-pod-stuck", "wf-c-stuck");
     stuck["spec"]["nodeSelector"] = json!({"example.com/no-such-node": "x"});
-    create(&pods, stuck).await;
+    create_json(&pods, stuck).await;
     ctx.pvc_phase(ns, "wf-c-local", "Bound").await;
     ctx.pod_running(ns, "wf-pod-local").await;
     ctx.claim_event(ns, "wf-c-ext", "ExternalProvisioning")
@@ -729,14 +730,14 @@ async fn reclaim(ctx: &Ctx) {
     ];
     let names = ["rc-retain", "rc-nfs", "rc-csi", "rc-external"];
     for v in vols {
-        create(&pvs, v).await;
+        create_json(&pvs, v).await;
     }
     for n in names {
         ctx.pv_phase(n, "Available").await;
     }
     let pvcs = ctx.pvcs(ns);
     for n in names {
-        create(&pvcs, pvc(ns, &format!("{n}-c"), "1Gi", RWO, Some(n))).await;
+        create_json(&pvcs, pvc(ns, &format!("{n}-c"), "1Gi", RWO, Some(n))).await;
     }
     for n in names {
         ctx.pvc_phase(ns, &format!("{n}-c"), "Bound").await;
@@ -774,7 +775,7 @@ async fn protect(ctx: &Ctx) {
     let ns = "protect";
     let pvs = ctx.pvs();
     for n in ["pr-used", "pr-idle", "pr-pending"] {
-        create(
+        create_json(
             &pvs,
             pv(n, "1Gi", RWO, n, "Retain", host_path(&ctx.host.join(n))),
         )
@@ -785,17 +786,17 @@ async fn protect(ctx: &Ctx) {
     }
     let pvcs = ctx.pvcs(ns);
     for n in ["pr-used", "pr-idle", "pr-pending"] {
-        create(&pvcs, pvc(ns, &format!("{n}-c"), "1Gi", RWO, Some(n))).await;
+        create_json(&pvcs, pvc(ns, &format!("{n}-c"), "1Gi", RWO, Some(n))).await;
     }
     for n in ["pr-used", "pr-idle", "pr-pending"] {
         ctx.pvc_phase(ns, &format!("{n}-c"), "Bound").await;
     }
     let pods = ctx.pods(ns);
-    create(&pods, pod(ns, "pr-pod", "pr-used-c")).await;
+    create_json(&pods, pod(ns, "pr-pod", "pr-used-c")).await;
     // A pod no node takes does not hold its claim (the kubelet never starts it).
     let mut pending = pod(ns, "pr-pod-pending", "pr-pending-c");
     pending["spec"]["nodeSelector"] = json!({"example.com/no-such-node": "x"});
-    create(&pods, pending).await;
+    create_json(&pods, pending).await;
     ctx.pod_running(ns, "pr-pod").await;
 
     let mut bound = BTreeMap::new();
@@ -834,7 +835,7 @@ async fn protect(ctx: &Ctx) {
 async fn migrate(ctx: &Ctx) {
     let ns = "migrate";
     let classes: Api<StorageClass> = Api::all(ctx.client.clone());
-    create(
+    create_json(
         &classes,
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
             "metadata": {"name": "mg-ebs"}, "provisioner": "kubernetes.io/aws-ebs",
@@ -852,11 +853,11 @@ async fn migrate(ctx: &Ctx) {
     made["metadata"]["annotations"] =
         json!({"pv.kubernetes.io/provisioned-by": "kubernetes.io/aws-ebs"});
     made["spec"]["claimRef"] = json!({"namespace": ns, "name": "mg-c-static"});
-    create(&ctx.pvs(), made).await;
+    create_json(&ctx.pvs(), made).await;
     ctx.pv_phase("mg-pv", "Available").await;
     let pvcs = ctx.pvcs(ns);
-    create(&pvcs, pvc(ns, "mg-c-new", "1Gi", RWO, Some("mg-ebs"))).await;
-    create(&pvcs, pvc(ns, "mg-c-static", "1Gi", RWO, Some("mg-ebs"))).await;
+    create_json(&pvcs, pvc(ns, "mg-c-new", "1Gi", RWO, Some("mg-ebs"))).await;
+    create_json(&pvcs, pvc(ns, "mg-c-static", "1Gi", RWO, Some("mg-ebs"))).await;
     ctx.claim_event(ns, "mg-c-new", "ExternalProvisioning")
         .await;
     ctx.pvc_phase(ns, "mg-c-static", "Bound").await;
@@ -876,14 +877,14 @@ async fn default_class(ctx: &Ctx) {
     let ns = "default-class";
     let pvcs = ctx.pvcs(ns);
     // 100Gi: more than any volume of `static` (class ""), which these claims could take.
-    create(&pvcs, pvc(ns, "df-c-later", "100Gi", RWO, None)).await;
-    create(&pvcs, pvc(ns, "df-c-none", "100Gi", RWO, Some(""))).await;
+    create_json(&pvcs, pvc(ns, "df-c-later", "100Gi", RWO, None)).await;
+    create_json(&pvcs, pvc(ns, "df-c-none", "100Gi", RWO, Some(""))).await;
     ctx.claim_event(ns, "df-c-later", "FailedBinding").await;
     let mut before = BTreeMap::new();
     before.insert("df-c-later", ctx.snap_pvc(ns, "df-c-later").await);
     ctx.put("default-class/before", json!(before));
     let classes: Api<StorageClass> = Api::all(ctx.client.clone());
-    create(
+    create_json(
         &classes,
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
             "metadata": {"name": "df-default",
@@ -919,7 +920,7 @@ async fn default_class(ctx: &Ctx) {
 async fn lost(ctx: &Ctx) {
     let ns = "lost";
     let pvs = ctx.pvs();
-    create(
+    create_json(
         &pvs,
         pv(
             "ls-pv",
@@ -932,7 +933,7 @@ async fn lost(ctx: &Ctx) {
     )
     .await;
     ctx.pv_phase("ls-pv", "Available").await;
-    create(&ctx.pvcs(ns), pvc(ns, "ls-c", "1Gi", RWO, Some("ls"))).await;
+    create_json(&ctx.pvcs(ns), pvc(ns, "ls-c", "1Gi", RWO, Some("ls"))).await;
     ctx.pvc_phase(ns, "ls-c", "Bound").await;
     ctx.pv_phase("ls-pv", "Bound").await;
     pvs.delete("ls-pv", &DeleteParams::default()).await.unwrap();
@@ -968,16 +969,16 @@ async fn safety(ctx: &Ctx) {
 
     let mut small = pv("sf-small", "20Gi", RWO, "", "Retain", dir("sf-small"));
     small["spec"]["claimRef"] = json!({"namespace": ns, "name": "sf-c-small"});
-    create(&pvs, small).await;
+    create_json(&pvs, small).await;
     let mut dying = pv("sf-dying", "1Gi", RWO, "sf", "Retain", dir("sf-dying"));
     dying["metadata"]["finalizers"] = json!(["example.com/hold"]);
-    create(&pvs, dying).await;
-    create(
+    create_json(&pvs, dying).await;
+    create_json(
         &pvs,
         pv("sf-chosen", "1Gi", RWO, "sf", "Retain", dir("sf-chosen")),
     )
     .await;
-    create(
+    create_json(
         &pvs,
         pv("sf-grow", "2Gi", RWO, "sf-grow", "Retain", dir("sf-grow")),
     )
@@ -1013,14 +1014,14 @@ async fn safety(ctx: &Ctx) {
     })
     .await;
 
-    create(&pvcs, pvc(ns, "sf-c-small", "50Gi", RWO, Some(""))).await;
+    create_json(&pvcs, pvc(ns, "sf-c-small", "50Gi", RWO, Some(""))).await;
     let mut c_dying = pvc(ns, "sf-c-dying", "1Gi", RWO, Some("sf"));
     c_dying["spec"]["volumeName"] = json!("sf-dying");
-    create(&pvcs, c_dying).await;
+    create_json(&pvcs, c_dying).await;
     let mut c_owner = pvc(ns, "sf-c-owner", "1Gi", RWO, Some("sf"));
     c_owner["spec"]["volumeName"] = json!("sf-chosen");
-    create(&pvcs, c_owner).await;
-    create(&pvcs, pvc(ns, "sf-c-grow", "1Gi", RWO, Some("sf-grow"))).await;
+    create_json(&pvcs, c_owner).await;
+    create_json(&pvcs, pvc(ns, "sf-c-grow", "1Gi", RWO, Some("sf-grow"))).await;
     ctx.pvc_phase(ns, "sf-c-owner", "Bound").await;
     ctx.pvc_phase(ns, "sf-c-grow", "Bound").await;
     ctx.claim_event(ns, "sf-c-small", "FailedBinding").await;
@@ -1030,7 +1031,7 @@ async fn safety(ctx: &Ctx) {
     let mut stale = pv("sf-stale", "1Gi", RWO, "sf", "Retain", dir("sf-stale"));
     stale["spec"]["claimRef"] = json!({"kind": "PersistentVolumeClaim", "apiVersion": "v1",
         "namespace": ns, "name": "sf-c-owner", "uid": owner.metadata.uid});
-    create(&pvs, stale).await;
+    create_json(&pvs, stale).await;
     ctx.eventually("sf-stale's ref without uid", || {
         let pvs = pvs.clone();
         async move {

@@ -16,9 +16,13 @@ use k8s_openapi::api::storage::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-/// Creates `obj` (JSON of a `K`) through `api` and returns what the server stored; panics naming
-/// the kind and the name when it is not a `K` or the server refuses it.
-pub async fn create_json<K>(api: kube::Api<K>, obj: serde_json::Value) -> K
+/// Creates `obj` (JSON of a `K`) through `api` (an `Api` or a reference to one) and returns what
+/// the server stored; panics naming the kind and the name when it is not a `K` or the server
+/// refuses it.
+pub async fn create_json<K>(
+    api: impl std::borrow::Borrow<kube::Api<K>>,
+    obj: serde_json::Value,
+) -> K
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -27,7 +31,8 @@ where
         + std::fmt::Debug,
 {
     let (what, obj) = typed::<K>(obj);
-    api.create(&kube::api::PostParams::default(), &obj)
+    api.borrow()
+        .create(&kube::api::PostParams::default(), &obj)
         .await
         .unwrap_or_else(|e| panic!("creating {what}: {e}"))
 }

@@ -45,6 +45,27 @@ pub fn repo_file(rel: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// deploy/'s ServiceAccounts, the sidecars' RBAC, the CSIDriver and the example class, applied
+/// as an operator applies them; the kubeconfig of the controller's ServiceAccount (its token
+/// from the real API server), which the controller-side processes run with.
+pub async fn deploy_controller_objects(cluster: &k8s_harness::Cluster) -> std::path::PathBuf {
+    for file in [
+        "deploy/kubernetes/base/serviceaccounts.yaml",
+        "deploy/kubernetes/rbac/attacher/rbac-attacher.yaml",
+        "deploy/kubernetes/rbac/provisioner/rbac-provisioner.yaml",
+        "deploy/kubernetes/base/csidriver.yaml",
+        "deploy/kubernetes/overlays/ebs/storageclass.yaml",
+    ] {
+        cluster
+            .apply(&repo_file(file))
+            .unwrap_or_else(|e| panic!("applying {file}: {e}"));
+    }
+    cluster
+        .service_account_kubeconfig("kube-system", "ebs-csi-controller-sa")
+        .await
+        .unwrap_or_else(|e| panic!("the controller ServiceAccount's kubeconfig: {e}"))
+}
+
 /// Whether loop devices can be had (the embedded EC2 backs volumes with them); says why not
 /// through `test_support::skip_or_fail`.
 pub fn loop_devices_or_skip() -> bool {
