@@ -6,50 +6,15 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use test_support::net::{free_port, try_http_get};
+use test_support::process::ChildGuard;
 
 const BIN: &str = env!("CARGO_BIN_EXE_attach-detach-controller");
-
-/// Kills the child on drop (a failed test leaves no process behind).
-struct ChildGuard(Option<Child>);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// (status code, body) of a plain HTTP GET.
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let code = response.split(' ').nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())?;
-    Some((code, body))
-}
 
 #[test]
 fn help_names_the_flags_and_bad_values_are_refused() {
@@ -103,7 +68,7 @@ async fn the_binary_attaches_serves_metrics_and_stops_on_sigterm() {
     env.create_pod("pod-b", "node-1", "b").await;
     let port = free_port();
     let log = std::fs::File::create(env.dir.path().join("adc.log")).unwrap();
-    let mut child = ChildGuard(Some(
+    let mut child = ChildGuard(
         Command::new(BIN)
             .arg(format!("-kubeconfig={}", env.kubeconfig_file().display()))
             .arg(format!("-http-endpoint=127.0.0.1:{port}"))
@@ -118,7 +83,7 @@ async fn the_binary_attaches_serves_metrics_and_stops_on_sigterm() {
             .stderr(log)
             .spawn()
             .unwrap(),
-    ));
+    );
 
     // No attacher runs: the VolumeAttachment is created and waited for.
     eventually("the binary creates the VolumeAttachment", || async {
@@ -136,10 +101,13 @@ async fn the_binary_attaches_serves_metrics_and_stops_on_sigterm() {
     })
     .await;
     assert!(lease.spec.unwrap().holder_identity.is_some());
-    let (code, _) = eventually("/healthz answers", || get(port, "/healthz")).await;
+    let (code, _) = eventually("/healthz answers", || {
+        try_http_get(("127.0.0.1", port), "/healthz")
+    })
+    .await;
     assert_eq!(code, 200);
     let metrics = eventually("metrics report the desired volume", || async {
-        let (code, body) = get(port, "/metrics").await?;
+        let (code, body) = try_http_get(("127.0.0.1", port), "/metrics").await?;
         (code == 200
             && body.contains("attachdetach_controller_total_volumes{plugin_name=\"kubernetes.io/csi:mock.csi.rs\",state=\"desired_state_of_world\"} 1"))
         .then_some(body)
@@ -150,9 +118,7 @@ async fn the_binary_attaches_serves_metrics_and_stops_on_sigterm() {
         "{metrics}"
     );
 
-    let status =
-        test_support::process::terminate(child.0.as_mut().unwrap(), "the binary", PATIENCE).await;
-    child.0 = None;
+    let status = test_support::process::terminate(&mut child.0, "the binary", PATIENCE).await;
     let log = std::fs::read_to_string(env.dir.path().join("adc.log")).unwrap_or_default();
     assert!(status.success(), "exit {status:?}; log:\n{log}");
     env.shutdown().await;

@@ -5,6 +5,7 @@
 mod common;
 
 use std::time::{Duration, Instant};
+use test_support::net::free_port;
 
 use common::*;
 use csi_mock::{Method, MockConfig};

@@ -8,6 +8,7 @@ mod ctl;
 use std::io::{Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use test_support::net::free_port;
 
 use csi_spec::v1::identity_client::IdentityClient;
 use csi_spec::v1::node_client::NodeClient;
@@ -83,14 +84,6 @@ impl Drop for Process {
 
 fn strings(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// NodeGetInfo from the driver on `socket`.

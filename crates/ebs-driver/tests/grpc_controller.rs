@@ -6,6 +6,7 @@
 mod ctl;
 
 use std::collections::HashMap;
+use test_support::net::http_get;
 
 use csi_spec::v1::controller_service_capability::rpc::Type as Rpc;
 use csi_spec::v1::plugin_capability::service::Type as PluginService;
@@ -562,23 +563,6 @@ async fn probe_is_not_ready_while_ec2_fails() {
     config.aws.retry.max_attempts = 1;
     let d = Driver::start(config).await;
     assert_eq!(probe_ready(&mut d.identity()).await, Some(false));
-}
-
-/// A plain HTTP/1.1 GET, enough for the metrics endpoint.
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    let status = out
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (status, out)
 }
 
 #[tokio::test]

@@ -1,26 +1,17 @@
 //! What the real-Kubernetes tests of several crates share around a [`Cluster`](crate::Cluster):
 //! our own binaries as host processes ([`workspace_bin`], [`bins_or_skip`], [`spawn_component`]
 //! on ports [`free_ports`] found), waiting with their logs' ends in the failure
-//! ([`eventually_with_logs`]), and objects made from JSON ([`create`]). Test helpers: where the
-//! cluster's API returns [`Error`](crate::Error), these panic (a failed test) or skip through
-//! `test_support::skip_or_fail`.
+//! ([`eventually_with_logs`]); objects made from JSON are `test_support::objects::create_json`.
+//! Test helpers: where the cluster's API returns [`Error`](crate::Error), these panic (a failed
+//! test) or skip through `test_support::skip_or_fail`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use crate::process::free_ports;
 
-/// A child process killed (SIGKILL) and reaped on drop, also when an assertion fails.
-#[derive(Debug)]
-pub struct ChildGuard(pub Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub use test_support::process::ChildGuard;
 
 /// Starts `bin` with `args`, stdin from /dev/null, stdout and stderr to `log`; panics when it
 /// cannot.

@@ -4,7 +4,8 @@
 
 mod common;
 
-use common::{Env, PATIENCE, free_port, http_get};
+use common::{Env, PATIENCE, http_get};
+use test_support::net::free_port;
 use volume_plugins::SkipAttachMode;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@ mod common_pm;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
+use test_support::net::http_get;
 
 use common_pm::*;
 use csi_spec::v1::NodeGetInfoRequest;

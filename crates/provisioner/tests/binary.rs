@@ -5,6 +5,7 @@
 mod common;
 
 use std::process::{Child, Command, Stdio};
+use test_support::net::free_port;
 
 use common::*;
 use csi_mock::MockConfig;
@@ -21,14 +22,6 @@ impl Drop for Guard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 async fn http_get(port: u16, path: &str) -> Option<(String, String)> {

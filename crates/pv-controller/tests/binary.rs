@@ -5,51 +5,16 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use common::{Env, PATIENCE};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use test_support::net::{free_port, try_http_get};
+use test_support::process::ChildGuard;
 
 const BIN: &str = env!("CARGO_BIN_EXE_pv-controller");
 const RWO: &[&str] = &["ReadWriteOnce"];
-
-/// Kills the child on drop (a failed test leaves no process behind).
-struct ChildGuard(Option<Child>);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// (status code, body) of a plain HTTP GET.
-async fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.ok()?;
-    let code = response.split(' ').nth(1)?.parse().ok()?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())?;
-    Some((code, body))
-}
 
 #[test]
 fn help_names_the_flags_and_bad_values_are_refused() {
@@ -109,7 +74,7 @@ async fn the_binary_binds_serves_metrics_and_stops_on_sigterm() {
     let port = free_port();
     let log_path = dir.path().join("pv-controller.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut child = ChildGuard(Some(
+    let mut child = ChildGuard(
         Command::new(BIN)
             .arg(format!("-kubeconfig={}", kubeconfig.display()))
             .arg(format!("-http-endpoint=127.0.0.1:{port}"))
@@ -122,7 +87,7 @@ async fn the_binary_binds_serves_metrics_and_stops_on_sigterm() {
             .stderr(log)
             .spawn()
             .unwrap(),
-    ));
+    );
 
     env.wait_pvc_phase("data", "Bound").await;
     let holder = test_support::eventually("the lease is held", PATIENCE, || async {
@@ -134,11 +99,13 @@ async fn the_binary_binds_serves_metrics_and_stops_on_sigterm() {
     })
     .await;
     assert!(!holder.is_empty());
-    let (code, _) =
-        test_support::eventually("/healthz answers", PATIENCE, || get(port, "/healthz")).await;
+    let (code, _) = test_support::eventually("/healthz answers", PATIENCE, || {
+        try_http_get(("127.0.0.1", port), "/healthz")
+    })
+    .await;
     assert_eq!(code, 200);
     let metrics = test_support::eventually("metrics count the bound volume", PATIENCE, || async {
-        let (code, body) = get(port, "/metrics").await?;
+        let (code, body) = try_http_get(("127.0.0.1", port), "/metrics").await?;
         (code == 200 && body.contains("pv_collector_bound_pv_count{storage_class=\"\"} 1"))
             .then_some(body)
     })
@@ -152,9 +119,7 @@ async fn the_binary_binds_serves_metrics_and_stops_on_sigterm() {
         "{metrics}"
     );
 
-    let status =
-        test_support::process::terminate(child.0.as_mut().unwrap(), "the binary", PATIENCE).await;
-    child.0 = None;
+    let status = test_support::process::terminate(&mut child.0, "the binary", PATIENCE).await;
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     assert!(status.success(), "exit {status:?}; log:\n{log}");
     env.shutdown().await;

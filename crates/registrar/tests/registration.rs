@@ -3,17 +3,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
+use test_support::net::http_get;
 
 use clap::Parser;
 use csi_mock::{MockConfig, MockDriver};
 use registrar::pluginregistration::registration_client::RegistrationClient;
 use registrar::pluginregistration::{InfoRequest, RegistrationStatus};
 use registrar::{Config, Error};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Channel;
 
@@ -50,24 +49,6 @@ async fn notify(socket: &Path, registered: bool, error: &str) {
         })
         .await
         .unwrap();
-}
-
-/// A bare HTTP/1.1 GET: status code and body.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    conn.write_all(
-        format!("GET {path} HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut raw = Vec::new();
-    conn.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    (
-        head.split(' ').nth(1).unwrap().parse().unwrap(),
-        body.to_owned(),
-    )
 }
 
 async fn mock(dir: &Path) -> MockDriver {
@@ -145,15 +126,15 @@ async fn healthz_follows_the_kubelets_status_and_a_stale_socket_is_replaced() {
         .unwrap();
     assert_eq!(info.into_inner().name, "mock.csi.rs");
 
-    let (status, body) = get(addr, "/healthz").await;
+    let (status, body) = http_get(addr, "/healthz").await;
     assert_eq!(status, 500, "not registered yet: {body}");
     notify(&socket, true, "").await;
-    let (status, body) = get(addr, "/healthz").await;
+    let (status, body) = http_get(addr, "/healthz").await;
     assert_eq!((status, body.as_str()), (200, "ok\n"));
 
     // Someone removes the socket: unhealthy, so the kubelet restarts the container.
     std::fs::remove_file(&socket).unwrap();
-    let (status, body) = get(addr, "/healthz").await;
+    let (status, body) = http_get(addr, "/healthz").await;
     assert_eq!(status, 500);
     assert!(body.contains("does not exist"), "{body}");
 

@@ -11,6 +11,7 @@
 //! (the `CapEff` mask of `/proc/self/status`), never from a command that failed.
 
 pub mod csi_sanity;
+pub mod net;
 pub mod objects;
 pub mod process;
 mod task;

@@ -5,6 +5,19 @@
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+/// A child that is killed and reaped when the guard drops, so a failed test leaves no process
+/// behind; stop it gracefully with [`terminate`] on `.0`.
+#[derive(Debug)]
+pub struct ChildGuard(pub Child);
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        // Already exited (and reaped by a wait) is fine: kill fails, wait returns the status.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Sends SIGTERM to `child`.
 pub fn sigterm(child: &Child) {
     let pid = child.id().to_string();

@@ -450,9 +450,3 @@ pub fn spawn_attacher(dir: &std::path::Path, tag: &str, args: &[String]) -> Chil
 pub fn attacher_log(dir: &std::path::Path, tag: &str) -> String {
     std::fs::read_to_string(dir.join(format!("attacher-{tag}.log"))).unwrap_or_default()
 }
-
-/// A free TCP port on 127.0.0.1 (bound and released; the binary binds it right after).
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").port()
-}

@@ -3,7 +3,7 @@
 
 use std::io::{BufRead as _, BufReader};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -327,15 +327,7 @@ pub async fn start(timing: Timing) -> Sim {
     .await
 }
 
-/// Kills the child on drop.
-pub struct ChildGuard(pub Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+pub use test_support::process::ChildGuard;
 
 /// Log lines of a spawned binary, kept up to date in the background.
 pub type Log = std::sync::Arc<std::sync::Mutex<Vec<String>>>;

@@ -601,16 +601,6 @@ pub async fn is_mounted(path: &Path) -> bool {
     mount_utils::findmnt::mount_at(&table, path).is_some()
 }
 
-/// A free port on 127.0.0.1 (bound and released: another process could take it in between,
-/// which on a test machine does not happen in practice).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// GET `path` on 127.0.0.1:`port` over plain HTTP/1.0; the body, if the status is 200.
 pub async fn http_get(port: u16, path: &str) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

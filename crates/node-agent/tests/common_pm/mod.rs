@@ -5,7 +5,6 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,7 +28,6 @@ use registrar::pluginregistration::{
     InfoRequest, PluginInfo, RegistrationStatus, RegistrationStatusResponse,
 };
 use test_support::ComponentTask;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
@@ -389,22 +387,4 @@ pub async fn wait_for_status(
         statuses.lock().unwrap().iter().find(|s| check(s)).cloned()
     })
     .await
-}
-
-/// A bare HTTP/1.1 GET: status code and body.
-pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
-    conn.write_all(
-        format!("GET {path} HTTP/1.1\r\nhost: t\r\nconnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut raw = Vec::new();
-    conn.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8(raw).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap();
-    (
-        head.split(' ').nth(1).unwrap().parse().unwrap(),
-        body.to_owned(),
-    )
 }
