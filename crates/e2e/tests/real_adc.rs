@@ -29,7 +29,7 @@ use kube::api::{DeleteParams, ListParams};
 use serde_json::{Value, json};
 
 mod real_support;
-use real_support::{eventually, repo_file};
+use real_support::{claim_yaml, eventually, manifest, pod_yaml, repo_file};
 
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "node-adc";
@@ -278,79 +278,14 @@ spec:
         .await;
     }
     cluster
-        .apply(&format!(
-            r#"apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: local, namespace: default}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: ""
-  volumeName: hostpath-pv
-  resources: {{requests: {{storage: 1Mi}}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: local-writer, namespace: default}}
-spec:
-  nodeName: {NODE}
-  hostNetwork: true
-  containers:
-  - name: app
-    image: {image}
-    imagePullPolicy: Never
-    volumeMounts: [{{name: data, mountPath: /data}}]
-  volumes:
-  - name: data
-    persistentVolumeClaim: {{claimName: local}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: missing, namespace: default}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: ""
-  volumeName: missing-pv
-  resources: {{requests: {{storage: 1Gi}}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: missing-reader, namespace: default}}
-spec:
-  nodeName: {NODE}
-  hostNetwork: true
-  containers:
-  - name: app
-    image: {image}
-    imagePullPolicy: Never
-    volumeMounts: [{{name: data, mountPath: /data}}]
-  volumes:
-  - name: data
-    persistentVolumeClaim: {{claimName: missing}}
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: data, namespace: default}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: ebs-sc
-  resources: {{requests: {{storage: 1Gi}}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: writer, namespace: default}}
-spec:
-  hostNetwork: true
-  containers:
-  - name: app
-    image: {image}
-    imagePullPolicy: Never
-    volumeMounts: [{{name: data, mountPath: /data}}]
-  volumes:
-  - name: data
-    persistentVolumeClaim: {{claimName: data}}
-"#,
-            image = k8s_harness::PAUSE_IMAGE,
-        ))
+        .apply(&manifest(&[
+            claim_yaml("local", "", Some("hostpath-pv"), "1Mi"),
+            pod_yaml("local-writer", "local", Some(NODE)),
+            claim_yaml("missing", "", Some("missing-pv"), "1Gi"),
+            pod_yaml("missing-reader", "missing", Some(NODE)),
+            claim_yaml("data", "ebs-sc", None, "1Gi"),
+            pod_yaml("writer", "data", None),
+        ]))
         .unwrap();
     let start = Instant::now();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");

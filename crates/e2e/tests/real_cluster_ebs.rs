@@ -20,7 +20,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
 mod real_support;
-use real_support::{eventually, is_mount_point};
+use real_support::{claim_yaml, eventually, is_mount_point, manifest, pod_yaml};
 
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "node-ebs";
@@ -168,41 +168,18 @@ async fn ebs_claim_provisioned_attached_and_mounted_under_real_kcm_and_kubelet()
     // One claim of deploy/'s CSI class and one of an in-tree aws-ebs class (the migration design,
     // docs/design/migration.md: kcm v1.26 hands it to ebs.csi.aws.com without
     // pv.kubernetes.io/migrated-to on the claim).
-    let mut manifest = String::from(
+    let mut documents = vec![
         "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata: {name: gp2}\n\
          provisioner: kubernetes.io/aws-ebs\nvolumeBindingMode: WaitForFirstConsumer\n\
-         parameters: {type: gp2, fsType: ext4}\n",
-    );
+         parameters: {type: gp2, fsType: ext4}\n"
+            .to_string(),
+    ];
     for (claim, class, pod) in CASES {
-        manifest.push_str(&format!(
-            r#"---
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: {claim}, namespace: default}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: {class}
-  resources: {{requests: {{storage: 1Gi}}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: {pod}, namespace: default}}
-spec:
-  hostNetwork: true
-  containers:
-  - name: app
-    image: {image}
-    imagePullPolicy: Never
-    volumeMounts: [{{name: data, mountPath: /data}}]
-  volumes:
-  - name: data
-    persistentVolumeClaim: {{claimName: {claim}}}
-"#,
-            image = k8s_harness::PAUSE_IMAGE,
-        ));
+        documents.push(claim_yaml(claim, class, None, "1Gi"));
+        documents.push(pod_yaml(pod, claim, None));
     }
     let t0 = Instant::now();
-    cluster.apply(&manifest).unwrap();
+    cluster.apply(&manifest(&documents)).unwrap();
     for (claim, class, pod) in CASES {
         let case = Case {
             claim,

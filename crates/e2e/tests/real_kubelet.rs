@@ -19,7 +19,7 @@ use kube::Api;
 use kube::api::DeleteParams;
 
 mod real_support;
-use real_support::{eventually, is_mount_point};
+use real_support::{claim_yaml, eventually, is_mount_point, manifest, pod_yaml};
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
 const NODE: &str = "node-a";
@@ -172,8 +172,9 @@ async fn registrar_registers_hostpath_with_the_real_kubelet_and_a_pod_reaches_it
         .unwrap();
     let handle = volume.volume_id.clone();
     cluster
-        .apply(&format!(
-            r#"
+        .apply(&manifest(&[
+            format!(
+                r#"
 apiVersion: storage.k8s.io/v1
 kind: CSIDriver
 metadata: {{name: {DRIVER}}}
@@ -192,32 +193,11 @@ spec:
     required:
       nodeSelectorTerms:
       - matchExpressions: [{{key: topology.hostpath.csi/node, operator: In, values: [{NODE}]}}]
----
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: data, namespace: default}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: ""
-  volumeName: real-kubelet-pv
-  resources: {{requests: {{storage: 1Mi}}}}
----
-apiVersion: v1
-kind: Pod
-metadata: {{name: app, namespace: default}}
-spec:
-  hostNetwork: true
-  containers:
-  - name: app
-    image: {image}
-    imagePullPolicy: Never
-    volumeMounts: [{{name: data, mountPath: /data}}]
-  volumes:
-  - name: data
-    persistentVolumeClaim: {{claimName: data}}
-"#,
-            image = k8s_harness::PAUSE_IMAGE,
-        ))
+"#
+            ),
+            claim_yaml("data", "", Some("real-kubelet-pv"), "1Mi"),
+            pod_yaml("app", "data", None),
+        ]))
         .unwrap();
 
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");

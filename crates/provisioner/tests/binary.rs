@@ -4,41 +4,15 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
-use test_support::net::free_port;
+use std::process::{Command, Stdio};
 
 use common::*;
 use csi_mock::MockConfig;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use test_support::net::{free_port, http_get, try_http_get};
+use test_support::process::ChildGuard;
 
 const BIN: &str = env!("CARGO_BIN_EXE_csi-provisioner");
 const MOCK: &str = "mock.csi.rs";
-
-/// Kills the child on drop (also when an assertion fails).
-struct Guard(Child);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-async fn http_get(port: u16, path: &str) -> Option<(String, String)> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.ok()?;
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    Some((
-        head.lines().next().unwrap_or_default().to_string(),
-        body.to_string(),
-    ))
-}
 
 #[test]
 fn help_lists_the_go_flags_and_bad_flags_are_refused_naming_them() {
@@ -132,14 +106,14 @@ async fn the_binary_provisions_with_go_style_flags_and_serves_metrics() {
         .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
-    let _guard = Guard(child);
+    let _guard = ChildGuard(child);
     let claim = env.create_pvc(pvc("data", "fast", "1Gi", Some(MOCK))).await;
     let uid = claim.metadata.uid.clone().unwrap();
     let name = format!("vol-{}", &uid[..8]);
     let pv = env.wait_pv(&name).await;
     assert_eq!(pv.spec.unwrap().csi.unwrap().volume_handle, name);
     let body = eventually("metrics with the provision counted", || async {
-        let (_, body) = http_get(port, "/metrics").await?;
+        let (_, body) = try_http_get(("127.0.0.1", port), "/metrics").await?;
         body.contains("controller_persistentvolumeclaim_provision_total{class=\"fast\"} 1")
             .then_some(body)
     })
@@ -148,6 +122,6 @@ async fn the_binary_provisions_with_go_style_flags_and_serves_metrics() {
         body.contains("method_name=\"/csi.v1.Controller/CreateVolume\",grpc_status_code=\"OK\""),
         "{body}"
     );
-    let (status, _) = http_get(port, "/healthz").await.unwrap();
-    assert!(status.contains("200"), "{status}");
+    let (status, _) = http_get(("127.0.0.1", port), "/healthz").await;
+    assert_eq!(status, 200);
 }

@@ -88,8 +88,9 @@ async fn delete_retain_and_a_bound_pv_deleted_by_a_user() {
     env.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_volume_already_gone_from_the_driver_still_lets_the_pv_go() {
+/// A provisioned PV whose first DeleteVolume will fail with `code`, then Released: the
+/// environment and the PV's name.
+async fn released_after_a_failed_delete(code: tonic::Code, message: &str) -> (Env, String) {
     let mut env = Env::with_mock(provisioning_mock(MOCK)).await;
     env.create_class(class("delete", MOCK, &[])).await;
     env.start(fast_options()).await;
@@ -98,15 +99,16 @@ async fn a_volume_already_gone_from_the_driver_still_lets_the_pv_go() {
         .await;
     let name = pv_name(&claim);
     env.wait_pv(&name).await;
-    env.mock().script(
-        Method::DeleteVolume,
-        &name,
-        vec![csi_mock::Step::Fail(
-            tonic::Code::NotFound,
-            "no such volume".into(),
-        )],
-    );
+    let fail = csi_mock::Step::Fail(code, message.into());
+    env.mock().script(Method::DeleteVolume, &name, vec![fail]);
     env.set_pv_phase(&name, "Released").await;
+    (env, name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_already_gone_from_the_driver_still_lets_the_pv_go() {
+    let (mut env, name) =
+        released_after_a_failed_delete(tonic::Code::NotFound, "no such volume").await;
     eventually("the PV deleted", || async {
         env.pv(&name).await.is_none().then_some(())
     })
@@ -117,23 +119,8 @@ async fn a_volume_already_gone_from_the_driver_still_lets_the_pv_go() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_delete_is_an_event_and_is_retried() {
-    let mut env = Env::with_mock(provisioning_mock(MOCK)).await;
-    env.create_class(class("delete", MOCK, &[])).await;
-    env.start(fast_options()).await;
-    let claim = env
-        .create_pvc(pvc("data", "delete", "1Gi", Some(MOCK)))
-        .await;
-    let name = pv_name(&claim);
-    env.wait_pv(&name).await;
-    env.mock().script(
-        Method::DeleteVolume,
-        &name,
-        vec![csi_mock::Step::Fail(
-            tonic::Code::FailedPrecondition,
-            "volume in use".into(),
-        )],
-    );
-    env.set_pv_phase(&name, "Released").await;
+    let (mut env, name) =
+        released_after_a_failed_delete(tonic::Code::FailedPrecondition, "volume in use").await;
     eventually("the PV deleted after a retry", || async {
         env.pv(&name).await.is_none().then_some(())
     })

@@ -66,6 +66,35 @@ pub async fn deploy_controller_objects(cluster: &k8s_harness::Cluster) -> std::p
         .unwrap_or_else(|e| panic!("the controller ServiceAccount's kubeconfig: {e}"))
 }
 
+/// A claim in `default` for `size` of class `class` (`""`: none), bound to the PV `volume` when
+/// given: a YAML document for `Cluster::apply`.
+pub fn claim_yaml(name: &str, class: &str, volume: Option<&str>, size: &str) -> String {
+    let volume = volume.map_or(String::new(), |v| format!("  volumeName: {v}\n"));
+    format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {{name: {name}, namespace: default}}\n\
+         spec:\n  accessModes: [ReadWriteOnce]\n  storageClassName: \"{class}\"\n{volume}\
+         \x20 resources: {{requests: {{storage: {size}}}}}\n"
+    )
+}
+
+/// A pod in `default` on the host network, the pause image with the claim `claim` at `/data`;
+/// on `node` when given (the scheduler left out): a YAML document for `Cluster::apply`.
+pub fn pod_yaml(name: &str, claim: &str, node: Option<&str>) -> String {
+    let node = node.map_or(String::new(), |n| format!("  nodeName: {n}\n"));
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\nspec:\n{node}\
+         \x20 hostNetwork: true\n  containers:\n  - name: app\n    image: {image}\n\
+         \x20   imagePullPolicy: Never\n    volumeMounts: [{{name: data, mountPath: /data}}]\n\
+         \x20 volumes:\n  - name: data\n    persistentVolumeClaim: {{claimName: {claim}}}\n",
+        image = k8s_harness::PAUSE_IMAGE,
+    )
+}
+
+/// YAML documents as one manifest.
+pub fn manifest(documents: &[String]) -> String {
+    documents.join("---\n")
+}
+
 /// Whether loop devices can be had (the embedded EC2 backs volumes with them); says why not
 /// through `test_support::skip_or_fail`.
 pub fn loop_devices_or_skip() -> bool {
