@@ -5,9 +5,12 @@
 //! Test helpers: where the cluster's API returns [`Error`](crate::Error), these panic (a failed
 //! test) or skip through `test_support::skip_or_fail`.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 pub use crate::process::free_ports;
 
@@ -94,9 +97,58 @@ where
     }
 }
 
+/// Panics listing every key whose value differs between what kcm's run recorded and what ours
+/// did (a key one side lacks is `null` there), leaving out the keys `skip` holds for: the
+/// check of a component that must write what kube-controller-manager writes.
+pub fn assert_same_as_kcm(
+    kcm: &BTreeMap<String, Value>,
+    ours: &BTreeMap<String, Value>,
+    skip: impl Fn(&str) -> bool,
+) {
+    let keys: BTreeSet<&String> = kcm.keys().chain(ours.keys()).collect();
+    let differ: Vec<String> = keys
+        .into_iter()
+        .filter(|k| !skip(k) && kcm.get(*k) != ours.get(*k))
+        .map(|k| {
+            let of = |m: &BTreeMap<String, Value>| m.get(k).unwrap_or(&Value::Null).to_string();
+            format!("{k}:\n  kcm:  {}\n  ours: {}", of(kcm), of(ours))
+        })
+        .collect();
+    assert!(
+        differ.is_empty(),
+        "ours differs from kcm's in {} place(s):\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_same_records_pass_and_a_difference_is_listed() {
+        let kcm: BTreeMap<String, Value> =
+            [("a".into(), Value::from(1)), ("b".into(), Value::from("x"))].into();
+        assert_same_as_kcm(&kcm, &kcm.clone(), |_| false);
+        let mut ours = kcm.clone();
+        ours.insert("b".into(), Value::from("y"));
+        ours.insert("skip/me".into(), Value::from(true));
+        assert_same_as_kcm(&kcm, &ours, |k| k == "b" || k.starts_with("skip/"));
+        let message = std::panic::catch_unwind(|| assert_same_as_kcm(&kcm, &ours, |_| false))
+            .unwrap_err()
+            .downcast::<String>()
+            .unwrap();
+        assert!(message.contains("in 2 place(s)"), "{message}");
+        assert!(
+            message.contains("b:\n  kcm:  \"x\"\n  ours: \"y\""),
+            "{message}"
+        );
+        assert!(
+            message.contains("skip/me:\n  kcm:  null\n  ours: true"),
+            "{message}"
+        );
+    }
 
     #[test]
     fn a_guarded_child_is_killed_and_its_output_logged() {

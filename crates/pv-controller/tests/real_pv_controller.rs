@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use k8s_harness::support::{eventually_with_logs, spawn_component};
+use k8s_harness::support::{assert_same_as_kcm, eventually_with_logs, spawn_component};
 use k8s_harness::{Cluster, ClusterOptions};
 use k8s_openapi::api::core::v1::{
     Event, Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ServiceAccount,
@@ -299,26 +299,7 @@ async fn our_pv_controller_writes_what_kcms_writes() {
         serde_json::to_string_pretty(&ours).unwrap()
     );
     println!("both runs took {:?}", t0.elapsed());
-    let keys: BTreeSet<&String> = kcm.keys().chain(ours.keys()).collect();
-    let mut differ = Vec::new();
-    for key in keys
-        .into_iter()
-        .filter(|k| !k.starts_with("known_differences/"))
-    {
-        if kcm.get(key) != ours.get(key) {
-            differ.push(format!(
-                "{key}:\n  kcm:  {}\n  ours: {}",
-                kcm.get(key).unwrap_or(&Value::Null),
-                ours.get(key).unwrap_or(&Value::Null)
-            ));
-        }
-    }
-    assert!(
-        differ.is_empty(),
-        "ours differs from kcm's in {} place(s):\n{}",
-        differ.len(),
-        differ.join("\n")
-    );
+    assert_same_as_kcm(&kcm, &ours, |k| k.starts_with("known_differences/"));
     // The scenarios' own claims, whoever runs the controllers.
     assert_eq!(
         kcm["static/claims"]["st-c-size"]["volumeName"],
