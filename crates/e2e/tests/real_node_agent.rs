@@ -18,7 +18,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 
 mod real_support;
-use real_support::{eventually, is_mount_point};
+use real_support::{claim_yaml, eventually, is_mount_point, manifest};
 
 const DRIVER: &str = "ebs.csi.aws.com";
 const NODE: &str = "agent-node";
@@ -176,17 +176,12 @@ async fn node_agent_serves_a_pod_under_real_kcm_and_scheduler() {
     );
 
     cluster
-        .apply(&format!(
-            r#"
-apiVersion: v1
-kind: PersistentVolumeClaim
-metadata: {{name: data, namespace: default}}
-spec:
-  accessModes: [ReadWriteOnce]
-  storageClassName: ebs-sc
-  resources: {{requests: {{storage: 1Gi}}}}
----
-apiVersion: v1
+        .apply(&manifest(&[
+            claim_yaml("data", "ebs-sc", None, "1Gi"),
+            // Not pod_yaml's: our agent is the node, so no container runs and the pod needs
+            // neither the host network nor a local image.
+            format!(
+                r#"apiVersion: v1
 kind: Pod
 metadata: {{name: app, namespace: default}}
 spec:
@@ -198,8 +193,9 @@ spec:
   - name: data
     persistentVolumeClaim: {{claimName: data}}
 "#,
-            image = k8s_harness::PAUSE_IMAGE,
-        ))
+                image = k8s_harness::PAUSE_IMAGE,
+            ),
+        ]))
         .unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
     let t0 = Instant::now();

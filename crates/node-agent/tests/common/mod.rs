@@ -601,20 +601,8 @@ pub async fn is_mounted(path: &Path) -> bool {
     mount_utils::findmnt::mount_at(&table, path).is_some()
 }
 
-/// GET `path` on 127.0.0.1:`port` over plain HTTP/1.0; the body, if the status is 200.
+/// GET `path` on 127.0.0.1:`port`; the body, if the status is 200.
 pub async fn http_get(port: u16, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await.ok()?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200")
-        .then(|| body.to_string())
-        .or_else(|| head.starts_with("HTTP/1.0 200").then(|| body.to_string()))
+    let (code, body) = test_support::net::try_http_get(("127.0.0.1", port), path).await?;
+    (code == 200).then_some(body)
 }
