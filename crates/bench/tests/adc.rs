@@ -12,7 +12,7 @@ mod common;
 
 use common::{assert_gone, binary, script};
 use csi_bench::Error;
-use csi_bench::adc::{LoadConfig, Scenario};
+use csi_bench::adc::{LoadConfig, Named as _, Scenario};
 fn small(adc: PathBuf, scenarios: Vec<Scenario>) -> LoadConfig {
     LoadConfig {
         adc_bin: adc,

@@ -10,7 +10,7 @@ use std::time::Duration;
 mod common;
 
 use common::debug_dir;
-use csi_bench::node::{Binaries, LoadConfig, Scenario};
+use csi_bench::node::{Binaries, LoadConfig, Named as _, Scenario};
 use test_support::mounts_below;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,31 +1,10 @@
 //! `csi-bench adc`: N pods with one CSI volume each against the attach/detach controller.
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use crate::adc::Scenario;
+use crate::adc::LoadConfig;
+use crate::harness::cli::select;
 use crate::harness::output::ReportFlags;
 use anyhow::Context as _;
-use clap::{Parser, ValueEnum};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ScenarioFlag {
-    AttachRequired,
-    ThroughAdc,
-    BypassAdc,
-    All,
-}
-
-impl ScenarioFlag {
-    fn scenarios(self) -> Vec<Scenario> {
-        match self {
-            ScenarioFlag::AttachRequired => vec![Scenario::AttachRequired],
-            ScenarioFlag::ThroughAdc => vec![Scenario::ThroughAdc],
-            ScenarioFlag::BypassAdc => vec![Scenario::BypassAdc],
-            ScenarioFlag::All => Scenario::ALL.to_vec(),
-        }
-    }
-}
+use clap::Parser;
 
 /// N pods with a CSI volume each through the attach/detach controller.
 ///
@@ -46,90 +25,51 @@ impl ScenarioFlag {
 #[derive(Debug, Parser)]
 #[command(verbatim_doc_comment)]
 pub struct Flags {
-    /// The attach/detach controller binary. It gets --kubeconfig, --skip-attach,
-    /// --reconciler-sync-period=100ms and --http-endpoint, then every --adc-arg.
-    #[arg(long)]
-    adc_bin: PathBuf,
+    /// Which scenario(s) to run: attach-required, through-adc, bypass-adc or all, repeated or
+    /// as a comma list; they run one after the other.
+    #[arg(
+        long,
+        default_value = "all",
+        value_delimiter = ',',
+        value_name = "SCENARIO[,...]"
+    )]
+    scenario: Vec<String>,
 
-    /// An extra argument for the ADC (repeat for more), e.g. --adc-arg=--kube-api-qps=-1.
-    #[arg(long = "adc-arg", allow_hyphen_values = true)]
-    adc_args: Vec<String>,
-
-    /// The attacher for attach-required (gets --kubeconfig, --csi-address, --v=2, then every
-    /// --attacher-arg).
-    #[arg(long)]
-    attacher_bin: Option<PathBuf>,
-
-    /// An extra argument for the attacher (repeat for more), e.g. --attacher-arg=--kube-api-qps=-1.
-    #[arg(long = "attacher-arg", allow_hyphen_values = true)]
-    attacher_args: Vec<String>,
-
-    /// Which scenario(s) to run; all runs them one after the other.
-    #[arg(long, value_enum, default_value = "all")]
-    scenario: ScenarioFlag,
-
-    /// Run the scenario(s) this many times, in turn; the table shows median (min-max).
-    #[arg(long, default_value_t = 1)]
-    runs: usize,
-
-    /// Pods, one volume each.
-    #[arg(long, default_value_t = 1000)]
-    pods: usize,
-
-    /// Nodes; pods go round robin.
-    #[arg(long, default_value_t = 10)]
-    nodes: usize,
-
-    /// The benchmark's own API creates in flight at once.
-    #[arg(long, default_value_t = 32)]
-    parallelism: usize,
-
-    /// Limit for each phase, e.g. 10m, 90s.
-    #[arg(long, default_value = "10m", value_parser = component_runtime::parse_go_duration)]
-    timeout: Duration,
-
-    /// How long the processes run on after the goal (bypass-adc: after the last pod create)
-    /// so that late writes are counted.
-    #[arg(long, default_value = "3s", value_parser = component_runtime::parse_go_duration)]
-    settle: Duration,
-
-    /// Delay the built-in csi-mock adds to every ControllerPublish/Unpublish, e.g. 10ms.
-    #[arg(long, default_value = "0s", value_parser = component_runtime::parse_go_duration)]
-    mock_delay: Duration,
-
-    /// Keep the processes' logs in this directory (SCENARIO-adc.log, SCENARIO-attacher.log).
-    #[arg(long)]
-    log_dir: Option<PathBuf>,
+    #[command(flatten)]
+    config: LoadConfig,
 
     #[command(flatten)]
     report: ReportFlags,
 }
 
+impl Flags {
+    fn config(self) -> anyhow::Result<LoadConfig> {
+        let (scenarios, _) = select(&self.scenario).map_err(anyhow::Error::msg)?;
+        Ok(LoadConfig {
+            scenarios,
+            ..self.config
+        })
+    }
+}
+
 /// Runs the benchmark and prints its report.
 pub async fn run(f: Flags) -> anyhow::Result<()> {
-    let config = crate::adc::LoadConfig {
-        adc_bin: f.adc_bin,
-        adc_args: f.adc_args,
-        attacher_bin: f.attacher_bin,
-        attacher_args: f.attacher_args,
-        scenarios: f.scenario.scenarios(),
-        runs: f.runs,
-        pods: f.pods,
-        nodes: f.nodes,
-        parallelism: f.parallelism,
-        timeout: f.timeout,
-        settle: f.settle,
-        mock_delay: f.mock_delay,
-        log_dir: f.log_dir,
-    };
-    let report = crate::adc::run(config).await.context("csi-bench adc")?;
-    f.report.emit(&report, |r| r.table())?;
+    let report_flags = f.report.clone();
+    let report = crate::adc::run(f.config()?)
+        .await
+        .context("csi-bench adc")?;
+    report_flags.emit(&report, |r| r.table())?;
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+    use std::path::PathBuf;
+    use std::time::Duration;
+
     use super::*;
+    use crate::adc::{Named, Scenario};
 
     #[test]
     fn flags_take_dashed_args_and_scenarios() {
@@ -142,22 +82,25 @@ mod tests {
             "--adc-arg=-v",
             "--attacher-arg=--worker-threads=50",
             "--scenario",
-            "through-adc",
+            "bypass-adc,through-adc",
             "--settle=500ms",
             "--runs=3",
             "--json-file=/tmp/r.json",
         ])
         .unwrap();
-        assert_eq!(f.adc_args, vec!["--kube-api-qps=-1", "-v"]);
-        assert_eq!(f.attacher_args, vec!["--worker-threads=50"]);
-        assert_eq!(f.scenario.scenarios(), vec![Scenario::ThroughAdc]);
-        assert_eq!(f.settle, Duration::from_millis(500));
-        assert_eq!(f.runs, 3);
         assert_eq!(f.report.json_file, Some(PathBuf::from("/tmp/r.json")));
-        assert_eq!(f.pods, 1000);
-        assert_eq!(f.nodes, 10);
+        let c = f.config().unwrap();
+        assert_eq!(c.adc_args, vec!["--kube-api-qps=-1", "-v"]);
+        assert_eq!(c.attacher_args, vec!["--worker-threads=50"]);
+        assert_eq!(c.scenarios, vec![Scenario::ThroughAdc, Scenario::BypassAdc]);
+        assert_eq!(c.settle, Duration::from_millis(500));
+        assert_eq!((c.runs, c.pods, c.nodes), (3, 1000, 10));
         let all = Flags::try_parse_from(["csi-bench-adc", "--adc-bin", "x"]).unwrap();
-        assert_eq!(all.scenario.scenarios(), Scenario::ALL.to_vec());
-        assert_eq!(all.runs, 1);
+        let c = all.config().unwrap();
+        assert_eq!(c.scenarios, Scenario::ALL.to_vec());
+        assert_eq!(c.runs, 1);
+        let bad = Flags::try_parse_from(["csi-bench-adc", "--adc-bin=x", "--scenario=seed"]);
+        let e = bad.unwrap().config().unwrap_err().to_string();
+        assert!(e.contains("\"seed\": want one of attach-required"), "{e}");
     }
 }

@@ -32,6 +32,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::harness::cli::Named;
+
 pub use report::{Component, Report, ScenarioReport};
 
 use crate::Error;
@@ -52,22 +54,25 @@ pub enum Scenario {
     BypassAdc,
 }
 
-impl Scenario {
-    /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 3] = [
+impl Named for Scenario {
+    const ALL: &'static [Self] = &[
         Scenario::AttachRequired,
         Scenario::ThroughAdc,
         Scenario::BypassAdc,
     ];
 
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             Scenario::AttachRequired => "attach-required",
             Scenario::ThroughAdc => "through-adc",
             Scenario::BypassAdc => "bypass-adc",
         }
     }
+}
 
+crate::harness::cli::display_by_name!(Scenario);
+
+impl Scenario {
     /// The CSIDriver's `spec.attachRequired`.
     pub fn attach_required(self) -> bool {
         self == Scenario::AttachRequired
@@ -88,63 +93,58 @@ impl Scenario {
     }
 }
 
-impl std::fmt::Display for Scenario {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// What to run.
-#[derive(Debug, Clone)]
+/// What to run: the `csi-bench adc` flags.
+#[derive(Debug, Clone, clap::Args)]
 pub struct LoadConfig {
-    /// The attach/detach controller. It gets `--kubeconfig=FILE --skip-attach=MODE
-    /// --reconciler-sync-period=100ms --http-endpoint=127.0.0.1:PORT`, then `adc_args`.
+    /// The attach/detach controller binary. It gets --kubeconfig, --skip-attach,
+    /// --reconciler-sync-period=100ms and --http-endpoint, then every --adc-arg.
+    #[arg(long)]
     pub adc_bin: PathBuf,
+    /// An extra argument for the ADC (repeat for more), e.g. --adc-arg=--kube-api-qps=-1.
+    #[arg(long = "adc-arg", allow_hyphen_values = true)]
     pub adc_args: Vec<String>,
-    /// The attacher for [`Scenario::AttachRequired`]. It gets `--kubeconfig=FILE
-    /// --csi-address=ADDR --v=2`, then `attacher_args`.
+    /// The attacher for attach-required (gets --kubeconfig, --csi-address, --v=2, then every
+    /// --attacher-arg).
+    #[arg(long)]
     pub attacher_bin: Option<PathBuf>,
+    /// An extra argument for the attacher (repeat for more), e.g. --attacher-arg=--kube-api-qps=-1.
+    #[arg(long = "attacher-arg", allow_hyphen_values = true)]
     pub attacher_args: Vec<String>,
-    /// Run in this order, each on a fresh API server with fresh processes.
+    /// Run in this order, each on a fresh API server with fresh processes (the CLI's
+    /// --scenario).
+    #[arg(skip = Scenario::ALL.to_vec())]
     pub scenarios: Vec<Scenario>,
-    /// How often to run them all (in turn: every scenario, then again); the table shows the
-    /// median and range.
+    /// Run the scenario(s) this many times, in turn; the table shows median (min-max).
+    #[arg(long, default_value_t = 1)]
     pub runs: usize,
     /// Pods, each with one PVC and its pre-bound CSI PV.
+    #[arg(long, default_value_t = 1000)]
     pub pods: usize,
-    /// Nodes; pod `i` runs on node `i % nodes`.
+    /// Nodes; pod i runs on node i % nodes.
+    #[arg(long, default_value_t = 10)]
     pub nodes: usize,
-    /// the benchmark's own creates in flight at once.
+    /// The benchmark's own API creates in flight at once.
+    #[arg(long, default_value_t = 32)]
     pub parallelism: usize,
-    /// Limit for each phase (setup, start-up, attach).
+    /// Limit for each phase (setup, start-up, attach), e.g. 10m, 90s.
+    #[arg(long, default_value = "10m", value_parser = component_runtime::parse_go_duration)]
     pub timeout: Duration,
-    /// How long the processes keep running after the last pod is created (bypass-adc) or after
-    /// every volume is listed (the others), so late writes (Events, retries) are counted.
+    /// How long the processes run on after the goal (bypass-adc: after the last pod create)
+    /// so that late writes (Events, retries) are counted.
+    #[arg(long, default_value = "3s", value_parser = component_runtime::parse_go_duration)]
     pub settle: Duration,
-    /// Delay the built-in csi-mock adds to every ControllerPublish/Unpublish.
+    /// Delay the built-in csi-mock adds to every ControllerPublish/Unpublish, e.g. 10ms.
+    #[arg(long, default_value = "0s", value_parser = component_runtime::parse_go_duration)]
     pub mock_delay: Duration,
-    /// Keep the processes' logs here as `SCENARIO-adc.log` and `SCENARIO-attacher.log`
-    /// (default: temp files removed after each scenario).
+    /// Keep the processes' logs in this directory (SCENARIO-adc.log, SCENARIO-attacher.log;
+    /// default: temp files removed after each scenario).
+    #[arg(long)]
     pub log_dir: Option<PathBuf>,
 }
 
 impl Default for LoadConfig {
     fn default() -> Self {
-        Self {
-            adc_bin: PathBuf::from("attach-detach-controller"),
-            adc_args: Vec::new(),
-            attacher_bin: None,
-            attacher_args: Vec::new(),
-            scenarios: Scenario::ALL.to_vec(),
-            runs: 1,
-            pods: 1000,
-            nodes: 10,
-            parallelism: 32,
-            timeout: Duration::from_secs(10 * 60),
-            settle: Duration::from_secs(3),
-            mock_delay: Duration::ZERO,
-            log_dir: None,
-        }
+        crate::harness::cli::defaults(&["--adc-bin=attach-detach-controller"])
     }
 }
 

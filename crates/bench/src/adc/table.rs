@@ -1,6 +1,7 @@
 //! The report as a table. The rows as numbers: each row takes a scenario's report to one value, so that several
 //! runs of a scenario print as "median (min–max)" and one run as its value.
 
+use crate::harness::cli::Named as _;
 use std::fmt::Write as _;
 
 use super::Scenario;

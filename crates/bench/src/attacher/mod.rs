@@ -41,45 +41,46 @@ use wait::Tracker;
 /// The User-Agent of the benchmark's own API requests.
 pub const USER_AGENT: &str = concat!("csi-bench-attacher/", env!("CARGO_PKG_VERSION"));
 
-/// What to run.
-#[derive(Debug, Clone)]
+/// What to run: the `csi-bench attacher` flags.
+#[derive(Debug, Clone, clap::Args)]
 pub struct LoadConfig {
-    /// The attacher binary. It gets `--kubeconfig=FILE --csi-address=ADDR --v=2`, then
-    /// `attacher_args`.
+    /// The attacher binary to load. It gets `--kubeconfig=FILE --csi-address=ADDR --v=2`, then
+    /// every --attacher-arg.
+    #[arg(long)]
     pub attacher_bin: PathBuf,
+    /// An extra argument for the attacher (repeat for more), e.g. --attacher-arg=--worker-threads=50.
+    #[arg(long = "attacher-arg", allow_hyphen_values = true)]
     pub attacher_args: Vec<String>,
-    /// The driver socket (`unix:///path` or a path); `None` starts a built-in csi-mock.
+    /// The CSI driver socket (unix:///path or a path). Default: a built-in csi-mock driver.
+    #[arg(long)]
     pub csi_address: Option<String>,
-    /// The driver name for `spec.attacher` and CSINode; `None` asks the socket (GetPluginInfo).
+    /// The driver name for spec.attacher and CSINode. Default: what GetPluginInfo answers
+    /// (the built-in mock answers "mock.csi.rs", or this name when given).
+    #[arg(long)]
     pub driver_name: Option<String>,
-    /// PVs and VolumeAttachments.
+    /// PersistentVolumes and VolumeAttachments to create.
+    #[arg(long, default_value_t = 1000)]
     pub count: usize,
-    /// Nodes (with CSINodes); VolumeAttachments go round robin over them.
+    /// Nodes (each with a CSINode); VolumeAttachments are spread round robin.
+    #[arg(long, default_value_t = 10)]
     pub nodes: usize,
-    /// Limit for each phase (setup, attach, detach, PV delete).
+    /// Limit for each phase (setup, attach, detach, PV delete), e.g. 30m, 90s.
+    #[arg(long, default_value = "30m", value_parser = component_runtime::parse_go_duration)]
     pub timeout: Duration,
-    /// Creates and deletes in flight at once.
+    /// API creates and deletes in flight at once.
+    #[arg(long, default_value_t = 32)]
     pub parallelism: usize,
-    /// Delay the built-in mock adds to every Publish/Unpublish.
+    /// Delay the built-in mock adds to every ControllerPublish/Unpublish, e.g. 10ms.
+    #[arg(long, default_value = "0s", value_parser = component_runtime::parse_go_duration)]
     pub mock_delay: Duration,
-    /// Keep the attacher's output here (default: a temp file removed after the run).
+    /// Keep the attacher's output in this file (default: a temp file removed afterwards).
+    #[arg(long)]
     pub attacher_log: Option<PathBuf>,
 }
 
 impl Default for LoadConfig {
     fn default() -> Self {
-        Self {
-            attacher_bin: PathBuf::from("csi-attacher"),
-            attacher_args: Vec::new(),
-            csi_address: None,
-            driver_name: None,
-            count: 1000,
-            nodes: 10,
-            timeout: Duration::from_secs(30 * 60),
-            parallelism: 32,
-            mock_delay: Duration::ZERO,
-            attacher_log: None,
-        }
+        crate::harness::cli::defaults(&["--attacher-bin=csi-attacher"])
     }
 }
 

@@ -1,8 +1,8 @@
 //! `csi-bench node`: the node side's benchmark (pod-volume-ready latency, teardown, agent memory).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
+use crate::harness::cli::{Named as _, select};
 use crate::harness::output::ReportFlags;
 use crate::node::{Binaries, LoadConfig, Scenario, ScenarioReport};
 use anyhow::Context as _;
@@ -38,22 +38,6 @@ pub struct Flags {
     )]
     scenarios: Vec<String>,
 
-    /// Nodes (each: driver, registrar, agent); pod i runs on node-(i % N).
-    #[arg(long, default_value_t = 5)]
-    nodes: usize,
-
-    /// Pods, one PVC + PV + volume each.
-    #[arg(long, default_value_t = 200)]
-    pods: usize,
-
-    /// The benchmark's own creates and deletes in flight.
-    #[arg(long, default_value_t = 32)]
-    parallelism: usize,
-
-    /// Limit for each phase (Go duration: 90s, 10m).
-    #[arg(long, default_value = "10m", value_parser = component_runtime::parse_go_duration)]
-    timeout: Duration,
-
     /// Directory with csi-node-agent, csi-node-driver-registrar, hostpath-csi-driver and
     /// ebs-csi-driver (default: the directory of this binary).
     #[arg(long, value_name = "DIR")]
@@ -75,43 +59,11 @@ pub struct Flags {
     #[arg(long, value_name = "PATH")]
     ebs_driver_bin: Option<PathBuf>,
 
-    /// An extra csi-node-agent argument (repeat for more), e.g. --agent-arg=--kube-api-qps=-1.
-    #[arg(long = "agent-arg", allow_hyphen_values = true, value_name = "ARG")]
-    agent_args: Vec<String>,
-
-    /// csi-attacher's workers (its --worker-threads; the Go sidecar's default is 10).
-    #[arg(long, default_value_t = 10)]
-    attacher_workers: usize,
-
-    /// Create one pod at a time, each once the one before is Ready: the latency of one pod on
-    /// idle nodes, without queueing behind the others.
-    #[arg(long)]
-    sequential: bool,
-
-    /// Before the measured pods, create N background PVs, PVCs bound to them and pods using
-    /// them on other nodes (elsewhere-0..9, where no agent runs); deleted at the end.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    background: usize,
-
-    /// Keep every process's log in DIR/SCENARIO/ (default: in the temp dir, removed).
-    #[arg(long, value_name = "DIR")]
-    log_dir: Option<PathBuf>,
+    #[command(flatten)]
+    config: LoadConfig,
 
     #[command(flatten)]
     report: ReportFlags,
-}
-
-fn scenarios(names: &[String]) -> anyhow::Result<Vec<Scenario>> {
-    let mut out = Vec::new();
-    for n in names {
-        if n == "all" {
-            out.extend(Scenario::ALL);
-        } else {
-            out.push(n.parse::<Scenario>().map_err(anyhow::Error::msg)?);
-        }
-    }
-    out.dedup();
-    Ok(out)
 }
 
 async fn run_all(config: LoadConfig, list: Vec<Scenario>) -> anyhow::Result<Vec<ScenarioReport>> {
@@ -134,7 +86,7 @@ async fn run_all(config: LoadConfig, list: Vec<Scenario>) -> anyhow::Result<Vec<
 
 /// Runs the benchmark and prints its report.
 pub async fn run(f: Flags) -> anyhow::Result<()> {
-    let list = scenarios(&f.scenarios)?;
+    let (list, _) = select(&f.scenarios).map_err(anyhow::Error::msg)?;
     let bin_dir = match f.bin_dir {
         Some(d) => d,
         None => crate::harness::child::default_bin_dir()?,
@@ -154,16 +106,7 @@ pub async fn run(f: Flags) -> anyhow::Result<()> {
     }
     let config = LoadConfig {
         binaries,
-        nodes: f.nodes,
-        pods: f.pods,
-        parallelism: f.parallelism,
-        timeout: f.timeout,
-        agent_args: f.agent_args,
-        attacher_workers: f.attacher_workers,
-        sequential: f.sequential,
-        background: f.background,
-        log_dir: f.log_dir,
-        temp_parent: None,
+        ..f.config
     };
     let reports = run_all(config, list).await?;
     f.report.emit(&reports, |r| crate::node::report::table(r))?;

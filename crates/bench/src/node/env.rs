@@ -5,6 +5,7 @@
 //! what is left below the temp dir (umount, else umount -l), releases ec2-sim's loop devices
 //! and removes the temp dir.
 
+use crate::harness::cli::Named as _;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 

@@ -25,6 +25,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::harness::cli::Named;
+
 use crate::harness::ebs;
 
 pub use env::CpuSplit;
@@ -52,15 +54,15 @@ pub enum Scenario {
     Ebs,
 }
 
-impl Scenario {
-    pub const ALL: [Scenario; 4] = [
+impl Named for Scenario {
+    const ALL: &'static [Self] = &[
         Scenario::HostpathAttachRequired,
         Scenario::HostpathBypass,
         Scenario::HostpathThroughAdc,
         Scenario::Ebs,
     ];
 
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             Scenario::HostpathAttachRequired => "hostpath-attach-required",
             Scenario::HostpathBypass => "hostpath-bypass",
@@ -68,7 +70,9 @@ impl Scenario {
             Scenario::Ebs => "ebs",
         }
     }
+}
 
+impl Scenario {
     pub(crate) fn attach_required(self) -> bool {
         matches!(self, Scenario::HostpathAttachRequired | Scenario::Ebs)
     }
@@ -97,23 +101,6 @@ impl Scenario {
         } else {
             HOSTPATH_DRIVER
         }
-    }
-}
-
-impl std::str::FromStr for Scenario {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Scenario::ALL
-            .into_iter()
-            .find(|sc| sc.name() == s)
-            .ok_or_else(|| {
-                let names: Vec<_> = Scenario::ALL.iter().map(|s| s.name()).collect();
-                format!(
-                    "unknown scenario {s:?}: expected one of {}",
-                    names.join(", ")
-                )
-            })
     }
 }
 
@@ -154,49 +141,51 @@ impl Binaries {
     }
 }
 
-/// One run of one scenario.
-#[derive(Debug, Clone)]
+/// One run of one scenario: the `csi-bench node` flags but the scenarios and binaries.
+#[derive(Debug, Clone, clap::Args)]
 pub struct LoadConfig {
+    #[arg(skip = Binaries::in_dir(Path::new(".")))]
     pub binaries: Binaries,
+    /// Nodes (each: driver, registrar, agent); pod i runs on node-(i % N).
+    #[arg(long, default_value_t = 5)]
     pub nodes: usize,
+    /// Pods, one PVC + PV + volume each.
+    #[arg(long, default_value_t = 200)]
     pub pods: usize,
-    /// the benchmark's own creates/deletes in flight.
+    /// The benchmark's own creates and deletes in flight.
+    #[arg(long, default_value_t = 32)]
     pub parallelism: usize,
-    /// Limit for each phase (setup, ready, delete).
+    /// Limit for each phase: setup, ready, delete (Go duration: 90s, 10m).
+    #[arg(long, default_value = "10m", value_parser = component_runtime::parse_go_duration)]
     pub timeout: Duration,
-    /// Extra arguments for every csi-node-agent (after the benchmark's own).
+    /// An extra csi-node-agent argument (repeat for more), e.g. --agent-arg=--kube-api-qps=-1;
+    /// after the benchmark's own.
+    #[arg(long = "agent-arg", allow_hyphen_values = true, value_name = "ARG")]
     pub agent_args: Vec<String>,
-    /// csi-attacher's workers (the Go sidecar's `--worker-threads`, default 10).
+    /// csi-attacher's workers (its --worker-threads; the Go sidecar's default is 10).
+    #[arg(long, default_value_t = 10)]
     pub attacher_workers: usize,
-    /// Create the next pod only once the previous one is Ready: the latency of one pod on
+    /// Create one pod at a time, each once the one before is Ready: the latency of one pod on
     /// idle nodes, without queueing behind the others.
+    #[arg(long)]
     pub sequential: bool,
-    /// Background objects created before the measured ones: this many PVs (the scenario's
-    /// driver, a made-up volume handle), PVCs bound to them and pods using them, on nodes
-    /// `elsewhere-0` .. `elsewhere-9` where no agent runs: the rest of a big cluster, which a
-    /// node agent must not pay for. Deleted after the measured pods.
+    /// Before the measured pods, create N background PVs (the scenario's driver, a made-up
+    /// volume handle), PVCs bound to them and pods using them on nodes elsewhere-0..9, where no
+    /// agent runs: the rest of a big cluster, which a node agent must not pay for. Deleted
+    /// after the measured pods.
+    #[arg(long, default_value_t = 0, value_name = "N")]
     pub background: usize,
-    /// Keep the processes' logs here (default: in the temp dir, removed with it).
+    /// Keep every process's log in DIR/SCENARIO/ (default: in the temp dir, removed with it).
+    #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
     /// Where the temp dir goes (default: the system's).
+    #[arg(skip)]
     pub temp_parent: Option<PathBuf>,
 }
 
 impl Default for LoadConfig {
     fn default() -> Self {
-        Self {
-            binaries: Binaries::in_dir(Path::new(".")),
-            nodes: 5,
-            pods: 200,
-            parallelism: 32,
-            timeout: Duration::from_secs(600),
-            agent_args: Vec::new(),
-            attacher_workers: 10,
-            sequential: false,
-            background: 0,
-            log_dir: None,
-            temp_parent: None,
-        }
+        crate::harness::cli::defaults(&[])
     }
 }
 

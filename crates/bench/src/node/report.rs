@@ -1,5 +1,6 @@
 //! What a scenario measured, as a table (one column per scenario) or JSON.
 
+use crate::harness::cli::Named as _;
 use std::fmt::Write as _;
 use std::time::Duration;
 

@@ -1,29 +1,12 @@
 //! `csi-bench provision`: the provisioning benchmark (PVCs → Bound, writes, memory, deletes).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
+use crate::harness::cli::select;
 use crate::harness::output::ReportFlags;
 use crate::provision::{Binaries, LoadConfig, Scenario};
 use anyhow::Context as _;
-use clap::{Parser, ValueEnum};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ScenarioFlag {
-    Hostpath,
-    Ebs,
-    All,
-}
-
-impl ScenarioFlag {
-    fn scenarios(self) -> Vec<Scenario> {
-        match self {
-            ScenarioFlag::Hostpath => vec![Scenario::Hostpath],
-            ScenarioFlag::Ebs => vec![Scenario::Ebs],
-            ScenarioFlag::All => Scenario::ALL.to_vec(),
-        }
-    }
-}
+use clap::Parser;
 
 /// N claims through csi-provisioner and a CSI driver, to Bound and back.
 ///
@@ -45,41 +28,15 @@ impl ScenarioFlag {
 #[derive(Debug, Parser)]
 #[command(verbatim_doc_comment)]
 pub struct Flags {
-    /// Which scenario(s) to run: hostpath (1,000 PVCs), ebs (100 PVCs), all.
-    #[arg(long, value_enum, default_value = "all")]
-    scenario: ScenarioFlag,
-
-    /// Run the scenario(s) this many times, in turn; the table shows median (min-max).
-    #[arg(long, default_value_t = 1)]
-    runs: usize,
-
-    /// PVCs per run (default: hostpath 1000, ebs 100).
-    #[arg(long)]
-    pvcs: Option<usize>,
-
-    /// The benchmark's own creates and deletes in flight.
-    #[arg(long, default_value_t = 32)]
-    parallelism: usize,
-
-    /// The provisioner's --worker-threads (the Go sidecar's default: 100).
-    #[arg(long, default_value_t = 100)]
-    worker_threads: usize,
-
-    /// The provisioner's --kube-api-qps (-1: unlimited; the Go sidecar's default is 5).
-    #[arg(long, default_value_t = -1.0, allow_negative_numbers = true)]
-    kube_api_qps: f32,
-
-    /// The provisioner's --kube-api-burst (the Go sidecar's default: 10).
-    #[arg(long, default_value_t = 10)]
-    kube_api_burst: u32,
-
-    /// An extra provisioner argument (repeat for more), e.g. --provisioner-arg=--v=2.
+    /// Which scenario(s) to run: hostpath (1,000 PVCs), ebs (100 PVCs) or all, repeated or
+    /// as a comma list.
     #[arg(
-        long = "provisioner-arg",
-        allow_hyphen_values = true,
-        value_name = "ARG"
+        long,
+        default_value = "all",
+        value_delimiter = ',',
+        value_name = "SCENARIO[,...]"
     )]
-    provisioner_args: Vec<String>,
+    scenario: Vec<String>,
 
     /// Directory with csi-provisioner, hostpath-csi-driver and ebs-csi-driver (default: the
     /// directory of this binary).
@@ -103,18 +60,8 @@ pub struct Flags {
     #[arg(long, value_name = "PATH")]
     ebs_driver_bin: Option<PathBuf>,
 
-    /// Limit for each phase (Go duration: 90s, 10m).
-    #[arg(long, default_value = "10m", value_parser = component_runtime::parse_go_duration)]
-    timeout: Duration,
-
-    /// How long the processes run on after all Bound and after all deleted before that
-    /// phase's writes are counted (late finalizer patches and Events); not in any time.
-    #[arg(long, default_value = "3s", value_parser = component_runtime::parse_go_duration)]
-    settle: Duration,
-
-    /// Keep the processes' logs in DIR/SCENARIO-RUN/ (default: in the temp dir, removed).
-    #[arg(long, value_name = "DIR")]
-    log_dir: Option<PathBuf>,
+    #[command(flatten)]
+    config: LoadConfig,
 
     #[command(flatten)]
     report: ReportFlags,
@@ -122,7 +69,7 @@ pub struct Flags {
 
 impl Flags {
     fn config(self) -> anyhow::Result<LoadConfig> {
-        let scenarios = self.scenario.scenarios();
+        let (scenarios, _) = select(&self.scenario).map_err(anyhow::Error::msg)?;
         let bin_dir = match self.bin_dir {
             Some(d) => d,
             None => crate::harness::child::default_bin_dir()?,
@@ -149,17 +96,7 @@ impl Flags {
         Ok(LoadConfig {
             binaries,
             scenarios,
-            runs: self.runs,
-            pvcs: self.pvcs,
-            parallelism: self.parallelism,
-            worker_threads: self.worker_threads,
-            kube_api_qps: self.kube_api_qps,
-            kube_api_burst: self.kube_api_burst,
-            provisioner_args: self.provisioner_args,
-            timeout: self.timeout,
-            settle: self.settle,
-            log_dir: self.log_dir,
-            temp_parent: None,
+            ..self.config
         })
     }
 }
@@ -178,6 +115,8 @@ pub async fn run(f: Flags) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use std::time::Duration;
+
     use super::*;
 
     fn parse(args: &[&str]) -> Flags {
@@ -221,7 +160,15 @@ mod tests {
 
         let all = parse(&["--driver-bin=/x"]).config().unwrap_err();
         assert!(all.to_string().contains("one --scenario"), "{all}");
-        let q = parse(&["--kube-api-qps", "-1", "--kube-api-burst=20", "--pvcs=5"]);
+        let both = parse(&["--scenario=ebs,hostpath"]).config().unwrap();
+        assert_eq!(both.scenarios, vec![Scenario::Hostpath, Scenario::Ebs]);
+        let bad = parse(&["--scenario=nfs"]).config().unwrap_err();
+        assert!(
+            bad.to_string()
+                .contains("\"nfs\": want one of hostpath, ebs"),
+            "{bad}"
+        );
+        let q = parse(&["--kube-api-qps", "-1", "--kube-api-burst=20", "--pvcs=5"]).config;
         assert_eq!(
             (q.kube_api_qps, q.kube_api_burst, q.pvcs),
             (-1.0, 20, Some(5))

@@ -34,6 +34,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::harness::cli::Named;
+
 pub use report::{Report, ScenarioReport};
 
 use crate::Error;
@@ -77,17 +79,20 @@ pub enum Scenario {
     Ebs,
 }
 
-impl Scenario {
-    /// Every scenario, in the order `--scenario all` runs them.
-    pub const ALL: [Scenario; 2] = [Scenario::Hostpath, Scenario::Ebs];
+impl Named for Scenario {
+    const ALL: &'static [Self] = &[Scenario::Hostpath, Scenario::Ebs];
 
-    pub fn name(self) -> &'static str {
+    fn name(self) -> &'static str {
         match self {
             Scenario::Hostpath => "hostpath",
             Scenario::Ebs => "ebs",
         }
     }
+}
 
+crate::harness::cli::display_by_name!(Scenario);
+
+impl Scenario {
     /// The PVCs of a run unless `--pvcs` says otherwise (the sizes the provisioner's benchmark
     /// was specified with: 1,000 hostpath PVCs, 100 EBS PVCs).
     pub fn default_pvcs(self) -> usize {
@@ -103,23 +108,6 @@ impl Scenario {
             Scenario::Hostpath => "hostpath.csi.k8s.io",
             Scenario::Ebs => "ebs.csi.aws.com",
         }
-    }
-}
-
-impl std::fmt::Display for Scenario {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl std::str::FromStr for Scenario {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Scenario::ALL
-            .into_iter()
-            .find(|sc| sc.name() == s)
-            .ok_or_else(|| format!("unknown scenario {s:?}: expected hostpath, ebs or all"))
     }
 }
 
@@ -159,54 +147,60 @@ impl Binaries {
 }
 
 /// What to run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct LoadConfig {
+    #[arg(skip = Binaries::in_dir(Path::new(".")))]
     pub binaries: Binaries,
-    /// Run in this order, each run on a fresh API server with fresh processes.
+    /// Run in this order, each run on a fresh API server with fresh processes (the CLI's
+    /// --scenario).
+    #[arg(skip = Scenario::ALL.to_vec())]
     pub scenarios: Vec<Scenario>,
-    /// How often to run them all, in turn; the table shows median (min-max).
+    /// Run the scenario(s) this many times, in turn; the table shows median (min-max).
+    #[arg(long, default_value_t = 1)]
     pub runs: usize,
-    /// PVCs per run; `None`: the scenario's default (hostpath 1,000, ebs 100).
+    /// PVCs per run (default: hostpath 1000, ebs 100).
+    #[arg(long)]
     pub pvcs: Option<usize>,
-    /// the benchmark's own creates and deletes in flight.
+    /// The benchmark's own creates and deletes in flight.
+    #[arg(long, default_value_t = 32)]
     pub parallelism: usize,
-    /// The provisioner's `--worker-threads` (the Go sidecar's default is 100).
+    /// The provisioner's --worker-threads (the Go sidecar's default: 100).
+    #[arg(long, default_value_t = 100)]
     pub worker_threads: usize,
-    /// The provisioner's `--kube-api-qps` / `--kube-api-burst`. The benchmark's default is
-    /// unlimited (-1), so it measures the work and not the Go defaults' token bucket (5/10).
+    /// The provisioner's --kube-api-qps (-1: unlimited, so the benchmark measures the work and
+    /// not the Go sidecar's default token bucket of 5/10).
+    #[arg(long, default_value_t = -1.0, allow_negative_numbers = true)]
     pub kube_api_qps: f32,
+    /// The provisioner's --kube-api-burst (the Go sidecar's default: 10).
+    #[arg(long, default_value_t = 10)]
     pub kube_api_burst: u32,
-    /// Extra provisioner arguments, after the benchmark's own.
+    /// An extra provisioner argument (repeat for more), e.g. --provisioner-arg=--v=2; after the
+    /// benchmark's own.
+    #[arg(
+        long = "provisioner-arg",
+        allow_hyphen_values = true,
+        value_name = "ARG"
+    )]
     pub provisioner_args: Vec<String>,
-    /// Limit for each phase (start-up, all Bound, all deleted).
+    /// Limit for each phase: start-up, all Bound, all deleted (Go duration: 90s, 10m).
+    #[arg(long, default_value = "10m", value_parser = component_runtime::parse_go_duration)]
     pub timeout: Duration,
-    /// How long the processes run on after all Bound (and after all deleted) before the
+    /// How long the processes run on after all Bound and after all deleted before that
     /// phase's writes are counted, so that late writes (the pv-protection finalizer, Events)
     /// land in the phase that caused them. Not part of any time in the report.
+    #[arg(long, default_value = "3s", value_parser = component_runtime::parse_go_duration)]
     pub settle: Duration,
-    /// Keep the processes' logs in `DIR/SCENARIO-RUN/` (default: in the temp dir, removed).
+    /// Keep the processes' logs in DIR/SCENARIO-RUN/ (default: in the temp dir, removed).
+    #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
     /// Where the temp dir goes (default: the system's).
+    #[arg(skip)]
     pub temp_parent: Option<PathBuf>,
 }
 
 impl Default for LoadConfig {
     fn default() -> Self {
-        Self {
-            binaries: Binaries::in_dir(Path::new(".")),
-            scenarios: vec![Scenario::Hostpath],
-            runs: 1,
-            pvcs: None,
-            parallelism: 32,
-            worker_threads: 100,
-            kube_api_qps: -1.0,
-            kube_api_burst: 10,
-            provisioner_args: Vec::new(),
-            timeout: Duration::from_secs(600),
-            settle: Duration::from_secs(3),
-            log_dir: None,
-            temp_parent: None,
-        }
+        crate::harness::cli::defaults(&[])
     }
 }
 
@@ -282,8 +276,13 @@ mod tests {
 
     #[test]
     fn scenarios_parse_and_default_their_size() {
-        assert_eq!("ebs".parse::<Scenario>(), Ok(Scenario::Ebs));
-        assert!("nfs".parse::<Scenario>().unwrap_err().contains("hostpath"));
+        use crate::harness::cli::parse;
+        assert_eq!(parse::<Scenario>("ebs"), Ok(Scenario::Ebs));
+        assert!(
+            parse::<Scenario>("nfs")
+                .unwrap_err()
+                .contains("hostpath, ebs")
+        );
         let c = LoadConfig::default();
         assert_eq!(c.pvcs_of(Scenario::Hostpath), 1000);
         assert_eq!(c.pvcs_of(Scenario::Ebs), 100);

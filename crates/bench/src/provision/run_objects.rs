@@ -117,10 +117,11 @@ pub(crate) async fn create_cluster(kube: &Client, scenario: Scenario) -> Result<
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+    use crate::harness::cli::Named as _;
 
     #[test]
     fn objects_carry_the_driver_and_its_topology() {
-        for s in Scenario::ALL {
+        for &s in Scenario::ALL {
             let sc = storage_class(s).unwrap();
             assert_eq!(sc.provisioner, s.driver_name());
             assert_eq!(sc.volume_binding_mode.as_deref(), Some("Immediate"));

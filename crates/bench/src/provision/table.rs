@@ -1,6 +1,7 @@
 //! The report as a table. The rows as numbers: each row takes one run's report to one value, so that several
 //! runs print as "median (min-max)"  and one run as its value.
 
+use crate::harness::cli::Named as _;
 use crate::harness::table::{Row, Unit, command_line};
 
 use std::fmt::Write as _;

@@ -2,6 +2,7 @@
 //! runs in one process, and an allocator keeps what a stopped cluster freed, so a second
 //! cluster in the same process would report the first one's memory as its own.
 
+use crate::harness::cli::Named as _;
 use std::path::Path;
 use std::process::Stdio;
 

@@ -15,6 +15,7 @@ mod timeline;
 mod watch;
 mod workload;
 
+use crate::harness::cli::Named as _;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -119,7 +120,8 @@ struct Plan {
 
 impl Flags {
     fn plan(&self) -> Result<Plan, Error> {
-        let (scenarios, per_node) = scenarios::select(&self.scenario).map_err(Error::Config)?;
+        let (scenarios, per_node) =
+            crate::harness::cli::select(&self.scenario).map_err(Error::Config)?;
         // The 20-node × 5,000-pod memory run (docs/csi-bench/node.md), with room to spare.
         if self.pods == 0 || self.pods > MAX_PODS {
             return Err(Error::Config(format!(

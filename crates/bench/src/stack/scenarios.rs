@@ -1,11 +1,12 @@
 //! The scenarios: which cluster each runs on (its `UpConfig`) and which class its claims use.
 
 use std::path::Path;
-use std::str::FromStr;
 
 use volume_plugins::SkipAttachMode;
 
 use cluster::{Migration, UpConfig};
+
+pub(crate) use crate::harness::cli::Named;
 
 /// One measured situation, each on its own throw-away cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,21 +27,20 @@ pub(crate) enum Scenario {
     Provisioning,
 }
 
-/// Every scenario, in the order `all` runs them.
-pub(crate) const ALL: [Scenario; 6] = [
-    Scenario::Ebs,
-    Scenario::HostpathAttach,
-    Scenario::HostpathThroughAdc,
-    Scenario::HostpathBypassAdc,
-    Scenario::InTreeMigrated,
-    Scenario::Provisioning,
-];
-
 /// The StorageClass the provisioning scenario creates.
 pub(crate) const IMMEDIATE_CLASS: &str = "bench-immediate";
 
-impl Scenario {
-    pub(crate) fn name(self) -> &'static str {
+impl Named for Scenario {
+    const ALL: &'static [Self] = &[
+        Scenario::Ebs,
+        Scenario::HostpathAttach,
+        Scenario::HostpathThroughAdc,
+        Scenario::HostpathBypassAdc,
+        Scenario::InTreeMigrated,
+        Scenario::Provisioning,
+    ];
+
+    fn name(self) -> &'static str {
         match self {
             Scenario::Ebs => "ebs",
             Scenario::HostpathAttach => "hostpath-attach",
@@ -50,7 +50,9 @@ impl Scenario {
             Scenario::Provisioning => "provisioning",
         }
     }
+}
 
+impl Scenario {
     /// The claims' StorageClass.
     pub(crate) fn class(self) -> &'static str {
         match self {
@@ -104,68 +106,22 @@ fn max_pods_for(nodes: usize, pods: usize) -> u32 {
         .max(cluster::config::DEFAULT_MAX_PODS)
 }
 
-impl FromStr for Scenario {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        ALL.into_iter().find(|c| c.name() == s).ok_or_else(|| {
-            format!(
-                "--scenario {s:?}: want one of {}, all (or a comma list)",
-                ALL.map(Scenario::name).join(", ")
-            )
-        })
-    }
-}
-
-/// `--scenario` values (each may be `all` or a comma list) → the scenarios in `all`'s order,
-/// each once; and whether `all` was asked for (it adds the per-node memory measurement).
-pub(crate) fn select(values: &[String]) -> Result<(Vec<Scenario>, bool), String> {
-    let mut chosen = Vec::new();
-    let mut all = false;
-    for v in values.iter().flat_map(|v| v.split(',')).map(str::trim) {
-        if v.is_empty() {
-            continue;
-        }
-        if v == "all" {
-            all = true;
-            chosen.extend(ALL);
-        } else {
-            chosen.push(v.parse()?);
-        }
-    }
-    if chosen.is_empty() {
-        return Err("--scenario: no scenario given".into());
-    }
-    let ordered = ALL.into_iter().filter(|s| chosen.contains(s)).collect();
-    Ok((ordered, all))
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
 
     #[test]
-    fn names_round_trip_and_lists_parse() {
-        for s in ALL {
-            assert_eq!(s.name().parse::<Scenario>().unwrap(), s);
+    fn names_parse_back() {
+        use crate::harness::cli::parse;
+        for s in Scenario::ALL {
+            assert_eq!(parse::<Scenario>(s.name()).unwrap(), *s);
         }
-        let (s, all) = select(&["hostpath-bypass-adc,ebs".into()]).unwrap();
-        assert_eq!(
-            s,
-            vec![Scenario::Ebs, Scenario::HostpathBypassAdc],
-            "all's order, once each"
-        );
-        assert!(!all);
-        let (s, all) = select(&["all".into(), "ebs".into()]).unwrap();
-        assert_eq!(s, ALL.to_vec());
-        assert!(all);
-        let e = select(&["ebs,nfs".into()]).unwrap_err();
+        let e = parse::<Scenario>("nfs").unwrap_err();
         assert!(
-            e.contains("\"nfs\"") && e.contains("hostpath-through-adc"),
+            e.contains("hostpath-through-adc, hostpath-bypass-adc"),
             "{e}"
         );
-        assert!(select(&[",".into()]).is_err());
     }
 
     #[test]
