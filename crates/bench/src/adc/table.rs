@@ -4,9 +4,8 @@
 use crate::harness::cli::Named as _;
 use std::fmt::Write as _;
 
-use super::Scenario;
 use super::report::{Report, ScenarioReport};
-use crate::harness::table::{Row, Unit, command_line};
+use crate::harness::table::{Row, Unit, command_line, first_runs};
 
 fn per(n: u64, pods: usize) -> Option<f64> {
     (pods > 0).then(|| n as f64 / pods as f64)
@@ -82,11 +81,6 @@ const VARYING: &[&str] = &[
 ];
 
 impl Report {
-    /// The scenarios that ran, each once, in the order they first ran.
-    fn columns(&self) -> Vec<Scenario> {
-        crate::harness::table::columns(&self.scenarios, |s| s.scenario)
-    }
-
     /// The human-readable table: a column per scenario, "median (min-max)" over the runs.
     pub fn table(&self) -> String {
         let mut out = String::new();
@@ -106,16 +100,9 @@ impl Report {
             let _ = writeln!(out, "attacher: {}", command_line(&a.bin, &a.args, VARYING));
         }
         let _ = writeln!(out);
-        let columns = self.columns();
-        let _ = write!(out, "{:<26}", "");
-        for c in &columns {
-            let _ = write!(out, " {:>22}", c.name());
-        }
-        let _ = writeln!(out);
-        out.push_str(&crate::harness::table::rows(
+        out.push_str(&crate::harness::table::grid(
             ROWS,
             &self.scenarios,
-            &columns,
             |s| s.scenario,
             self.pods,
             (26, 22),
@@ -141,10 +128,8 @@ impl Report {
                 "through-adc is {median:.2}x{range} as fast as attach-required to all in volumesAttached (target >= 3x)"
             );
         }
-        for c in &columns {
-            let Some(s) = self.scenarios.iter().find(|s| s.scenario == *c) else {
-                continue;
-            };
+        for s in first_runs(&self.scenarios, |s| s.scenario) {
+            let c = s.scenario;
             let _ = writeln!(out);
             let first = if self.runs > 1 { " (first run)" } else { "" };
             let _ = writeln!(out, "{} writes by request{first}:", c.name());

@@ -87,33 +87,42 @@ pub fn command_line(bin: &str, args: &[String], varying: &[&str]) -> String {
         .join(" ")
 }
 
-/// The columns of a table of runs: each run's column once, in the order they first ran.
-pub fn columns<R, C: PartialEq>(runs: &[R], column_of: impl Fn(&R) -> C) -> Vec<C> {
-    let mut seen = Vec::new();
+/// The first run of each column of a table of runs, in the order the columns first ran.
+pub fn first_runs<R, C: PartialEq>(runs: &[R], column_of: impl Fn(&R) -> C) -> Vec<&R> {
+    let mut seen: Vec<(C, &R)> = Vec::new();
     for r in runs {
         let c = column_of(r);
-        if !seen.contains(&c) {
-            seen.push(c);
+        if !seen.iter().any(|(s, _)| *s == c) {
+            seen.push((c, r));
         }
     }
-    seen
+    seen.into_iter().map(|(_, r)| r).collect()
 }
 
-/// The body of a table: one line per row, one cell per column, each cell over the runs whose
-/// `column_of` is that column. `widths` are the label's and each cell's.
-pub fn rows<R, C: PartialEq>(
+/// A table of runs: a header line with each column's name, then one line per row with one cell
+/// per column, each cell over the runs whose `column_of` is that column (columns in the order
+/// the runs first show them). `size` is handed to each row's value; `widths` are the label's
+/// and each cell's.
+pub fn grid<R, C: PartialEq + std::fmt::Display>(
     rows: &[Row<R>],
     runs: &[R],
-    columns: &[C],
     column_of: impl Fn(&R) -> C,
     size: usize,
     widths: (usize, usize),
 ) -> String {
     let (label_width, cell_width) = widths;
-    let mut out = String::new();
+    let columns: Vec<C> = first_runs(runs, &column_of)
+        .into_iter()
+        .map(&column_of)
+        .collect();
+    let mut out = format!("{:<label_width$}", "");
+    for c in &columns {
+        let _ = write!(out, " {:>cell_width$}", c.to_string());
+    }
+    out.push('\n');
     for row in rows {
         let _ = write!(out, "{:<label_width$}", row.label);
-        for c in columns {
+        for c in &columns {
             let values: Vec<f64> = runs
                 .iter()
                 .filter(|r| column_of(r) == *c)
@@ -121,7 +130,7 @@ pub fn rows<R, C: PartialEq>(
                 .collect();
             let _ = write!(out, " {:>cell_width$}", cell(row.unit, &values));
         }
-        let _ = writeln!(out);
+        out.push('\n');
     }
     out
 }
@@ -183,11 +192,13 @@ mod tests {
                 (r.0 == "b").then(|| r.1 / n as f64)
             }),
         ];
-        assert_eq!(columns(&runs, |r| r.0), ["a", "b"]);
-        let text = rows(table, &runs, &columns(&runs, |r| r.0), |r| r.0, 10, (8, 14));
+        let firsts: Vec<(&str, f64)> = first_runs(&runs, |r| r.0).into_iter().copied().collect();
+        assert_eq!(firsts, [("a", 1.0), ("b", 5.0)]);
+        let text = grid(table, &runs, |r| r.0, 10, (8, 14));
         assert_eq!(
             text,
-            "time     2.00 (1.00-3.00) s         5.00 s\n\
+            "                      a              b\n\
+             time     2.00 (1.00-3.00) s         5.00 s\n\
              per pod             n/a           0.50\n"
         );
     }

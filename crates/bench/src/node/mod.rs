@@ -72,6 +72,8 @@ impl Named for Scenario {
     }
 }
 
+crate::harness::cli::display_by_name!(Scenario);
+
 impl Scenario {
     pub(crate) fn attach_required(self) -> bool {
         matches!(self, Scenario::HostpathAttachRequired | Scenario::Ebs)

@@ -10,6 +10,7 @@ use crate::harness::writes::Writes;
 
 use super::{LoadConfig, Scenario};
 use crate::harness::stats::{Summary, summarize};
+use crate::harness::table::{Row, Unit};
 
 /// One node agent's numbers.
 #[derive(Debug, Clone, Serialize)]
@@ -172,143 +173,102 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1024.0 * 1024.0))
 }
 
-fn s(v: f64) -> String {
-    if v < 1.0 {
-        format!("{:.0} ms", v * 1000.0)
-    } else {
-        format!("{v:.2} s")
-    }
+fn per_pod(r: &ScenarioReport, writes: u64) -> Option<f64> {
+    Some(writes as f64 / r.pods.max(1) as f64)
 }
 
-fn per_pod(writes: u64, pods: usize) -> String {
-    format!("{:.2}", writes as f64 / pods.max(1) as f64)
+fn most(r: &ScenarioReport, of: fn(&AgentStats) -> u64) -> Option<f64> {
+    Some(r.agents.iter().map(of).max().unwrap_or(0) as f64)
 }
 
-fn opt_s(v: Option<f64>) -> String {
-    v.map_or_else(|| "n/a".into(), s)
+fn count(n: usize) -> Option<f64> {
+    Some(n as f64)
 }
 
-/// One row's cell for one report.
-type Cell = Box<dyn Fn(&ScenarioReport) -> String>;
+fn bytes(n: u64) -> Option<f64> {
+    Some(n as f64)
+}
 
-/// The reports side by side, then the ratios the node-side benchmark targets
-/// (through-adc against attach-required: at least 2x).
+/// The rows of the table, in order.
+const ROWS: &[Row<ScenarioReport>] = &[
+    Row::new("nodes", Unit::Count, |r, _| count(r.nodes)),
+    Row::new("pods", Unit::Count, |r, _| count(r.pods)),
+    Row::new("background pods elsewhere", Unit::Count, |r, _| {
+        count(r.background)
+    }),
+    Row::new("setup (not timed)", Unit::Seconds, |r, _| Some(r.setup_s)),
+    Row::new("  of which background", Unit::Seconds, |r, _| {
+        Some(r.background_created_s)
+    }),
+    Row::new("pods created", Unit::Seconds, |r, _| Some(r.pods_created_s)),
+    Row::new("ready p50", Unit::Seconds, |r, _| Some(r.ready.p50_s)),
+    Row::new("ready p90", Unit::Seconds, |r, _| Some(r.ready.p90_s)),
+    Row::new("ready p99", Unit::Seconds, |r, _| Some(r.ready.p99_s)),
+    Row::new("ready max", Unit::Seconds, |r, _| Some(r.ready.max_s)),
+    Row::new("first Ready", Unit::Seconds, |r, _| r.first_ready_s),
+    Row::new("all Ready (wall)", Unit::Seconds, |r, _| r.all_ready_s),
+    Row::new("pods Ready", Unit::Count, |r, _| count(r.ready.count)),
+    Row::new("delete p50", Unit::Seconds, |r, _| Some(r.delete.p50_s)),
+    Row::new("delete p99", Unit::Seconds, |r, _| Some(r.delete.p99_s)),
+    Row::new("all deleted (wall)", Unit::Seconds, |r, _| r.all_deleted_s),
+    Row::new("all unmounted (wall)", Unit::Seconds, |r, _| {
+        r.all_unmounted_s
+    }),
+    Row::new("agent RSS idle (max)", Unit::Bytes, |r, _| {
+        bytes(r.agent_rss_idle_max_bytes)
+    }),
+    Row::new("agent RSS max", Unit::Bytes, |r, _| {
+        bytes(r.agent_rss_max_bytes)
+    }),
+    Row::new("agent RSS mean", Unit::Bytes, |r, _| {
+        bytes(r.agent_rss_mean_bytes)
+    }),
+    Row::new("agent VmHWM max", Unit::Bytes, |r, _| {
+        bytes(r.agent_hwm_max_bytes)
+    }),
+    Row::new("agent RssAnon max", Unit::Bytes, |r, _| {
+        most(r, |a| a.rss_anon_bytes)
+    }),
+    Row::new("agent RssFile max", Unit::Bytes, |r, _| {
+        most(r, |a| a.rss_file_bytes)
+    }),
+    Row::new("agent threads max", Unit::Count, |r, _| {
+        most(r, |a| a.threads)
+    }),
+    Row::new("agent CPU (sum, whole run)", Unit::Seconds, |r, _| {
+        Some(r.agents.iter().filter_map(|a| a.cpu_s_at_end).sum())
+    }),
+    Row::new("CPU until Ready: agents", Unit::Seconds, |r, _| {
+        Some(r.cpu_ready_phase.agents_s)
+    }),
+    Row::new("CPU until Ready: drivers", Unit::Seconds, |r, _| {
+        Some(r.cpu_ready_phase.drivers_s)
+    }),
+    Row::new("CPU until Ready: csi-bench", Unit::Seconds, |r, _| {
+        Some(r.cpu_ready_phase.node_load_s)
+    }),
+    Row::new("driver RSS max", Unit::Bytes, |r, _| {
+        r.driver_rss_max_bytes.map(|b| b as f64)
+    }),
+    Row::new("agent writes/pod (ready)", Unit::Ratio, |r, _| {
+        per_pod(r, r.agent_writes_ready.total)
+    }),
+    Row::new("agent writes/pod (delete)", Unit::Ratio, |r, _| {
+        per_pod(r, r.agent_writes_delete.total)
+    }),
+    Row::new("mounts when Ready", Unit::Count, |r, _| {
+        count(r.mounts_when_ready)
+    }),
+    Row::new("mounts left at end", Unit::Count, |r, _| {
+        count(r.mounts_left_at_end)
+    }),
+];
+
+/// The reports side by side (a column per scenario), then each agent's memory, the agents'
+/// writes by request, and the ratios the node-side benchmark targets (through-adc against
+/// attach-required: at least 2x).
 pub fn table(reports: &[ScenarioReport]) -> String {
-    let mut out = String::new();
-    let rows: Vec<(&str, Cell)> = vec![
-        (
-            "nodes / pods",
-            Box::new(|r| format!("{} / {}", r.nodes, r.pods)),
-        ),
-        (
-            "background (other nodes)",
-            Box::new(|r| format!("{} pods+PVCs+PVs", r.background)),
-        ),
-        ("setup (not timed)", Box::new(|r| s(r.setup_s))),
-        (
-            "  of which background",
-            Box::new(|r| s(r.background_created_s)),
-        ),
-        ("pods created", Box::new(|r| s(r.pods_created_s))),
-        ("ready p50", Box::new(|r| s(r.ready.p50_s))),
-        ("ready p90", Box::new(|r| s(r.ready.p90_s))),
-        ("ready p99", Box::new(|r| s(r.ready.p99_s))),
-        ("ready max", Box::new(|r| s(r.ready.max_s))),
-        ("first Ready", Box::new(|r| opt_s(r.first_ready_s))),
-        ("all Ready (wall)", Box::new(|r| opt_s(r.all_ready_s))),
-        (
-            "pods Ready",
-            Box::new(|r| format!("{} / {}", r.ready.count, r.pods)),
-        ),
-        ("delete p50", Box::new(|r| s(r.delete.p50_s))),
-        ("delete p99", Box::new(|r| s(r.delete.p99_s))),
-        ("all deleted (wall)", Box::new(|r| opt_s(r.all_deleted_s))),
-        (
-            "all unmounted (wall)",
-            Box::new(|r| opt_s(r.all_unmounted_s)),
-        ),
-        (
-            "agent RSS idle (max)",
-            Box::new(|r| mib(r.agent_rss_idle_max_bytes)),
-        ),
-        ("agent RSS max", Box::new(|r| mib(r.agent_rss_max_bytes))),
-        ("agent RSS mean", Box::new(|r| mib(r.agent_rss_mean_bytes))),
-        ("agent VmHWM max", Box::new(|r| mib(r.agent_hwm_max_bytes))),
-        (
-            "agent RssAnon / RssFile max",
-            Box::new(|r| {
-                let anon = r.agents.iter().map(|a| a.rss_anon_bytes).max().unwrap_or(0);
-                let file = r.agents.iter().map(|a| a.rss_file_bytes).max().unwrap_or(0);
-                format!("{} / {}", mib(anon), mib(file))
-            }),
-        ),
-        (
-            "agent threads max",
-            Box::new(|r| {
-                let t = r.agents.iter().map(|a| a.threads).max().unwrap_or(0);
-                t.to_string()
-            }),
-        ),
-        (
-            "agent CPU (sum, whole run)",
-            Box::new(|r| {
-                let total: f64 = r.agents.iter().filter_map(|a| a.cpu_s_at_end).sum();
-                format!("{total:.2} s")
-            }),
-        ),
-        (
-            "CPU until Ready: agents",
-            Box::new(|r| format!("{:.2} s", r.cpu_ready_phase.agents_s)),
-        ),
-        (
-            "CPU until Ready: drivers",
-            Box::new(|r| format!("{:.2} s", r.cpu_ready_phase.drivers_s)),
-        ),
-        (
-            "CPU until Ready: csi-bench",
-            Box::new(|r| format!("{:.2} s", r.cpu_ready_phase.node_load_s)),
-        ),
-        (
-            "driver RSS max",
-            Box::new(|r| r.driver_rss_max_bytes.map_or_else(|| "n/a".into(), mib)),
-        ),
-        (
-            "agent writes/pod (ready)",
-            Box::new(|r| per_pod(r.agent_writes_ready.total, r.pods)),
-        ),
-        (
-            "agent writes/pod (delete)",
-            Box::new(|r| per_pod(r.agent_writes_delete.total, r.pods)),
-        ),
-        (
-            "mounts when Ready",
-            Box::new(|r| r.mounts_when_ready.to_string()),
-        ),
-        (
-            "mounts left at end",
-            Box::new(|r| r.mounts_left_at_end.to_string()),
-        ),
-    ];
-    let width = 28;
-    let col = reports
-        .iter()
-        .map(|r| r.scenario.name().len())
-        .max()
-        .unwrap_or(0)
-        .max(12)
-        + 2;
-    let _ = write!(out, "{:width$}", "");
-    for r in reports {
-        let _ = write!(out, "{:>col$}", r.scenario.name());
-    }
-    out.push('\n');
-    for (label, f) in &rows {
-        let _ = write!(out, "{label:width$}");
-        for r in reports {
-            let _ = write!(out, "{:>col$}", f(r));
-        }
-        out.push('\n');
-    }
+    let mut out = crate::harness::table::grid(ROWS, reports, |r| r.scenario, 0, (28, 26));
     for r in reports {
         for a in &r.agents {
             let _ = writeln!(
@@ -366,4 +326,84 @@ pub fn table(reports: &[ScenarioReport]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn report(scenario: Scenario, ready_ms: &[u64]) -> ScenarioReport {
+        let config = LoadConfig {
+            nodes: 1,
+            pods: ready_ms.len(),
+            ..LoadConfig::default()
+        };
+        let ms =
+            |v: &[u64]| -> Vec<Duration> { v.iter().map(|m| Duration::from_millis(*m)).collect() };
+        let agent = AgentStats {
+            node: "node-0".into(),
+            rss_idle_bytes: 8 << 20,
+            rss_bytes: 10 << 20,
+            hwm_bytes: 12 << 20,
+            rss_anon_bytes: 6 << 20,
+            rss_file_bytes: 4 << 20,
+            threads: 5,
+            cpu_s_at_ready: Some(0.5),
+            cpu_s_at_end: Some(1.25),
+        };
+        let last = ready_ms.iter().max().copied().unwrap_or(0);
+        ScenarioReport::new(
+            scenario,
+            &config,
+            Duration::from_millis(300),
+            Duration::from_millis(20),
+            &ms(ready_ms),
+            Some(Duration::from_millis(ready_ms[0])),
+            Some(Duration::from_millis(last)),
+            &ms(&[100, 100]),
+            Some(Duration::from_millis(200)),
+            Some(Duration::from_millis(250)),
+            vec![agent],
+            None,
+            4,
+        )
+    }
+
+    #[test]
+    fn a_column_per_scenario_and_the_ratio_against_attach_required() {
+        let reports = [
+            report(Scenario::HostpathAttachRequired, &[2000, 4000]),
+            report(Scenario::HostpathBypass, &[500, 1000]),
+        ];
+        let t = table(&reports);
+        let row = |label: &str| {
+            let line = t.lines().find(|l| l.starts_with(label)).unwrap();
+            line[label.len()..]
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let header: Vec<&str> = t.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(
+            header,
+            ["hostpath-attach-required", "hostpath-bypass"],
+            "{t}"
+        );
+        assert_eq!(row("ready max"), "4.00 s 1.00 s", "{t}");
+        assert_eq!(row("pods Ready"), "2 2", "{t}");
+        assert_eq!(row("agent RssAnon max"), "6.0 MiB 6.0 MiB", "{t}");
+        assert_eq!(row("driver RSS max"), "n/a n/a", "{t}");
+        assert_eq!(row("mounts when Ready"), "4 4", "{t}");
+        assert!(
+            t.contains("hostpath-bypass vs hostpath-attach-required: p50 4.00x, p99 4.00x, all Ready 4.00x as fast"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "hostpath-bypass: node-0 agent: VmRSS idle 8.0 MiB, VmRSS at all Ready 10.0 MiB"
+            ),
+            "{t}"
+        );
+    }
 }

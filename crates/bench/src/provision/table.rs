@@ -1,12 +1,10 @@
 //! The report as a table. The rows as numbers: each row takes one run's report to one value, so that several
 //! runs print as "median (min-max)"  and one run as its value.
 
-use crate::harness::cli::Named as _;
-use crate::harness::table::{Row, Unit, command_line};
+use crate::harness::table::{Row, Unit, command_line, first_runs};
 
 use std::fmt::Write as _;
 
-use super::Scenario;
 use super::report::{MemorySample, Report, ScenarioReport};
 
 fn per_pvc(s: &ScenarioReport, n: u64) -> Option<f64> {
@@ -145,46 +143,33 @@ const VARYING: &[&str] = &[
 ];
 
 impl Report {
-    /// The scenarios that ran, each once, in the order they first ran.
-    fn columns(&self) -> Vec<Scenario> {
-        crate::harness::table::columns(&self.scenarios, |s| s.scenario)
-    }
-
     /// The human-readable table: a column per scenario, "median (min-max)" over the runs;
     /// then, per scenario, the writes of its first run by request.
     pub fn table(&self) -> String {
         let mut out = String::new();
-        let columns = self.columns();
         let _ = writeln!(
             out,
             "csi-bench provision: {} run(s) per scenario",
             self.runs
         );
-        for c in &columns {
-            if let Some(s) = self.scenarios.iter().find(|s| s.scenario == *c) {
-                let _ = writeln!(
-                    out,
-                    "{c}: {} PVCs; provisioner: {}",
-                    s.pvcs,
-                    command_line(&s.provisioner.bin, &s.provisioner.args, VARYING)
-                );
-                let _ = writeln!(
-                    out,
-                    "{c}: driver: {}",
-                    command_line(&s.driver.bin, &s.driver.args, VARYING)
-                );
-            }
+        for s in first_runs(&self.scenarios, |s| s.scenario) {
+            let c = s.scenario;
+            let _ = writeln!(
+                out,
+                "{c}: {} PVCs; provisioner: {}",
+                s.pvcs,
+                command_line(&s.provisioner.bin, &s.provisioner.args, VARYING)
+            );
+            let _ = writeln!(
+                out,
+                "{c}: driver: {}",
+                command_line(&s.driver.bin, &s.driver.args, VARYING)
+            );
         }
         let _ = writeln!(out);
-        let _ = write!(out, "{:<34}", "");
-        for c in &columns {
-            let _ = write!(out, " {:>24}", c.name());
-        }
-        let _ = writeln!(out);
-        out.push_str(&crate::harness::table::rows(
+        out.push_str(&crate::harness::table::grid(
             ROWS,
             &self.scenarios,
-            &columns,
             |s| s.scenario,
             0,
             (34, 24),
@@ -199,10 +184,8 @@ impl Report {
                 ""
             }
         );
-        for c in &columns {
-            let Some(s) = self.scenarios.iter().find(|s| s.scenario == *c) else {
-                continue;
-            };
+        for s in first_runs(&self.scenarios, |s| s.scenario) {
+            let c = s.scenario;
             let first = if self.runs > 1 { " (first run)" } else { "" };
             for (phase, w) in [
                 ("until all Bound", &s.writes_bind),
