@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
 use kube::{Api, Client};
 use serde_json::json;
@@ -14,7 +14,7 @@ use serde_json::json;
 use super::nodes::Expected;
 use super::{Error, Scenario};
 use crate::harness::api::bounded;
-use crate::harness::objects::OwnWrites;
+use crate::harness::objects::{BoundPair, OwnWrites};
 
 /// Label on every Node and pod a run creates; the watches select on it.
 pub(crate) const LOAD_LABEL: &str = "app.kubernetes.io/created-by";
@@ -118,48 +118,20 @@ impl Objects<'_> {
     /// For each volume: the PVC, then the PV whose claimRef names the PVC's uid, then both
     /// statuses `Bound` (what the PV controller leaves behind).
     pub(crate) async fn create_volumes(&self) -> Result<(), Error> {
-        let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), NAMESPACE);
-        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
         bounded(0..self.pods, self.parallelism, |i| {
-            let (pvcs, pvs) = (&pvcs, &pvs);
+            let (claim, volume) = (pvc_name(i), pv_name(i));
+            let csi =
+                json!({"driver": self.driver, "volumeHandle": volume_handle(i), "fsType": "ext4"});
             async move {
-                let (claim, volume) = (pvc_name(i), pv_name(i));
-                let created = self.own.create(pvcs, json!({
-                    "metadata": {
-                        "name": claim, "namespace": NAMESPACE,
-                        "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
-                    },
-                    "spec": {
-                        "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": "1Gi"}},
-                        "storageClassName": "",
-                        "volumeName": volume,
-                    },
-                }))
-                .await?;
-                let uid = created.metadata.uid.unwrap_or_default();
-                self.own.create(pvs, json!({
-                    "metadata": {"name": volume},
-                    "spec": {
-                        "capacity": {"storage": "1Gi"},
-                        "accessModes": ["ReadWriteOnce"],
-                        "persistentVolumeReclaimPolicy": "Retain",
-                        "storageClassName": "",
-                        "claimRef": {
-                            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                            "namespace": NAMESPACE, "name": claim, "uid": uid,
-                        },
-                        "csi": {"driver": self.driver, "volumeHandle": volume_handle(i), "fsType": "ext4"},
-                    },
-                }))
-                .await?;
-                self.own.set_status(pvs, &volume, json!({"phase": "Bound"})).await?;
-                self.own.set_status(pvcs, &claim, json!({
-                    "phase": "Bound",
-                    "accessModes": ["ReadWriteOnce"],
-                    "capacity": {"storage": "1Gi"},
-                }))
-                .await
+                let pair = BoundPair {
+                    namespace: NAMESPACE,
+                    claim: &claim,
+                    volume: &volume,
+                    size: "1Gi",
+                    labels: None,
+                    csi,
+                };
+                self.own.create_bound(&self.client, pair).await
             }
         })
         .await
@@ -221,6 +193,7 @@ pub(crate) fn va_names(driver: &str, pods: usize, nodes: usize) -> BTreeMap<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 
     #[test]
     fn expected_volumes_go_round_robin() {

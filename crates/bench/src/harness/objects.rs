@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Mutex;
 
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use kube::{Api, Resource};
+use kube::{Api, Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -38,6 +39,17 @@ fn kind_of<K: Resource<DynamicType = ()>>() -> &'static str {
         std::borrow::Cow::Borrowed(kind) => kind,
         std::borrow::Cow::Owned(_) => "object",
     }
+}
+
+/// A claim and the volume bound to it, for [`OwnWrites::create_bound`].
+pub struct BoundPair<'a> {
+    pub namespace: &'a str,
+    pub claim: &'a str,
+    pub volume: &'a str,
+    /// Both capacities ("1Gi").
+    pub size: &'a str,
+    pub labels: Option<Value>,
+    pub csi: Value,
 }
 
 /// The benchmark's own writes, counted by "verb resource".
@@ -111,6 +123,59 @@ impl OwnWrites {
             .await
             .map_err(self.failed::<K>("setting the status of", name))?;
         Ok(())
+    }
+
+    /// A claim and a CSI volume bound to each other, as the PV controller leaves them: the
+    /// claim, then the volume whose `claimRef` carries the claim's uid, then both statuses
+    /// `Bound`. `labels` go on both; `csi` is the volume's `spec.csi`.
+    pub async fn create_bound(&self, client: &Client, pair: BoundPair<'_>) -> Result<(), Error> {
+        let BoundPair {
+            namespace,
+            claim,
+            volume,
+            size,
+            labels,
+            csi,
+        } = pair;
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+        let volumes: Api<PersistentVolume> = Api::all(client.clone());
+        let created = self
+            .create(
+                &claims,
+                json!({
+                    "metadata": {
+                        "name": claim, "namespace": namespace, "labels": labels,
+                        "annotations": {"pv.kubernetes.io/bind-completed": "yes"},
+                    },
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem",
+                        "resources": {"requests": {"storage": size}},
+                        "storageClassName": "", "volumeName": volume,
+                    },
+                }),
+            )
+            .await?;
+        self.create(
+            &volumes,
+            json!({
+                "metadata": {"name": volume, "labels": labels},
+                "spec": {
+                    "capacity": {"storage": size},
+                    "accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem",
+                    "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                    "claimRef": {
+                        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                        "namespace": namespace, "name": claim, "uid": created.metadata.uid,
+                    },
+                    "csi": csi,
+                },
+            }),
+        )
+        .await?;
+        self.set_status(&volumes, volume, json!({"phase": "Bound"}))
+            .await?;
+        let bound = json!({"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": size}});
+        self.set_status(&claims, claim, bound).await
     }
 
     pub async fn delete<K>(&self, api: &Api<K>, name: &str) -> Result<(), Error>

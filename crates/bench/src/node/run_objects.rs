@@ -18,7 +18,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use super::{Error, Scenario, ebs};
-use crate::harness::objects::{OwnWrites, object};
+use crate::harness::objects::{BoundPair, OwnWrites, object};
 
 pub(crate) const NS: &str = "default";
 /// The label on every pod of the run (the pods watch selects it).
@@ -119,9 +119,8 @@ async fn bind_one(
     create_bound(kube, &pv, &pvc_name(i), None, size, csi).await
 }
 
-/// A PVC `pvc` and a PV `pv` with `claimRef` to it (the claim's uid), both patched to
-/// `status.phase: Bound` as the PV controller would bind them; labelled
-/// `POD_LABEL=label` if `label` is set.
+/// A PVC `pvc` and a PV `pv` bound to it (`harness::objects::OwnWrites::create_bound`),
+/// labelled `POD_LABEL=label` if `label` is set.
 async fn create_bound(
     kube: &Client,
     pv: &str,
@@ -130,33 +129,15 @@ async fn create_bound(
     size: &str,
     csi: Value,
 ) -> Result<(), Error> {
-    let own = OwnWrites::default();
-    let labels = label.map(|l| json!({POD_LABEL: l}));
-    let claims: Api<PersistentVolumeClaim> = Api::namespaced(kube.clone(), NS);
-    let claim = json!({
-        "metadata": {"name": pvc, "labels": labels},
-        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": pv,
-                 "volumeMode": "Filesystem",
-                 "resources": {"requests": {"storage": size}}},
-    });
-    let claim = own.create(&claims, claim).await?;
-    let volumes: Api<PersistentVolume> = Api::all(kube.clone());
-    let volume = json!({
-        "metadata": {"name": pv, "labels": labels},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "capacity": {"storage": size},
-            "volumeMode": "Filesystem",
-            "persistentVolumeReclaimPolicy": "Retain",
-            "claimRef": {"name": pvc, "namespace": NS, "uid": claim.metadata.uid},
-            "csi": csi,
-        },
-    });
-    own.create(&volumes, volume).await?;
-    own.set_status(&volumes, pv, json!({"phase": "Bound"}))
-        .await?;
-    own.set_status(&claims, pvc, json!({"phase": "Bound"}))
-        .await
+    let pair = BoundPair {
+        namespace: NS,
+        claim: pvc,
+        volume: pv,
+        size,
+        labels: label.map(|l| json!({POD_LABEL: l})),
+        csi,
+    };
+    OwnWrites::default().create_bound(kube, pair).await
 }
 
 /// A volume, PV and bound PVC for every pod, `parallelism` at a time. Hostpath volumes are
