@@ -87,7 +87,7 @@ async fn the_binary_attaches_and_detaches_with_go_style_flags_and_serves_metrics
         1
     );
 
-    let exit = attacher.terminate();
+    let exit = terminate(&mut attacher).await;
     assert!(
         exit.success(),
         "clean exit on SIGTERM: {exit:?}\n{}",
@@ -163,7 +163,7 @@ async fn the_binary_waits_for_a_driver_that_starts_later() {
     env.create_csinode(NODE, &[(DRIVER, NODE_ID)]).await;
     env.create_pair("late").await;
     env.wait_attached("va-late").await;
-    assert!(attacher.terminate().success());
+    assert!(terminate(&mut attacher).await.success());
     env.shutdown().await;
 }
 
@@ -187,7 +187,7 @@ async fn the_binary_in_dummy_mode_needs_no_driver() {
         .await;
     let va = env.wait_attached("va-dummy").await;
     assert!(finalizers_of(&va).is_empty());
-    assert!(attacher.terminate().success());
+    assert!(terminate(&mut attacher).await.success());
     env.shutdown().await;
 }
 
@@ -281,7 +281,7 @@ async fn a_standby_takes_over_in_under_two_seconds_when_the_leader_gets_sigterm(
     );
 
     let sent = Instant::now();
-    let exit = a.terminate();
+    let exit = terminate(&mut a).await;
     assert!(exit.success(), "{exit:?}");
     let second = eventually("the standby takes over", || async {
         holder().await.filter(|h| *h != first)
@@ -295,6 +295,6 @@ async fn a_standby_takes_over_in_under_two_seconds_when_the_leader_gets_sigterm(
 
     env.create_pair("after").await;
     env.wait_attached("va-after").await;
-    assert!(b.terminate().success());
+    assert!(terminate(&mut b).await.success());
     env.shutdown().await;
 }

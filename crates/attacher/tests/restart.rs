@@ -116,9 +116,9 @@ async fn a_killed_binary_restarted_mid_batch_attaches_everything_once() {
     for i in 0..BATCH {
         env.create_pair(&format!("k{i}")).await;
     }
-    let mut first = spawn_attacher(env.dir.path(), "first", &args);
+    let first = spawn_attacher(env.dir.path(), "first", &args);
     wait_some_attached(&env, 10).await;
-    first.kill(); // SIGKILL: no graceful anything
+    drop(first); // SIGKILL: no graceful anything
     let after_kill = attached_count(&env).await;
     assert!(
         after_kill < BATCH,
@@ -141,6 +141,6 @@ async fn a_killed_binary_restarted_mid_batch_attaches_everything_once() {
         let va = env.get_va(&format!("va-k{i}")).await.unwrap();
         assert_eq!(finalizers_of(&va), [FINALIZER]);
     }
-    assert!(second.terminate().success());
+    assert!(terminate(&mut second).await.success());
     env.shutdown().await;
 }

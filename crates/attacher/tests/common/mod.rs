@@ -4,9 +4,9 @@
 
 use std::future::Future;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use attacher::{Capabilities, Controller, Driver, Options};
 use csi_mock::{MockConfig, MockDriver};
@@ -395,42 +395,13 @@ pub fn metrics_text(registry: &Registry) -> String {
     out
 }
 
-/// A child process killed on drop.
-pub struct ChildGuard(pub Option<Child>);
+/// The attacher process of [`spawn_attacher`]: killed when dropped (SIGKILL: no graceful
+/// anything), or stopped with [`terminate`].
+pub use test_support::process::ChildGuard;
 
-impl ChildGuard {
-    pub fn child(&mut self) -> &mut Child {
-        self.0.as_mut().expect("child")
-    }
-
-    /// Sends SIGTERM and waits (up to PATIENCE) for the exit status.
-    pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let child = self.child();
-        let pid = child.id();
-        test_support::process::sigterm(child);
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                self.0 = None;
-                return status;
-            }
-            assert!(Instant::now() < deadline, "process {pid} ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.0.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// SIGTERM to the attacher, then its exit status; panics after [`PATIENCE`].
+pub async fn terminate(attacher: &mut ChildGuard) -> std::process::ExitStatus {
+    test_support::process::terminate(&mut attacher.0, "csi-attacher", PATIENCE).await
 }
 
 /// Starts the real `csi-attacher` binary with `args` (stderr to a file in `dir`).
@@ -443,7 +414,7 @@ pub fn spawn_attacher(dir: &std::path::Path, tag: &str, args: &[String]) -> Chil
         .stderr(log)
         .spawn()
         .expect("spawn csi-attacher");
-    ChildGuard(Some(child))
+    ChildGuard(child)
 }
 
 /// The attacher log written by [`spawn_attacher`].
