@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    FsTypeParam, InTreePlugin, PluginNames, csi_source, edit_spec, go_bool, go_string, named_pv,
-    spec, translate_block_storage_class,
+    FsTypeParam, InTreePlugin, PluginNames, edit_spec, go_bool, go_string, inline_source, named_pv,
+    pv_source, required_csi_source, spec, translate_block_storage_class,
 };
 use crate::topology::{
     translate_topology_from_csi_to_in_tree_mut, translate_topology_from_in_tree_to_csi_mut,
@@ -151,14 +151,11 @@ impl InTreePlugin for AwsEbs {
         volume: &Volume,
         _pod_namespace: &str,
     ) -> Result<PersistentVolume> {
-        let src = volume
-            .aws_elastic_block_store
-            .as_ref()
-            .ok_or(Error::MissingSource {
-                object: "Volume",
-                field: "awsElasticBlockStore",
-                plugin: IN_TREE_PLUGIN_NAME,
-            })?;
+        let src = inline_source(
+            volume.aws_elastic_block_store.as_ref(),
+            "awsElasticBlockStore",
+            IN_TREE_PLUGIN_NAME,
+        )?;
         let csi = Self::csi_source(src)?;
         // The name must be unique per volume: it is the unique part of the staging path.
         let name = format!("{DRIVER_NAME}-{}", csi.volume_handle);
@@ -166,13 +163,9 @@ impl InTreePlugin for AwsEbs {
     }
 
     fn translate_in_tree_pv_to_csi(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let src = spec(pv)
-            .and_then(|s| s.aws_elastic_block_store.as_ref())
-            .ok_or(Error::MissingSource {
-                object: "PersistentVolume",
-                field: "spec.awsElasticBlockStore",
-                plugin: IN_TREE_PLUGIN_NAME,
-            })?;
+        let src = pv_source(pv, "spec.awsElasticBlockStore", IN_TREE_PLUGIN_NAME, |s| {
+            s.aws_elastic_block_store.as_ref()
+        })?;
         let csi = Self::csi_source(src)?;
         let mut out = edit_spec(pv, |s| {
             s.aws_elastic_block_store = None;
@@ -183,11 +176,7 @@ impl InTreePlugin for AwsEbs {
     }
 
     fn translate_csi_pv_to_in_tree(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let csi = csi_source(pv).ok_or(Error::MissingSource {
-            object: "PersistentVolume",
-            field: "spec.csi",
-            plugin: DRIVER_NAME,
-        })?;
+        let csi = required_csi_source(pv, DRIVER_NAME)?;
         let partition = match csi
             .volume_attributes
             .as_ref()

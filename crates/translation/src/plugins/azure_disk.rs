@@ -15,8 +15,8 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use regex_lite::Regex;
 
 use super::{
-    FsTypeParam, InTreePlugin, PluginNames, csi_source, edit_spec, go_bool, go_string, named_pv,
-    spec, translate_block_storage_class,
+    FsTypeParam, InTreePlugin, PluginNames, edit_spec, go_bool, go_string, inline_source, named_pv,
+    pv_source, required_csi_source, spec, translate_block_storage_class,
 };
 use crate::{Error, Result};
 
@@ -147,11 +147,7 @@ impl InTreePlugin for AzureDisk {
         volume: &Volume,
         _pod_namespace: &str,
     ) -> Result<PersistentVolume> {
-        let src = volume.azure_disk.as_ref().ok_or(Error::MissingSource {
-            object: "Volume",
-            field: "azureDisk",
-            plugin: IN_TREE_PLUGIN_NAME,
-        })?;
+        let src = inline_source(volume.azure_disk.as_ref(), "azureDisk", IN_TREE_PLUGIN_NAME)?;
         check_kind(src.kind.as_ref(), "azureDisk.kind")?;
         // The disk URI is unique per disk: it is the unique part of the staging path.
         Ok(named_pv(
@@ -162,13 +158,9 @@ impl InTreePlugin for AzureDisk {
     }
 
     fn translate_in_tree_pv_to_csi(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let src = spec(pv)
-            .and_then(|s| s.azure_disk.as_ref())
-            .ok_or(Error::MissingSource {
-                object: "PersistentVolume",
-                field: "spec.azureDisk",
-                plugin: IN_TREE_PLUGIN_NAME,
-            })?;
+        let src = pv_source(pv, "spec.azureDisk", IN_TREE_PLUGIN_NAME, |s| {
+            s.azure_disk.as_ref()
+        })?;
         check_kind(src.kind.as_ref(), "spec.azureDisk.kind")?;
         let csi = csi_source_for(src);
         Ok(edit_spec(pv, |s| {
@@ -178,11 +170,7 @@ impl InTreePlugin for AzureDisk {
     }
 
     fn translate_csi_pv_to_in_tree(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let csi = csi_source(pv).ok_or(Error::MissingSource {
-            object: "PersistentVolume",
-            field: "spec.csi",
-            plugin: DRIVER_NAME,
-        })?;
+        let csi = required_csi_source(pv, DRIVER_NAME)?;
         let mut disk = AzureDiskVolumeSource {
             disk_name: disk_name(&csi.volume_handle)?,
             disk_uri: csi.volume_handle.clone(),

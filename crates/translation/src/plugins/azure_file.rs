@@ -16,7 +16,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 use regex_lite::Regex;
 
-use super::{InTreePlugin, PluginNames, csi_source, go_bool, named_pv, spec};
+use super::{
+    InTreePlugin, PluginNames, go_bool, inline_source, named_pv, pv_source, required_csi_source,
+    spec,
+};
 use crate::{Error, Result};
 
 /// In-tree plugin name.
@@ -139,11 +142,7 @@ impl InTreePlugin for AzureFile {
         volume: &Volume,
         pod_namespace: &str,
     ) -> Result<PersistentVolume> {
-        let src = volume.azure_file.as_ref().ok_or(Error::MissingSource {
-            object: "Volume",
-            field: "azureFile",
-            plugin: IN_TREE_PLUGIN_NAME,
-        })?;
+        let src = inline_source(volume.azure_file.as_ref(), "azureFile", IN_TREE_PLUGIN_NAME)?;
         let namespace = if pod_namespace.is_empty() {
             DEFAULT_SECRET_NAMESPACE
         } else {
@@ -167,14 +166,9 @@ impl InTreePlugin for AzureFile {
     }
 
     fn translate_in_tree_pv_to_csi(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let s = spec(pv);
-        let src = s
-            .and_then(|s| s.azure_file.as_ref())
-            .ok_or(Error::MissingSource {
-                object: "PersistentVolume",
-                field: "spec.azureFile",
-                plugin: IN_TREE_PLUGIN_NAME,
-            })?;
+        let src = pv_source(pv, "spec.azureFile", IN_TREE_PLUGIN_NAME, |s| {
+            s.azure_file.as_ref()
+        })?;
         let resource_group = pv
             .metadata
             .annotations
@@ -184,7 +178,7 @@ impl InTreePlugin for AzureFile {
         // The secret is needed at mount time, when there may be no pod to take a namespace from.
         let namespace = match &src.secret_namespace {
             Some(ns) => ns.as_str(),
-            None => s
+            None => spec(pv)
                 .and_then(|s| s.claim_ref.as_ref())
                 .and_then(|c| c.namespace.as_deref())
                 .unwrap_or(""),
@@ -219,11 +213,7 @@ impl InTreePlugin for AzureFile {
     }
 
     fn translate_csi_pv_to_in_tree(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let csi = csi_source(pv).ok_or(Error::MissingSource {
-            object: "PersistentVolume",
-            field: "spec.csi",
-            plugin: DRIVER_NAME,
-        })?;
+        let csi = required_csi_source(pv, DRIVER_NAME)?;
         let mut src = AzureFilePersistentVolumeSource {
             read_only: go_bool(csi.read_only),
             ..Default::default()

@@ -12,14 +12,14 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, PluginNames, csi_source, edit_spec, go_bool,
-    go_string, named_pv, parameters, spec,
+    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, PluginNames, edit_spec, go_bool, go_string,
+    inline_source, named_pv, parameters, pv_source, required_csi_source, spec,
 };
+use crate::Result;
 use crate::topology::{
     translate_allowed_topologies, translate_topology_from_csi_to_in_tree_mut,
     translate_topology_from_in_tree_to_csi_mut,
 };
-use crate::{Error, Result};
 
 /// In-tree plugin name.
 pub const IN_TREE_PLUGIN_NAME: &str = "kubernetes.io/cinder";
@@ -89,11 +89,7 @@ impl InTreePlugin for Cinder {
         volume: &Volume,
         _pod_namespace: &str,
     ) -> Result<PersistentVolume> {
-        let src = volume.cinder.as_ref().ok_or(Error::MissingSource {
-            object: "Volume",
-            field: "cinder",
-            plugin: IN_TREE_PLUGIN_NAME,
-        })?;
+        let src = inline_source(volume.cinder.as_ref(), "cinder", IN_TREE_PLUGIN_NAME)?;
         let csi = csi_for(&src.volume_id, src.read_only, src.fs_type.as_ref());
         Ok(named_pv(
             format!("{DRIVER_NAME}-{}", src.volume_id),
@@ -103,13 +99,9 @@ impl InTreePlugin for Cinder {
     }
 
     fn translate_in_tree_pv_to_csi(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let src = spec(pv)
-            .and_then(|s| s.cinder.as_ref())
-            .ok_or(Error::MissingSource {
-                object: "PersistentVolume",
-                field: "spec.cinder",
-                plugin: IN_TREE_PLUGIN_NAME,
-            })?;
+        let src = pv_source(pv, "spec.cinder", IN_TREE_PLUGIN_NAME, |s| {
+            s.cinder.as_ref()
+        })?;
         let csi = csi_for(&src.volume_id, src.read_only, src.fs_type.as_ref());
         let mut out = edit_spec(pv, |s| {
             s.cinder = None;
@@ -120,11 +112,7 @@ impl InTreePlugin for Cinder {
     }
 
     fn translate_csi_pv_to_in_tree(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let csi = csi_source(pv).ok_or(Error::MissingSource {
-            object: "PersistentVolume",
-            field: "spec.csi",
-            plugin: DRIVER_NAME,
-        })?;
+        let csi = required_csi_source(pv, DRIVER_NAME)?;
         let cinder = CinderPersistentVolumeSource {
             volume_id: csi.volume_handle.clone(),
             fs_type: go_string(csi.fs_type.as_ref()),

@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    FsTypeParam, InTreePlugin, PluginNames, csi_source, edit_spec, go_bool, go_string, named_pv,
-    spec, translate_block_storage_class,
+    FsTypeParam, InTreePlugin, PluginNames, edit_spec, go_bool, go_string, inline_source, named_pv,
+    pv_source, required_csi_source, spec, translate_block_storage_class,
 };
 use crate::topology::{
     LABEL_FAILURE_DOMAIN_BETA_ZONE, LABEL_MULTI_ZONE_DELIMITER, LABEL_TOPOLOGY_ZONE, label,
@@ -127,14 +127,11 @@ impl InTreePlugin for GcePd {
         volume: &Volume,
         _pod_namespace: &str,
     ) -> Result<PersistentVolume> {
-        let src = volume
-            .gce_persistent_disk
-            .as_ref()
-            .ok_or(Error::MissingSource {
-                object: "Volume",
-                field: "gcePersistentDisk",
-                plugin: IN_TREE_PLUGIN_NAME,
-            })?;
+        let src = inline_source(
+            volume.gce_persistent_disk.as_ref(),
+            "gcePersistentDisk",
+            IN_TREE_PLUGIN_NAME,
+        )?;
         let read_only = src.read_only == Some(true);
         let csi = CSIPersistentVolumeSource {
             driver: DRIVER_NAME.to_string(),
@@ -163,13 +160,9 @@ impl InTreePlugin for GcePd {
     }
 
     fn translate_in_tree_pv_to_csi(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let src = spec(pv)
-            .and_then(|s| s.gce_persistent_disk.as_ref())
-            .ok_or(Error::MissingSource {
-                object: "PersistentVolume",
-                field: "spec.gcePersistentDisk",
-                plugin: IN_TREE_PLUGIN_NAME,
-            })?;
+        let src = pv_source(pv, "spec.gcePersistentDisk", IN_TREE_PLUGIN_NAME, |s| {
+            s.gce_persistent_disk.as_ref()
+        })?;
         // Whichever zone label the PV was labelled with when it was created.
         let zones_label = label(pv, LABEL_FAILURE_DOMAIN_BETA_ZONE)
             .filter(|z| !z.is_empty())
@@ -217,11 +210,7 @@ impl InTreePlugin for GcePd {
     }
 
     fn translate_csi_pv_to_in_tree(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let csi = csi_source(pv).ok_or(Error::MissingSource {
-            object: "PersistentVolume",
-            field: "spec.csi",
-            plugin: DRIVER_NAME,
-        })?;
+        let csi = required_csi_source(pv, DRIVER_NAME)?;
         let pd_name = pd_name_from_volume_id(&csi.volume_handle)?;
         let partition = match csi
             .volume_attributes

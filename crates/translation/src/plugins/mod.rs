@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::api::storage::v1::StorageClass;
 
-use crate::Result;
+use crate::{Error, Result};
 
 pub mod aws_ebs;
 pub mod azure_disk;
@@ -136,6 +136,45 @@ pub(crate) fn go_string(v: Option<&String>) -> Option<String> {
     v.filter(|s| !s.is_empty()).cloned()
 }
 
+/// A translation's input lacks the source it translates: `object`'s `field`, for `plugin`.
+pub(crate) fn missing(object: &'static str, field: &'static str, plugin: &'static str) -> Error {
+    Error::MissingSource {
+        object,
+        field,
+        plugin,
+    }
+}
+
+/// An inline volume's in-tree source `field`, or the error naming it.
+pub(crate) fn inline_source<'a, T>(
+    source: Option<&'a T>,
+    field: &'static str,
+    plugin: &'static str,
+) -> Result<&'a T> {
+    source.ok_or_else(|| missing("Volume", field, plugin))
+}
+
+/// A PV's in-tree source `field` (`spec.cinder`) as `get` takes it from the spec, or the error
+/// naming it.
+pub(crate) fn pv_source<'a, T>(
+    pv: &'a PersistentVolume,
+    field: &'static str,
+    plugin: &'static str,
+    get: impl FnOnce(&'a PersistentVolumeSpec) -> Option<&'a T>,
+) -> Result<&'a T> {
+    spec(pv)
+        .and_then(get)
+        .ok_or_else(|| missing("PersistentVolume", field, plugin))
+}
+
+/// A PV's `spec.csi`, or the error naming the CSI driver whose translation needs it.
+pub(crate) fn required_csi_source<'a>(
+    pv: &'a PersistentVolume,
+    driver: &'static str,
+) -> Result<&'a CSIPersistentVolumeSource> {
+    csi_source(pv).ok_or_else(|| missing("PersistentVolume", "spec.csi", driver))
+}
+
 pub(crate) fn spec(pv: &PersistentVolume) -> Option<&PersistentVolumeSpec> {
     pv.spec.as_ref()
 }
@@ -243,4 +282,39 @@ pub(crate) fn translate_block_storage_class(
     }
     out.parameters = Some(params);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn each_plugin_names_the_source_its_input_lacks() {
+        let empty_pv = PersistentVolume {
+            spec: Some(PersistentVolumeSpec::default()),
+            ..PersistentVolume::default()
+        };
+        for p in plugins() {
+            let names = p.names();
+            let e = p.translate_csi_pv_to_in_tree(&empty_pv).unwrap_err();
+            let want = format!(
+                "PersistentVolume has no spec.csi: not a {} volume",
+                names.csi
+            );
+            assert_eq!(e.to_string(), want);
+            let e = p.translate_in_tree_pv_to_csi(&empty_pv).unwrap_err();
+            let (prefix, suffix) = ("PersistentVolume has no spec.", names.in_tree);
+            assert!(e.to_string().starts_with(prefix), "{e}");
+            assert!(
+                e.to_string().ends_with(&format!("not a {suffix} volume")),
+                "{e}"
+            );
+            let e = p
+                .translate_in_tree_inline_volume_to_csi(&Volume::default(), "ns")
+                .unwrap_err();
+            assert!(e.to_string().starts_with("Volume has no "), "{e}");
+            assert!(!e.to_string().contains("spec."), "an inline source: {e}");
+        }
+    }
 }

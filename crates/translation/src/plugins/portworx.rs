@@ -13,10 +13,10 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    InTreePlugin, PluginNames, csi_source, edit_spec, go_bool, go_string, named_pv, parameters,
-    spec,
+    InTreePlugin, PluginNames, edit_spec, go_bool, go_string, inline_source, named_pv, parameters,
+    pv_source, required_csi_source, spec,
 };
-use crate::{Error, Result};
+use crate::Result;
 
 /// In-tree plugin name.
 pub const IN_TREE_PLUGIN_NAME: &str = "kubernetes.io/portworx-volume";
@@ -83,14 +83,11 @@ impl InTreePlugin for Portworx {
         volume: &Volume,
         _pod_namespace: &str,
     ) -> Result<PersistentVolume> {
-        let src = volume
-            .portworx_volume
-            .as_ref()
-            .ok_or(Error::MissingSource {
-                object: "Volume",
-                field: "portworxVolume",
-                plugin: IN_TREE_PLUGIN_NAME,
-            })?;
+        let src = inline_source(
+            volume.portworx_volume.as_ref(),
+            "portworxVolume",
+            IN_TREE_PLUGIN_NAME,
+        )?;
         // As upstream: read-only is the access mode, not `csi.readOnly`. The PV becomes the
         // VolumeAttachment's inlineVolumeSpec, which must be what kube-controller-manager writes.
         let csi = CSIPersistentVolumeSource {
@@ -113,14 +110,9 @@ impl InTreePlugin for Portworx {
     }
 
     fn translate_in_tree_pv_to_csi(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let src =
-            spec(pv)
-                .and_then(|s| s.portworx_volume.as_ref())
-                .ok_or(Error::MissingSource {
-                    object: "PersistentVolume",
-                    field: "spec.portworxVolume",
-                    plugin: IN_TREE_PLUGIN_NAME,
-                })?;
+        let src = pv_source(pv, "spec.portworxVolume", IN_TREE_PLUGIN_NAME, |s| {
+            s.portworx_volume.as_ref()
+        })?;
         let annotations = pv.metadata.annotations.as_ref();
         let secret = annotations.and_then(|a| {
             Some(SecretReference {
@@ -149,11 +141,7 @@ impl InTreePlugin for Portworx {
     }
 
     fn translate_csi_pv_to_in_tree(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let csi = csi_source(pv).ok_or(Error::MissingSource {
-            object: "PersistentVolume",
-            field: "spec.csi",
-            plugin: DRIVER_NAME,
-        })?;
+        let csi = required_csi_source(pv, DRIVER_NAME)?;
         let px = PortworxVolumeSource {
             volume_id: csi.volume_handle.clone(),
             fs_type: go_string(csi.fs_type.as_ref()),

@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::{
-    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, PluginNames, csi_source, go_string, named_pv,
-    parameters, spec,
+    CSI_FS_TYPE_KEY, FS_TYPE_KEY, InTreePlugin, PluginNames, go_string, inline_source, named_pv,
+    parameters, pv_source, required_csi_source, spec,
 };
 use crate::topology::{
     add_topology_mut, label, replace_topology_mut, topology_labels, topology_values,
@@ -139,11 +139,11 @@ impl InTreePlugin for VSphere {
         volume: &Volume,
         _pod_namespace: &str,
     ) -> Result<PersistentVolume> {
-        let src = volume.vsphere_volume.as_ref().ok_or(Error::MissingSource {
-            object: "Volume",
-            field: "vsphereVolume",
-            plugin: IN_TREE_PLUGIN_NAME,
-        })?;
+        let src = inline_source(
+            volume.vsphere_volume.as_ref(),
+            "vsphereVolume",
+            IN_TREE_PLUGIN_NAME,
+        )?;
         if src
             .storage_policy_name
             .as_ref()
@@ -171,13 +171,9 @@ impl InTreePlugin for VSphere {
     }
 
     fn translate_in_tree_pv_to_csi(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let src = spec(pv)
-            .and_then(|s| s.vsphere_volume.as_ref())
-            .ok_or(Error::MissingSource {
-                object: "PersistentVolume",
-                field: "spec.vsphereVolume",
-                plugin: IN_TREE_PLUGIN_NAME,
-            })?;
+        let src = pv_source(pv, "spec.vsphereVolume", IN_TREE_PLUGIN_NAME, |s| {
+            s.vsphere_volume.as_ref()
+        })?;
         let mut attrs = BTreeMap::new();
         if let Some(policy) = src.storage_policy_name.as_ref().filter(|p| !p.is_empty()) {
             attrs.insert(PARAM_STORAGE_POLICY_NAME.to_string(), policy.clone());
@@ -198,11 +194,7 @@ impl InTreePlugin for VSphere {
     }
 
     fn translate_csi_pv_to_in_tree(&self, pv: &PersistentVolume) -> Result<PersistentVolume> {
-        let csi = csi_source(pv).ok_or(Error::MissingSource {
-            object: "PersistentVolume",
-            field: "spec.csi",
-            plugin: DRIVER_NAME,
-        })?;
+        let csi = required_csi_source(pv, DRIVER_NAME)?;
         let attrs = csi.volume_attributes.as_ref();
         let mut src = VsphereVirtualDiskVolumeSource {
             fs_type: go_string(csi.fs_type.as_ref()),
