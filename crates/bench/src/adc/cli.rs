@@ -27,12 +27,7 @@ use clap::Parser;
 pub struct Flags {
     /// Which scenario(s) to run: attach-required, through-adc, bypass-adc or all, repeated or
     /// as a comma list; they run one after the other.
-    #[arg(
-        long,
-        default_value = "all",
-        value_delimiter = ',',
-        value_name = "SCENARIO[,...]"
-    )]
+    #[arg(long, default_value = "all", value_name = "SCENARIO[,...]")]
     scenario: Vec<String>,
 
     #[command(flatten)]

@@ -33,7 +33,6 @@ pub struct Flags {
     #[arg(
         long = "scenario",
         default_value = "all",
-        value_delimiter = ',',
         value_name = "SCENARIO[,...]"
     )]
     scenarios: Vec<String>,

@@ -30,12 +30,7 @@ use clap::Parser;
 pub struct Flags {
     /// Which scenario(s) to run: hostpath (1,000 PVCs), ebs (100 PVCs) or all, repeated or
     /// as a comma list.
-    #[arg(
-        long,
-        default_value = "all",
-        value_delimiter = ',',
-        value_name = "SCENARIO[,...]"
-    )]
+    #[arg(long, default_value = "all", value_name = "SCENARIO[,...]")]
     scenario: Vec<String>,
 
     /// Directory with csi-provisioner, hostpath-csi-driver and ebs-csi-driver (default: the
